@@ -1,0 +1,1 @@
+# Makes the repository root importable for tests run as plain `pytest` too.

@@ -1,0 +1,180 @@
+"""The engine for servers: requests stream their outputs to asyncio while steps run on a thread.
+
+The step loop lives on its own thread so the event loop stays responsive while the engine is
+saturated (torch releases the GIL inside its kernels). Requests cross over through a command queue;
+outputs come back through one asyncio.Queue per request, fed with call_soon_threadsafe."""
+
+import asyncio
+import logging
+import queue
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from engine.config import EngineConfig
+from engine.errors import EngineDeadError
+from engine.llm_engine import LLMEngine
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+class AsyncEngine:
+    def __init__(self, config: EngineConfig | None = None, engine: LLMEngine | None = None, **kwargs):
+        self.engine = engine or LLMEngine(config or EngineConfig(**kwargs))
+        self._commands: queue.Queue = queue.Queue()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="sllm-engine", daemon=True)
+        self._thread.start()
+
+    # -- properties the gateway reads ---------------------------------------------------------
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    @property
+    def served_model_name(self) -> str:
+        return self.engine.served_model_name
+
+    @property
+    def max_model_len(self) -> int:
+        return self.engine.max_model_len
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread.is_alive() and self.error is None
+
+    def stats(self) -> dict[str, Any]:
+        e = self.engine
+        bm = e.block_manager
+        return {
+            "num_running": e.num_running,
+            "num_waiting": e.num_waiting,
+            "kv_usage": bm.usage,
+            "num_free_blocks": bm.num_free_blocks,
+            "num_blocks": bm.num_blocks,
+            "prefix_queries": bm.prefix_queries,
+            "prefix_hits": bm.prefix_hits,
+            "num_preemptions": e.scheduler.num_preemptions,
+            **e.stats,
+        }
+
+    # -- the step thread -------------------------------------------------------------------------
+    def _deliver(self, request_id: str, item: RequestOutput | BaseException, last: bool) -> None:
+        with self._lock:
+            entry = self._streams.pop(request_id, None) if last else self._streams.get(request_id)
+        if entry is not None:
+            loop, q = entry
+            loop.call_soon_threadsafe(q.put_nowait, item)
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                cmd, args = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if cmd == "add":
+                request_id, prompt, params = args
+                try:
+                    self.engine.add_request(request_id, prompt, params)
+                except Exception as exc:  # bad input: reported to that request only
+                    self._deliver(request_id, exc, last=True)
+            elif cmd == "abort":
+                out = self.engine.abort_request(args)
+                if out is not None:
+                    self._deliver(args, out, last=True)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop:
+                self._drain_commands()
+                if not self.engine.has_unfinished_requests():
+                    self._wake.wait(timeout=0.5)
+                    self._wake.clear()
+                    continue
+                outputs = self.engine.step()
+                if not outputs and not self.engine.scheduler.running:
+                    self._wake.wait(timeout=0.002)  # dynamic batching window, nothing runnable yet
+                    self._wake.clear()
+                for out in outputs:
+                    self._deliver(out.request_id, out, last=out.finished)
+        except BaseException as exc:  # an engine bug: fail every request rather than hang them
+            log.exception("engine step loop died")
+            self.error = exc
+            with self._lock:
+                streams, self._streams = self._streams, {}
+            for loop, q in streams.values():
+                loop.call_soon_threadsafe(q.put_nowait, EngineDeadError(str(exc)))
+
+    # -- the asyncio side ------------------------------------------------------------------------
+    async def generate(
+        self, prompt: str | list[int], params: SamplingParams | None = None, request_id: str | None = None
+    ) -> AsyncIterator[RequestOutput]:
+        """Streams the request's outputs; the last one has `finished` set. Cancelling the consumer
+        (a client that disconnects) aborts the request and frees its KV blocks."""
+        if self.error is not None:
+            raise EngineDeadError(f"the engine has stopped: {self.error}")
+        request_id = request_id or uuid.uuid4().hex
+        q: asyncio.Queue = asyncio.Queue()
+        with self._lock:
+            self._streams[request_id] = (asyncio.get_running_loop(), q)
+        self._commands.put(("add", (request_id, prompt, params or SamplingParams())))
+        self._wake.set()
+        finished = False
+        try:
+            while True:
+                item = await q.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                # Coalesce outputs that piled up while the consumer was busy: the latest holds everything.
+                while not item.finished and not q.empty():
+                    nxt = q.get_nowait()
+                    if isinstance(nxt, BaseException):
+                        finished = True
+                        raise nxt
+                    item = _merge(item, nxt)
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            if not finished:
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        self._commands.put(("abort", request_id))
+        self._wake.set()
+
+    async def generate_full(self, prompt, params=None, request_id=None) -> RequestOutput:
+        last = None
+        async for out in self.generate(prompt, params, request_id):
+            last = out
+        assert last is not None
+        return last
+
+    def shutdown(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=5)
+
+
+def _merge(a: RequestOutput, b: RequestOutput) -> RequestOutput:
+    """Joins two consecutive outputs of one request so no delta is lost when they are coalesced."""
+    by_index = {o.index: o for o in a.outputs}
+    for o in b.outputs:
+        prev = by_index.get(o.index)
+        if prev is not None:
+            o.delta_text = prev.delta_text + o.delta_text
+            o.delta_token_ids = prev.delta_token_ids + o.delta_token_ids
+            if o.delta_logprobs is not None and prev.delta_logprobs is not None:
+                o.delta_logprobs = prev.delta_logprobs + o.delta_logprobs
+    missing = [o for i, o in by_index.items() if i not in {x.index for x in b.outputs}]
+    b.outputs = sorted(b.outputs + missing, key=lambda o: o.index)
+    return b

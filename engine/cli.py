@@ -1,0 +1,53 @@
+"""The `sllm` command: generate offline, serve the API, run benchmarks."""
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+app = typer.Typer(help="sllm: small-LLM serving for workflow automation", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks that print numbers (ratios against a peer run in the same process)")
+app.add_typer(bench_app, name="bench")
+
+
+@app.command()
+def generate(
+    prompts: list[str] = typer.Argument(None, help="Prompts; or use --file"),
+    file: Path | None = typer.Option(None, "--file", "-f", help="A text file (one prompt a line) or JSONL with 'prompt'"),
+    model: str = typer.Option("default", envvar="SLLM_MODEL"),
+    max_tokens: int = typer.Option(64),
+    temperature: float = typer.Option(0.0),
+    top_p: float = typer.Option(1.0),
+    seed: int | None = typer.Option(None),
+    chat: bool = typer.Option(False, help="Wrap each prompt as a user message in the chat template"),
+    max_num_seqs: int = typer.Option(128),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per prompt"),
+):
+    """Offline batch generation with continuous batching and a progress bar."""
+    from engine import LLM, SamplingParams
+
+    items = list(prompts or [])
+    if file is not None:
+        for line in file.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            items.append(json.loads(line)["prompt"] if file.suffix == ".jsonl" else line)
+    if not items:
+        raise typer.BadParameter("give prompts as arguments or with --file")
+    llm = LLM(model=model, max_num_seqs=max_num_seqs)
+    if chat:
+        items = [llm.apply_chat_template([{"role": "user", "content": p}]) for p in items]
+    params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed)
+    for prompt, out in zip(items, llm.generate(items, params), strict=True):
+        o = out.outputs[0]
+        if as_json:
+            print(json.dumps({"prompt": prompt, "text": o.text, "finish_reason": o.finish_reason,
+                              "tokens": len(o.token_ids)}, ensure_ascii=False))
+        else:
+            print(f"--- {prompt!r}\n{o.text}")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    app()

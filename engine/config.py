@@ -1,0 +1,42 @@
+"""Engine settings, named after vLLM's where a name exists (`max_num_seqs`, `max_model_len`, ...)."""
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Scheduling = Literal["continuous", "static", "dynamic"]
+
+
+@dataclass
+class EngineConfig:
+    model: str = "default"  # "default", an HF folder, or a .gguf file
+    served_model_name: str | None = None
+    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    device: str = "auto"
+    block_size: int = 16
+    num_kv_blocks: int | None = None  # the KV budget in blocks; wins over kv_cache_bytes
+    kv_cache_bytes: int | None = None  # the KV budget in bytes; default 1 GiB on CPU, 40% free memory on CUDA
+    max_num_seqs: int = 128
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None  # default: the model's context, capped at 8192
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    scheduling: Scheduling = "continuous"
+    batch_wait_ms: float = 20.0  # dynamic batching: how long to collect requests before starting a batch
+    # Admission balance (TGI's waiting_served_ratio): with running sequences present, new prompts are
+    # admitted only once waiting >= ratio * running, or after max_waiting_steps steps. 0 admits at once.
+    waiting_served_ratio: float = 0.0
+    max_waiting_steps: int = 20
+    speculative_config: dict[str, Any] | None = None
+    seed: int = 0
+    num_threads: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.block_size not in (1, 2, 4, 8, 16, 32, 64, 128):
+            raise ValueError(f"block_size must be a power of two up to 128, got {self.block_size}")
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be at least 1")
+        if self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_batched_tokens must be at least 1")
+        if self.scheduling not in ("continuous", "static", "dynamic"):
+            raise ValueError(f"scheduling must be continuous, static or dynamic, got {self.scheduling!r}")

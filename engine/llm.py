@@ -1,0 +1,53 @@
+"""The offline API: `LLM(model=...).generate(prompts, params)`, as in vLLM."""
+
+import itertools
+
+from tqdm import tqdm
+
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from engine.outputs import RequestOutput
+from engine.sampling_params import SamplingParams
+
+
+class LLM:
+    def __init__(self, model: str = "default", **config):
+        self.engine = LLMEngine(EngineConfig(model=model, **config))
+        self._ids = itertools.count()
+
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    def generate(
+        self,
+        prompts: str | list[str] | list[list[int]],
+        params: SamplingParams | list[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+    ) -> list[RequestOutput]:
+        """Runs every prompt to completion with continuous batching; outputs come back in prompt order."""
+        if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]  # type: ignore[list-item]
+        params_list = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
+        order: dict[str, int] = {}
+        for i, (prompt, p) in enumerate(zip(prompts, params_list, strict=True)):
+            rid = f"offline-{next(self._ids)}"
+            self.engine.add_request(rid, prompt, p)
+            order[rid] = i
+        results: list[RequestOutput | None] = [None] * len(prompts)
+        with tqdm(total=len(prompts), desc="generate", disable=not use_tqdm, unit="req") as bar:
+            while self.engine.has_unfinished_requests():
+                for out in self.engine.step():
+                    if out.finished:
+                        results[order[out.request_id]] = out
+                        bar.update(1)
+        return results  # type: ignore[return-value]
+
+    def chat(self, messages: list[list[dict]] | list[dict], params: SamplingParams | None = None, **kw):
+        if messages and isinstance(messages[0], dict):
+            messages = [messages]  # type: ignore[list-item]
+        prompts = [self.apply_chat_template(m) for m in messages]  # type: ignore[arg-type]
+        return self.generate(prompts, params, **kw)
+
+    def apply_chat_template(self, messages: list[dict]) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

@@ -1,0 +1,308 @@
+"""The synchronous engine: requests in, one scheduled forward pass per `step()`, outputs out."""
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.detokenizer import DetokenizerState, detokenize_incrementally, find_stop, new_state, stop_holdback
+from engine.errors import InvalidRequestError
+from engine.loader import default_served_name, load_hf_config, load_tokenizer, resolve_model
+from engine.model_runner import ModelRunner
+from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
+from engine.sampler import Sampler
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence, SequenceStatus
+
+log = logging.getLogger(__name__)
+
+MAX_DEFAULT_MODEL_LEN = 8192
+
+
+@dataclass(eq=False)
+class SeqState:
+    """Per-sequence output bookkeeping: text, what was already emitted, logprobs."""
+
+    seq: Sequence
+    detok: DetokenizerState
+    text: str = ""
+    emitted_chars: int = 0
+    emitted_tokens: int = 0
+    logprobs: list[TokenLogprobs] = field(default_factory=list)
+    emitted_logprobs: int = 0
+
+
+@dataclass(eq=False)
+class Request:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    metrics: RequestMetrics
+    states: list[SeqState] = field(default_factory=list)
+    aborted: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return len(self.states) == self.params.n and all(s.seq.is_finished for s in self.states)
+
+
+class LLMEngine:
+    def __init__(self, config: EngineConfig | None = None, **kwargs):
+        config = config or EngineConfig(**kwargs)
+        self.config = config
+        t0 = time.perf_counter()
+        self.model_path = resolve_model(config.model)
+        self.served_model_name = config.served_model_name or default_served_name(config.model)
+        self.hf_config = load_hf_config(self.model_path)
+        self.tokenizer = load_tokenizer(self.model_path)
+        limit = getattr(self.hf_config, "max_position_embeddings", MAX_DEFAULT_MODEL_LEN)
+        self.max_model_len = config.max_model_len or min(limit, MAX_DEFAULT_MODEL_LEN)
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        torch.manual_seed(config.seed)
+        self.runner = ModelRunner(config, self.hf_config, self.model_path, self.max_model_len)
+        self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(config, self.block_manager)
+        self.eos_token_ids = self._eos_ids()
+        self.sampler = Sampler(self.tokenizer, self.eos_token_ids)
+        self.vocab_size = self.runner.model.vocab_size
+        self.requests: dict[str, Request] = {}
+        self.load_seconds = time.perf_counter() - t0
+        self.stats = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0}
+        log.info("loaded %s from %s in %.2fs", self.served_model_name, self.model_path, self.load_seconds)
+
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        for src in (getattr(self.hf_config, "eos_token_id", None), getattr(self.tokenizer, "eos_token_id", None)):
+            if isinstance(src, int):
+                ids.add(src)
+            elif isinstance(src, list | tuple):
+                ids.update(int(x) for x in src)
+        return ids
+
+    # -- requests ------------------------------------------------------------------------------------
+    def tokenize(self, prompt: str) -> list[int]:
+        return self.tokenizer.encode(prompt, add_special_tokens=False)
+
+    def _validate(self, token_ids: list[int], params: SamplingParams) -> None:
+        if not token_ids:
+            raise InvalidRequestError("the prompt is empty", "prompt")
+        if any(not isinstance(t, int) or t < 0 or t >= self.vocab_size for t in token_ids):
+            raise InvalidRequestError(f"prompt token ids must be in [0, {self.vocab_size})", "prompt")
+        bad = [t for t in params.stop_token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise InvalidRequestError(f"unknown stop_token_ids {bad}: vocabulary size is {self.vocab_size}", "stop_token_ids")
+        n = len(token_ids)
+        if n >= self.max_model_len:
+            raise InvalidRequestError(
+                f"the prompt has {n} tokens, but this model's maximum context length is {self.max_model_len}",
+                "prompt",
+            )
+        if params.max_tokens is not None and n + params.max_tokens > self.max_model_len:
+            raise InvalidRequestError(
+                f"this model's maximum context length is {self.max_model_len} tokens; the request asks for "
+                f"{n + params.max_tokens} ({n} in the prompt and {params.max_tokens} to generate)",
+                "max_tokens",
+            )
+        total = n + (params.max_tokens or self.max_model_len - n)
+        if (total + self.config.block_size - 1) // self.config.block_size > self.block_manager.num_blocks:
+            raise InvalidRequestError(
+                f"the request needs {total} tokens of KV cache but the cache holds "
+                f"{self.block_manager.num_blocks * self.config.block_size}",
+                "max_tokens",
+            )
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        arrival_time: float | None = None,
+    ) -> Request:
+        params = params or SamplingParams()
+        if request_id in self.requests:
+            raise InvalidRequestError(f"request id {request_id!r} is already in use")
+        if isinstance(prompt, str):
+            text, token_ids = prompt, self.tokenize(prompt)
+            if not prompt:
+                raise InvalidRequestError("the prompt is empty", "prompt")
+        else:
+            text, token_ids = None, list(prompt)
+        self._validate(token_ids, params)
+        arrival = time.monotonic() if arrival_time is None else arrival_time
+        req = Request(request_id, text, token_ids, params, RequestMetrics(arrival, prompt_tokens=len(token_ids)))
+        seq = self._new_sequence(req, 0, list(token_ids))
+        seq.pending_forks = params.n - 1
+        self.requests[request_id] = req
+        self.scheduler.add(seq)
+        return req
+
+    def _new_sequence(self, req: Request, index: int, token_ids: list[int]) -> Sequence:
+        p = req.params
+        gen = torch.Generator()
+        if p.seed is not None:
+            gen.manual_seed(p.seed + index)
+        else:
+            gen.seed()
+        seq = Sequence(
+            req.request_id, token_ids, len(req.prompt_token_ids), p, index=index, generator=gen,
+            arrival_time=req.metrics.arrival_time,
+        )
+        req.states.append(SeqState(seq, new_state(len(req.prompt_token_ids))))
+        return seq
+
+    def abort_request(self, request_id: str) -> RequestOutput | None:
+        """Stops a request at once; its blocks return to the pool before this returns."""
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return None
+        req.aborted = True
+        for st in req.states:
+            if not st.seq.is_finished:
+                st.seq.finish_reason = "abort"
+                self.scheduler.finish(st.seq)
+        req.metrics.finished_time = time.monotonic()
+        return self._make_output(req)
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    @property
+    def num_running(self) -> int:
+        return len(self.scheduler.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.scheduler.waiting)
+
+    # -- the step --------------------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return []
+        now = time.monotonic()
+        for item in sched.scheduled:
+            m = self.requests[item.seq.request_id].metrics
+            if m.first_scheduled_time is None:
+                m.first_scheduled_time = now
+        logits = self.runner.execute(sched)
+        self.stats["steps"] += 1
+        sampling: list[Sequence] = []
+        for item in sched.scheduled:
+            seq = item.seq
+            if seq.num_computed_tokens < seq.num_prompt_tokens:
+                self.stats["prompt_tokens"] += min(item.num_new_tokens, seq.num_prompt_tokens - seq.num_computed_tokens)
+            seq.num_computed_tokens += item.num_new_tokens
+            self.block_manager.register_full_blocks(seq)
+            if item.samples:
+                sampling.append(seq)
+        rows, row_seqs = self._expand_forks(sampling, logits)
+        tokens, lps = self.sampler(rows, row_seqs)
+        touched: dict[str, Request] = {}
+        now = time.monotonic()
+        for seq, token, lp in zip(row_seqs, tokens, lps, strict=True):
+            req = self.requests[seq.request_id]
+            self._append_token(req, seq, token, lp)
+            touched[req.request_id] = req
+            m = req.metrics
+            m.first_token_time = m.first_token_time or now
+            m.last_token_time = now
+        self.stats["generation_tokens"] += len(tokens)
+        outputs = []
+        for req in touched.values():
+            out = self._make_output(req)
+            if req.finished:
+                req.metrics.finished_time = now
+                del self.requests[req.request_id]
+            outputs.append(out)
+        return outputs
+
+    def _expand_forks(self, sampling: list[Sequence], logits: torch.Tensor) -> tuple[torch.Tensor, list[Sequence]]:
+        """n > 1: a sequence that just finished its prompt forks into n, sharing every prompt block."""
+        if not any(s.pending_forks for s in sampling):
+            return logits, sampling
+        rows, seqs = [], []
+        for i, seq in enumerate(sampling):
+            rows.append(i)
+            seqs.append(seq)
+            if seq.pending_forks:
+                req = self.requests[seq.request_id]
+                for k in range(1, seq.pending_forks + 1):
+                    child = self._new_sequence(req, k, list(seq.token_ids))
+                    child.num_computed_tokens = seq.num_computed_tokens
+                    child.num_cached_tokens = seq.num_cached_tokens
+                    child.status = SequenceStatus.RUNNING
+                    self.block_manager.fork(seq, child)
+                    self.scheduler.running.append(child)
+                    rows.append(i)
+                    seqs.append(child)
+                seq.pending_forks = 0
+        return logits[rows], seqs
+
+    def _append_token(self, req: Request, seq: Sequence, token: int, lp: TokenLogprobs | None) -> None:
+        p = req.params
+        seq.token_ids.append(token)
+        st = next(s for s in req.states if s.seq is seq)
+        if lp is not None:
+            st.logprobs.append(lp)
+        new_text = detokenize_incrementally(self.tokenizer, seq.token_ids, st.detok, p.skip_special_tokens)
+        st.text += new_text
+        if seq.num_output_tokens >= p.min_tokens:
+            if token in p.stop_token_ids:
+                seq.finish_reason, seq.stop_reason = "stop", token
+            elif not p.ignore_eos and token in self.eos_token_ids:
+                seq.finish_reason = "stop"
+            elif p.stop and new_text:
+                hit = find_stop(st.text, len(new_text), p.stop)
+                if hit is not None:
+                    idx, stop = hit
+                    st.text = st.text[: idx + len(stop)] if p.include_stop_str_in_output else st.text[:idx]
+                    seq.finish_reason, seq.stop_reason = "stop", stop
+        if seq.finish_reason is None:
+            limit = p.max_tokens if p.max_tokens is not None else self.max_model_len - seq.num_prompt_tokens
+            if seq.num_output_tokens >= limit or len(seq) >= self.max_model_len:
+                seq.finish_reason = "length"
+        if seq.finish_reason is not None:
+            self.scheduler.finish(seq)
+
+    def _make_output(self, req: Request) -> RequestOutput:
+        outs = []
+        total_out = 0
+        for st in req.states:
+            seq = st.seq
+            text = st.text
+            end = len(text)
+            if not seq.is_finished and req.params.stop:
+                end -= stop_holdback(text, req.params.stop)
+            end = max(end, st.emitted_chars)
+            ids = seq.output_token_ids
+            outs.append(
+                CompletionOutput(
+                    index=seq.index,
+                    text=text[:end],
+                    token_ids=list(ids),
+                    delta_text=text[st.emitted_chars : end],
+                    delta_token_ids=ids[st.emitted_tokens :],
+                    logprobs=list(st.logprobs) if req.params.logprobs is not None else None,
+                    delta_logprobs=st.logprobs[st.emitted_logprobs :] if req.params.logprobs is not None else None,
+                    finish_reason=seq.finish_reason,
+                    stop_reason=seq.stop_reason,
+                )
+            )
+            st.emitted_chars, st.emitted_tokens, st.emitted_logprobs = end, len(ids), len(st.logprobs)
+            total_out += len(ids)
+        req.metrics.output_tokens = total_out
+        req.metrics.cached_tokens = req.states[0].seq.num_cached_tokens if req.states else 0
+        return RequestOutput(
+            request_id=req.request_id,
+            prompt=req.prompt,
+            prompt_token_ids=req.prompt_token_ids,
+            outputs=outs,
+            finished=req.finished or req.aborted,
+            metrics=req.metrics,
+        )

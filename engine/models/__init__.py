@@ -1,0 +1,3 @@
+from engine.models.llama import AttentionMetadata, LlamaForCausalLM
+
+__all__ = ["AttentionMetadata", "LlamaForCausalLM"]

@@ -1,0 +1,135 @@
+"""Our forward pass for Llama-family decoders (Llama, Mistral, Qwen2, SmolLM2).
+
+Tokens of all scheduled sequences are packed into one flat batch [T, hidden]; attention is the only
+place where sequences are told apart, through `AttentionMetadata` and the paged KV cache. Q, K and V
+share one matmul, as do gate and up: fewer, larger GEMMs are what a CPU or GPU runs best."""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+import kernels
+from kernels.rotary import build_cos_sin_cache
+
+SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
+
+
+@dataclass
+class AttentionMetadata:
+    slot_mapping: torch.Tensor  # [T] cache slot of every new token
+    block_tables: torch.Tensor  # [B, max_blocks]
+    query_start_loc: torch.Tensor  # [B+1]
+    context_lens: torch.Tensor  # [B] tokens in the cache after this step
+    all_decode: bool  # every sequence computes exactly one token
+
+
+def rope_parameters(hf_config) -> tuple[torch.Tensor, float]:
+    """inv_freq and attention scaling from the config's rope settings (default, linear, llama3, yarn, ...).
+
+    Reuses transformers' own rope initialisation so every scaling type it knows is computed as HF does."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    rope = LlamaRotaryEmbedding(config=hf_config)
+    return rope.inv_freq.float(), float(rope.attention_scaling)
+
+
+class LlamaForCausalLM:
+    def __init__(self, hf_config, dtype: torch.dtype, device: torch.device, max_position: int):
+        arch = (getattr(hf_config, "architectures", None) or ["LlamaForCausalLM"])[0]
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(f"unsupported architecture {arch}; supported: {sorted(SUPPORTED_ARCHITECTURES)}")
+        c = hf_config
+        self.config = c
+        self.dtype, self.device = dtype, device
+        self.num_layers = c.num_hidden_layers
+        self.hidden_size = c.hidden_size
+        self.num_heads = c.num_attention_heads
+        self.num_kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.eps = c.rms_norm_eps
+        self.vocab_size = c.vocab_size
+        self.scale = self.head_dim**-0.5
+        self.tie_word_embeddings = bool(getattr(c, "tie_word_embeddings", False))
+        inv_freq, attn_scaling = rope_parameters(c)
+        self.cos_sin_cache = build_cos_sin_cache(inv_freq, max_position, attn_scaling).to(device)
+        self.weights: dict[str, torch.Tensor] = {}
+
+    # -- weights ---------------------------------------------------------------------------------
+    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
+        """Takes an HF-named state dict and fuses q/k/v and gate/up per layer."""
+        def get(name: str) -> torch.Tensor:
+            return state.pop(name).to(self.device, self.dtype)
+
+        w = self.weights
+        w["embed"] = get("model.embed_tokens.weight")
+        w["norm"] = get("model.norm.weight")
+        if "lm_head.weight" in state and not self.tie_word_embeddings:
+            w["lm_head"] = get("lm_head.weight")
+        else:
+            state.pop("lm_head.weight", None)
+            w["lm_head"] = w["embed"]
+        for i in range(self.num_layers):
+            p = f"model.layers.{i}."
+            w[p + "qkv"] = torch.cat([get(p + f"self_attn.{x}_proj.weight") for x in "qkv"]).contiguous()
+            if p + "self_attn.q_proj.bias" in state:
+                w[p + "qkv_bias"] = torch.cat([get(p + f"self_attn.{x}_proj.bias") for x in "qkv"])
+            w[p + "o"] = get(p + "self_attn.o_proj.weight")
+            w[p + "gate_up"] = torch.cat([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]).contiguous()
+            w[p + "down"] = get(p + "mlp.down_proj.weight")
+            w[p + "in_norm"] = get(p + "input_layernorm.weight")
+            w[p + "post_norm"] = get(p + "post_attention_layernorm.weight")
+        leftovers = [k for k in state if "rotary_emb" not in k]
+        if leftovers:
+            raise ValueError(f"unexpected weights in checkpoint: {leftovers[:5]}")
+
+    # -- forward ---------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        meta: AttentionMetadata,
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> torch.Tensor:
+        w = self.weights
+        t = input_ids.shape[0]
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        x = F.embedding(input_ids, w["embed"])
+        residual = None
+        for i in range(self.num_layers):
+            p = f"model.layers.{i}."
+            if residual is None:
+                residual = x
+                h = kernels.rms_norm(x, w[p + "in_norm"], self.eps)
+            else:
+                h, residual = kernels.rms_norm(x, w[p + "in_norm"], self.eps, residual)
+            qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
+            q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+            q = q.reshape(t, hq, d)
+            k = k.reshape(t, hkv, d)
+            v = v.reshape(t, hkv, d)
+            kernels.rotary_embedding(positions, q, k, self.cos_sin_cache)
+            k_cache, v_cache = kv_caches[i]
+            kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+            if meta.all_decode:
+                o = kernels.paged_decode_attention(
+                    q, k_cache, v_cache, meta.block_tables, meta.context_lens, self.scale
+                )
+            else:
+                o = kernels.paged_attention(
+                    q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.context_lens, self.scale
+                )
+            x = F.linear(o.reshape(t, hq * d), w[p + "o"])
+            h, residual = kernels.rms_norm(x, w[p + "post_norm"], self.eps, residual)
+            x = F.linear(kernels.silu_and_mul(F.linear(h, w[p + "gate_up"])), w[p + "down"])
+        h, _ = kernels.rms_norm(x, w["norm"], self.eps, residual)
+        return h
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, self.weights["lm_head"]).float()
+
+    def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        return 2 * self.num_layers * block_size * self.num_kv_heads * self.head_dim * itemsize

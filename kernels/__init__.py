@@ -1,0 +1,18 @@
+"""Attention and fused ops. Every op has a plain torch reference (the contract, and the CPU path)
+and a Triton kernel (the CUDA path); `kernels.dispatch` picks one per call."""
+
+from kernels.activation import silu_and_mul
+from kernels.attention import paged_attention, paged_decode_attention
+from kernels.cache import copy_blocks, store_kv
+from kernels.norm import rms_norm
+from kernels.rotary import rotary_embedding
+
+__all__ = [
+    "copy_blocks",
+    "paged_attention",
+    "paged_decode_attention",
+    "rms_norm",
+    "rotary_embedding",
+    "silu_and_mul",
+    "store_kv",
+]

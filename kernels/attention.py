@@ -1,0 +1,128 @@
+"""Attention over the paged KV cache.
+
+Every token's K/V is stored (`kernels.cache.store_kv`) before attention runs, so attention reads the
+whole context, cached prefix and new tokens alike, through each sequence's block table. That one
+contract covers decode, prefill, chunked prefill and prefix-cache hits.
+
+Shapes: q [T, Hq, D] packed over sequences; `query_start_loc` [B+1] (cu_seqlens of the queries);
+`context_lens` [B] = tokens in the cache for each sequence after this step (new ones included), so the
+i-th query token of sequence b sits at position context_lens[b] - q_len[b] + i and is causal.
+GQA: Hq is a multiple of Hkv; query head h reads KV head h // (Hq // Hkv).
+`alibi_slopes` [Hq] adds -slope * (query_pos - key_pos) to the scores (ALiBi) instead of RoPE."""
+
+import torch
+import torch.nn.functional as F
+
+from kernels.dispatch import use_triton
+
+
+def _gather_context(cache: torch.Tensor, block_tables: torch.Tensor, length: int) -> torch.Tensor:
+    """[B, max_blocks] block table -> [B, length, Hkv, D] keys or values."""
+    blocks = cache[block_tables]  # [B, MB, bs, Hkv, D]
+    b, mb, bs = blocks.shape[:3]
+    return blocks.reshape(b, mb * bs, *cache.shape[2:])[:, :length]
+
+
+def _alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    # [Hq, Q, K]: penalise distance linearly; future keys are masked separately.
+    dist = (q_pos[:, None] - k_pos[None, :]).float()
+    return -slopes.float()[:, None, None] * dist
+
+
+def paged_decode_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    alibi_slopes: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One query token per sequence: q [B, Hq, D] -> [B, Hq, D]."""
+    b, hq, d = q.shape
+    length = int(context_lens.max())
+    k = _gather_context(k_cache, block_tables, length).transpose(1, 2)  # [B, Hkv, L, D]
+    v = _gather_context(v_cache, block_tables, length).transpose(1, 2)
+    key_pos = torch.arange(length, device=q.device)
+    valid = key_pos[None, :] < context_lens[:, None].to(q.device)  # [B, L]
+    if alibi_slopes is None:
+        mask = valid[:, None, None, :]
+    else:
+        q_pos = (context_lens - 1).to(q.device)
+        bias = -alibi_slopes.float()[None, :, None] * (q_pos[:, None, None] - key_pos[None, None, :]).float()
+        mask = bias.masked_fill(~valid[:, None, :], float("-inf"))[:, :, None, :].to(q.dtype)
+    out = F.scaled_dot_product_attention(
+        q[:, :, None, :], k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=scale, enable_gqa=hq != k.shape[1]
+    )
+    return out[:, :, 0, :]
+
+
+def _prefill_one(q, k_cache, v_cache, block_table, ctx: int, scale: float, alibi_slopes):
+    n, hq, _ = q.shape
+    k = _gather_context(k_cache, block_table[None], ctx)[0].transpose(0, 1).to(q.dtype)  # [Hkv, ctx, D]
+    v = _gather_context(v_cache, block_table[None], ctx)[0].transpose(0, 1).to(q.dtype)
+    qh = q.transpose(0, 1)  # [Hq, n, D]
+    gqa = hq != k.shape[0]
+    if alibi_slopes is None and ctx == n:
+        out = F.scaled_dot_product_attention(qh, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
+    else:
+        q_pos = torch.arange(ctx - n, ctx, device=q.device)
+        k_pos = torch.arange(ctx, device=q.device)
+        causal = k_pos[None, :] <= q_pos[:, None]
+        if alibi_slopes is None:
+            mask = causal
+        else:
+            mask = _alibi_bias(alibi_slopes, q_pos, k_pos).masked_fill(~causal, float("-inf")).to(q.dtype)
+        out = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
+    return out.transpose(0, 1)
+
+
+def paged_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    alibi_slopes: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Variable-length causal attention for a packed batch; see the module docstring."""
+    starts = query_start_loc.tolist()
+    q_lens = [starts[i + 1] - starts[i] for i in range(len(starts) - 1)]
+    if all(n == 1 for n in q_lens):
+        return paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes)
+    out = torch.empty_like(q)
+    decode = [i for i, n in enumerate(q_lens) if n == 1]
+    if decode:
+        idx = torch.tensor(decode, device=q.device)
+        rows = torch.tensor([starts[i] for i in decode], device=q.device)
+        out[rows] = paged_decode_attention_ref(
+            q[rows], k_cache, v_cache, block_tables[idx], context_lens[idx], scale, alibi_slopes
+        )
+    ctx_lens = context_lens.tolist()
+    for i, n in enumerate(q_lens):
+        if n > 1:
+            s = starts[i]
+            out[s : s + n] = _prefill_one(
+                q[s : s + n], k_cache, v_cache, block_tables[i], ctx_lens[i], scale, alibi_slopes
+            )
+    return out
+
+
+def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes=None):
+    if use_triton(q):
+        from kernels.triton.attention import paged_decode_attention_triton
+
+        return paged_decode_attention_triton(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes)
+    return paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes)
+
+
+def paged_attention(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes=None):
+    if use_triton(q):
+        from kernels.triton.attention import paged_attention_triton
+
+        return paged_attention_triton(
+            q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes
+        )
+    return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes)

