@@ -51,3 +51,23 @@ def generate(
 
 def main() -> None:
     app()
+
+
+def _register_optional_commands() -> None:
+    """Commands whose code lives in other packages; each registers itself when it exists."""
+    import importlib
+
+    for module, attr, target, name in (
+        ("gateway.cli", "serve", app, "serve"),
+        ("gateway.bench", "bench_serve", bench_app, "serve"),
+        ("engine.bench", "bench_offline", bench_app, "offline"),
+        ("kernels.bench", "bench_kernels", bench_app, "kernels"),
+    ):
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError):
+            continue
+        target.command(name)(fn)
+
+
+_register_optional_commands()
