@@ -1,0 +1,37 @@
+"""One log line per request: id, route, status, tokens and timings. Routes fill in the tokens."""
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+log = logging.getLogger("sllm.access")
+
+
+@dataclass
+class RequestRecord:
+    request_id: str
+    method: str
+    path: str
+    start: float = field(default_factory=time.perf_counter)
+    status: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    ttft: float | None = None
+    queue_time: float | None = None
+    logged: bool = False
+
+    def emit(self) -> None:
+        if self.logged:
+            return
+        self.logged = True
+        parts = [f"{self.request_id} {self.method} {self.path} {self.status or '-'}"]
+        if self.prompt_tokens is not None:
+            parts.append(f"prompt_tokens={self.prompt_tokens} completion_tokens={self.completion_tokens} "
+                         f"cached_tokens={self.cached_tokens or 0}")
+        if self.queue_time is not None:
+            parts.append(f"queue={self.queue_time * 1000:.1f}ms")
+        if self.ttft is not None:
+            parts.append(f"ttft={self.ttft * 1000:.1f}ms")
+        parts.append(f"total={(time.perf_counter() - self.start) * 1000:.1f}ms")
+        log.info(" ".join(parts))

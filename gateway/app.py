@@ -1,0 +1,65 @@
+"""The FastAPI application: routers, error handlers, middleware, and the engine loaded off the event
+loop at startup so `/health` can answer 503 while the model loads."""
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI
+
+from engine import AsyncEngine
+from gateway.admission import Admission
+from gateway.db import Database
+from gateway.deps import require_api_key
+from gateway.errors import install_error_handlers
+from gateway.middleware import RequestContextMiddleware
+from gateway.routers import chat, completions, health, models, responses, tokenize
+from gateway.settings import LOOPBACK_HOSTS, Settings
+from gateway.state import ServerState
+from gateway.tables.api_keys import any_active_key
+
+log = logging.getLogger(__name__)
+
+
+async def _load_engine(state: ServerState) -> None:
+    try:
+        state.engine = await asyncio.to_thread(AsyncEngine, state.settings.engine_config())
+        log.info("serving %s (max_model_len=%d)", state.engine.served_model_name, state.engine.max_model_len)
+    except Exception as exc:
+        log.exception("the model failed to load")
+        state.load_error = str(exc)
+
+
+def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI:
+    """`engine`: an already-loaded engine to serve (tests, benchmarks); otherwise one is loaded from
+    `settings` at startup and shut down with the app."""
+    state = ServerState(settings=settings, db=Database(settings.db), admission=Admission(settings.max_in_flight),
+                        engine=engine)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        await state.db.create_all()
+        async for session in state.db.session():
+            state.db_has_keys = await any_active_key(session)
+        if not state.auth_enabled and settings.host not in LOOPBACK_HOSTS:
+            log.warning("serving on %s without API keys: anyone who can reach it can use it", settings.host)
+        loader = asyncio.create_task(_load_engine(state)) if state.engine is None else None
+        try:
+            yield
+        finally:
+            if loader is not None:
+                await asyncio.gather(loader, return_exceptions=True)
+                if state.engine is not None:
+                    state.engine.shutdown()
+            await state.db.dispose()
+
+    app = FastAPI(title="sllm", version="0.1.0", lifespan=lifespan)
+    app.state.sllm = state
+    install_error_handlers(app)
+    secured = [Depends(require_api_key)]
+    for router in (models.router, completions.router, chat.router, responses.router):
+        app.include_router(router, dependencies=secured)
+    app.include_router(tokenize.router, dependencies=secured)
+    app.include_router(health.router)
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_request_body_bytes)
+    return app

@@ -1,0 +1,46 @@
+"""`sllm serve`: flags named as `vllm serve` names them, each also an SLLM_* environment variable.
+Imports stay inside the function: every `sllm` command imports this module."""
+
+import typer
+
+
+def serve(
+    model: str = typer.Option("default", "--model", envvar="SLLM_MODEL", help="'default', an HF folder or a .gguf"),
+    served_model_name: str | None = typer.Option(None, "--served-model-name", envvar="SLLM_SERVED_MODEL_NAME"),
+    host: str = typer.Option("127.0.0.1", "--host", envvar="SLLM_HOST"),
+    port: int = typer.Option(8000, "--port", envvar="SLLM_PORT"),
+    api_key: list[str] = typer.Option(
+        [], "--api-key", envvar="SLLM_API_KEY",
+        help="Accepted bearer key; repeat for several (the variable takes them space-separated)",
+    ),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", envvar="SLLM_MAX_MODEL_LEN"),
+    max_num_seqs: int = typer.Option(128, "--max-num-seqs", envvar="SLLM_MAX_NUM_SEQS"),
+    block_size: int = typer.Option(16, "--block-size", envvar="SLLM_BLOCK_SIZE"),
+    num_kv_blocks: int | None = typer.Option(None, "--num-kv-blocks", envvar="SLLM_NUM_KV_BLOCKS"),
+    max_queued_requests: int = typer.Option(
+        256, "--max-queued-requests", envvar="SLLM_MAX_QUEUED_REQUESTS",
+        help="Requests allowed to wait beyond --max-num-seqs; past it the server answers 429",
+    ),
+    max_request_body_bytes: int = typer.Option(8 * 1024 * 1024, "--max-request-body-bytes",
+                                               envvar="SLLM_MAX_REQUEST_BODY_BYTES"),
+    db: str | None = typer.Option(None, "--db", envvar="SLLM_DB", help="SQLite file or SQLAlchemy URL"),
+    log_level: str = typer.Option("info", "--log-level", envvar="SLLM_LOG_LEVEL"),
+):
+    """Serve the OpenAI-compatible API (under /v1) on the embedded engine."""
+    import logging
+
+    import uvicorn
+
+    from gateway.app import create_app
+    from gateway.settings import Settings
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings(
+        model=model, served_model_name=served_model_name, host=host, port=port, api_keys=list(api_key),
+        max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,
+        num_kv_blocks=num_kv_blocks, max_queued_requests=max_queued_requests,
+        max_request_body_bytes=max_request_body_bytes, log_level=log_level,
+        **({"db": db} if db else {}),
+    )
+    # Our access log replaces uvicorn's: one line per request with tokens and timings.
+    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, access_log=False)

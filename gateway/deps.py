@@ -1,0 +1,72 @@
+"""FastAPI dependencies: server state, the loaded engine, the model name, DB sessions, API keys."""
+
+import hmac
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from engine import AsyncEngine
+from gateway.errors import APIError
+from gateway.state import ServerState
+from gateway.tables.api_keys import hash_key, is_active_key
+
+
+def get_state(request: Request) -> ServerState:
+    return request.app.state.sllm
+
+
+State = Annotated[ServerState, Depends(get_state)]
+
+
+def get_engine(state: State) -> AsyncEngine:
+    if state.engine is None:
+        why = f"the model failed to load: {state.load_error}" if state.load_error else "the model is loading"
+        raise APIError(503, why, code="model_not_ready", headers={"retry-after": "5"})
+    if not state.engine.is_running:
+        raise APIError(503, "the engine has stopped", code="engine_dead")
+    return state.engine
+
+
+Engine = Annotated[AsyncEngine, Depends(get_engine)]
+
+
+def check_model(state: ServerState, name: str | None) -> str:
+    """The served model's name; 404 for any other (an empty name means the one we serve)."""
+    served = state.model_name
+    if name and name != served:
+        raise APIError(404, f"The model `{name}` does not exist. This server serves `{served}`.",
+                       param="model", code="model_not_found")
+    return served
+
+
+async def db_session(state: State) -> AsyncIterator[AsyncSession]:
+    async for session in state.db.session():
+        yield session
+
+
+Session = Annotated[AsyncSession, Depends(db_session)]
+
+
+def _unauthorized(message: str) -> APIError:
+    return APIError(401, message, code="invalid_api_key", headers={"www-authenticate": "Bearer"})
+
+
+async def require_api_key(request: Request, state: State) -> None:
+    if not state.auth_enabled:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise _unauthorized("Missing API key: send it as `Authorization: Bearer <key>`.")
+    key = key.strip()
+    digest = hash_key(key)
+    # Compare digests, not keys, in constant time: no timing leak, and no key kept in clear.
+    if any(hmac.compare_digest(digest, hash_key(k)) for k in state.settings.api_keys):
+        return
+    if state.db_has_keys:
+        async for session in state.db.session():
+            if await is_active_key(session, key):
+                return
+    raise _unauthorized("Incorrect API key provided.")

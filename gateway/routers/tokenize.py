@@ -1,0 +1,37 @@
+"""`POST /tokenize` and `POST /detokenize` with the served model's tokenizer (chat template too)."""
+
+from fastapi import APIRouter
+
+from gateway import chat_template
+from gateway.deps import Engine, State, check_model
+from gateway.errors import APIError
+from gateway.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
+
+router = APIRouter()
+
+
+@router.post("/tokenize", response_model=TokenizeResponse)
+async def tokenize(body: TokenizeRequest, state: State, engine: Engine) -> TokenizeResponse:
+    check_model(state, body.model)
+    tok = engine.tokenizer
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "give exactly one of `prompt` and `messages`", param="prompt")
+    if body.messages is not None:
+        messages = [{"role": m.role, "content": chat_template.content_text(m.content, f"messages[{i}].content")}
+                    for i, m in enumerate(body.messages)]
+        text = chat_template.render(tok, messages, body.add_generation_prompt)
+    else:
+        text = body.prompt
+    ids = tok.encode(text, add_special_tokens=body.add_special_tokens)
+    strs = tok.convert_ids_to_tokens(ids) if body.return_token_strs else None
+    return TokenizeResponse(count=len(ids), max_model_len=engine.max_model_len, tokens=ids, token_strs=strs)
+
+
+@router.post("/detokenize", response_model=DetokenizeResponse)
+async def detokenize(body: DetokenizeRequest, state: State, engine: Engine) -> DetokenizeResponse:
+    check_model(state, body.model)
+    vocab = len(engine.tokenizer)
+    bad = [t for t in body.tokens if not 0 <= t < vocab]
+    if bad:
+        raise APIError(400, f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})", param="tokens")
+    return DetokenizeResponse(prompt=engine.tokenizer.decode(body.tokens))

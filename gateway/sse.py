@@ -1,0 +1,35 @@
+"""Server-sent events: OpenAI's `data: {...}` framing, `[DONE]`, and errors as a final data event
+(after which the stream ends without `[DONE]`)."""
+
+import logging
+from collections.abc import AsyncIterator
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from gateway.errors import as_api_error
+from gateway.protocol.common import ErrorResponse
+
+log = logging.getLogger(__name__)
+
+
+def error_event(exc: BaseException) -> str:
+    return ErrorResponse(error=as_api_error(exc).info).model_dump_json()
+
+
+async def openai_stream(events: AsyncIterator[str], done: bool = True) -> AsyncIterator[ServerSentEvent]:
+    """Wraps JSON payloads as SSE; an exception mid-stream becomes one `{"error": ...}` event and ends
+    the stream (a client cannot get a status code once the 200 has been sent)."""
+    try:
+        async for payload in events:
+            yield ServerSentEvent(data=payload)
+    except Exception as exc:
+        log.warning("stream failed: %s", exc)
+        yield ServerSentEvent(data=error_event(exc))
+        return
+    if done:
+        yield ServerSentEvent(data="[DONE]")
+
+
+def sse_response(events: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+    # sep "\n" gives OpenAI's exact framing; pings keep idle proxies from closing long queues.
+    return EventSourceResponse(events, sep="\n", ping=15, headers={"cache-control": "no-cache"})
