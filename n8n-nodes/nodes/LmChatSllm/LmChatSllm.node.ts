@@ -115,7 +115,8 @@ export class LmChatSllm implements INodeType {
 						type: 'number',
 						default: 1,
 						typeOptions: { minValue: 0, maxValue: 1, numberPrecision: 2 },
-						description: 'Nucleus sampling: only tokens within this probability mass are considered',
+						description:
+							'Nucleus sampling: only tokens within this probability mass are considered',
 					},
 				],
 			},

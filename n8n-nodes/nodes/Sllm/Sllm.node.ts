@@ -41,7 +41,11 @@ const perItemOperations: Record<string, Record<string, PerItemOperation>> = {
 };
 
 /** Keeps n8n errors as they are (adding the item index), wraps anything else. */
-function asNodeError(node: INode, error: unknown, itemIndex?: number): NodeApiError | NodeOperationError {
+function asNodeError(
+	node: INode,
+	error: unknown,
+	itemIndex?: number,
+): NodeApiError | NodeOperationError {
 	if (error instanceof NodeApiError || error instanceof NodeOperationError) {
 		if (itemIndex !== undefined && error.context.itemIndex === undefined) {
 			error.context.itemIndex = itemIndex;

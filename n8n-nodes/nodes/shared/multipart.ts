@@ -13,7 +13,10 @@ export interface MultipartBody {
 }
 
 function escapeQuoted(value: string): string {
-	return value.replace(/\\/g, '\\\\').replace(/"/g, '\\"').replace(/[\r\n]/g, ' ');
+	return value
+		.replace(/\\/g, '\\\\')
+		.replace(/"/g, '\\"')
+		.replace(/[\r\n]/g, ' ');
 }
 
 /**

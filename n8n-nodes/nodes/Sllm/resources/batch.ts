@@ -5,7 +5,13 @@ import { parseJsonl, toJsonl } from '../../shared/jsonl';
 import { buildMultipart } from '../../shared/multipart';
 import { pollUntil } from '../../shared/poll';
 import { sllmApiRequest } from '../../shared/transport';
-import { modelProperty, samplingBody, simplifyProperty, waitOptions, withSamplingOptions } from './common';
+import {
+	modelProperty,
+	samplingBody,
+	simplifyProperty,
+	waitOptions,
+	withSamplingOptions,
+} from './common';
 
 const FINAL_BATCH_STATUSES = ['completed', 'failed', 'expired', 'cancelled'];
 
@@ -187,7 +193,10 @@ export async function executeBatchCreate(this: IExecuteFunctions): Promise<IData
 		headers: { 'Content-Type': multipart.contentType },
 	})) as IDataObject;
 	if (!file?.id) {
-		throw new NodeOperationError(this.getNode(), 'The server did not return a file ID for the upload');
+		throw new NodeOperationError(
+			this.getNode(),
+			'The server did not return a file ID for the upload',
+		);
 	}
 
 	const batchBody: IDataObject = {

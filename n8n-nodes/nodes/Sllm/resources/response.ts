@@ -18,7 +18,8 @@ export const responseOperations: INodeProperties = {
 			name: 'Create',
 			value: 'create',
 			action: 'Create a background response',
-			description: 'Start a response that runs in the background (POST /responses, background: true)',
+			description:
+				'Start a response that runs in the background (POST /responses, background: true)',
 		},
 		{
 			name: 'Get',
