@@ -195,11 +195,12 @@ class LLMEngine:
         sampling: list[Sequence] = []
         for item in sched.scheduled:
             seq = item.seq
+            samples = item.samples  # before num_computed_tokens moves
             if seq.num_computed_tokens < seq.num_prompt_tokens:
                 self.stats["prompt_tokens"] += min(item.num_new_tokens, seq.num_prompt_tokens - seq.num_computed_tokens)
             seq.num_computed_tokens += item.num_new_tokens
             self.block_manager.register_full_blocks(seq)
-            if item.samples:
+            if samples:
                 sampling.append(seq)
         rows, row_seqs = self._expand_forks(sampling, logits)
         tokens, lps = self.sampler(rows, row_seqs)

@@ -62,6 +62,7 @@ class Sampler:
             top = [Logprob(int(i), float(v), self._token_str(int(i))) for v, i in zip(vals, ids, strict=True)]
         return TokenLogprobs(chosen, top)
 
+    @torch.inference_mode()
     def __call__(
         self, logits: torch.Tensor, seqs: list[Sequence], masks: torch.Tensor | None = None
     ) -> tuple[list[int], list[TokenLogprobs | None]]:

@@ -1,0 +1,99 @@
+"""Greedy tokens equal HF transformers' generate, whatever the batch composition, chunking,
+preemption or prefix-cache hits."""
+
+import random
+
+import pytest
+from transformers import LlamaForCausalLM
+
+from engine import LLM, SamplingParams
+from tests.engine.conftest import hf_greedy_with
+
+MAX_NEW = 12
+
+
+def prompts_of(n: int, seed: int, vocab: int = 49152, lo: int = 1, hi: int = 70) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
+
+
+@pytest.fixture(scope="module", params=["gqa", "mha_tied"])
+def tiny(request, tiny_models):
+    folder = tiny_models[request.param]
+    hf = LlamaForCausalLM.from_pretrained(folder).eval()
+    return folder, hf
+
+
+def run(folder, prompts, **config) -> list[list[int]]:
+    llm = LLM(model=str(folder), **config)
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True), use_tqdm=False)
+    llm.engine.block_manager.check_no_leak()
+    return [o.outputs[0].token_ids for o in outs]
+
+
+@pytest.mark.parametrize("batch", [1, 5, 16])
+def test_greedy_equals_hf_mixed_batches(tiny, batch):
+    folder, hf = tiny
+    prompts = prompts_of(batch, seed=batch)
+    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    assert run(folder, prompts, num_kv_blocks=256, max_num_seqs=16) == expected
+
+
+def test_chunked_prefill_forced_small(tiny):
+    folder, hf = tiny
+    prompts = prompts_of(4, seed=11, lo=30, hi=90)
+    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    assert run(folder, prompts, num_kv_blocks=256, max_num_batched_tokens=7, block_size=8) == expected
+
+
+def test_preemption_by_tiny_kv_budget(tiny):
+    folder, hf = tiny
+    prompts = prompts_of(8, seed=12, lo=20, hi=40)
+    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    llm = LLM(model=str(folder), num_kv_blocks=12, block_size=8)
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True), use_tqdm=False)
+    assert llm.engine.scheduler.num_preemptions > 0
+    assert [o.outputs[0].token_ids for o in outs] == expected
+    llm.engine.block_manager.check_no_leak()
+
+
+def test_prefix_cache_hits(tiny):
+    folder, hf = tiny
+    shared = prompts_of(1, seed=13, lo=40, hi=40)[0]
+    prompts = [shared + tail for tail in prompts_of(4, seed=14, lo=1, hi=9)]
+    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    llm = LLM(model=str(folder), num_kv_blocks=128, block_size=8)
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
+    first = llm.generate(prompts[:1], params, use_tqdm=False)
+    rest = llm.generate(prompts[1:], params, use_tqdm=False)
+    assert all(o.metrics.cached_tokens >= 32 for o in rest)
+    assert llm.engine.block_manager.prefix_hits >= 3 * 32
+    assert [o.outputs[0].token_ids for o in first + rest] == expected
+    llm.engine.block_manager.check_no_leak()
+
+
+@pytest.mark.parametrize("scheduling", ["static", "dynamic"])
+def test_static_and_dynamic_policies_agree(tiny, scheduling):
+    folder, hf = tiny
+    prompts = prompts_of(6, seed=15)
+    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    assert run(folder, prompts, num_kv_blocks=256, max_num_seqs=4, scheduling=scheduling) == expected
+
+
+@pytest.mark.default_model
+def test_default_model_matches_hf(default_model_dir):
+    hf = LlamaForCausalLM.from_pretrained(default_model_dir).eval()
+    llm = LLM(model="default", num_kv_blocks=256)
+    tok = llm.tokenizer
+    texts = [
+        "The capital of France is",
+        "def fibonacci(n):",
+        "서울은 대한민국의",
+        llm.apply_chat_template([{"role": "user", "content": "한국어로 자기소개를 해 주세요."}]),
+        llm.apply_chat_template([{"role": "user", "content": "List three colors."}]),
+    ]
+    prompts = [tok.encode(t, add_special_tokens=False) for t in texts]
+    expected = [hf_greedy_with(hf, p, 24) for p in prompts]
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True), use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs] == expected
+    llm.engine.block_manager.check_no_leak()
