@@ -368,7 +368,7 @@ def paged_decode_attention_triton(
     )
     if not split_k:
         _decode_kernel[(batch, num_kv_heads, 1)](
-            out, out, *args, out.stride(0), out.stride(1), 0, out.stride(2), 0, 0, 0, group, max_len, **common
+            out, out, *args, out.stride(0), out.stride(1), 0, out.stride(2), 0, 0, 0, group, partition_size, **common
         )
         return out
 
