@@ -1,0 +1,58 @@
+#!/usr/bin/env node
+// Checks the JSON that `n8n execute --id=... --rawOutput` printed for one workflow.
+//
+//   node e2e/check-run.mjs OUTPUT_FILE CHECK_JSON [EXPECT_REGEX]
+//
+// CHECK_JSON: {"node": "...", "field": "...", "minItems": 1}. Passes when the run has no error and
+// the node's first output holds at least minItems items whose `field` is a non-empty value (and,
+// with EXPECT_REGEX, the first one matches it). Prints one line and exits 0 or 1.
+import { readFileSync } from 'node:fs';
+
+const [file, checkJson, expect] = process.argv.slice(2);
+const check = JSON.parse(checkJson);
+const text = readFileSync(file, 'utf8');
+
+function fail(message) {
+	console.log(`FAIL ${message}`);
+	process.exit(1);
+}
+
+// n8n prints the run as pretty JSON (`JSON.stringify(run, null, 2)`) among its log lines: it starts
+// with a line "{" and ends with the next line "}".
+const lines = text.split(/\r?\n/);
+const open = lines.indexOf('{');
+const close = open < 0 ? -1 : lines.indexOf('}', open);
+if (open < 0 || close < 0) fail('n8n printed no run data (see the log next to the output file)');
+let run;
+try {
+	run = JSON.parse(lines.slice(open, close + 1).join('\n'));
+} catch (error) {
+	fail(`could not parse n8n's output: ${error.message}`);
+}
+
+const resultData = run?.data?.resultData ?? {};
+if (resultData.error) {
+	const e = resultData.error;
+	fail(`workflow error in "${e.node?.name ?? resultData.lastNodeExecuted}": ${e.message}${e.description ? ` (${e.description})` : ''}`);
+}
+const runs = resultData.runData?.[check.node];
+if (!runs?.length) fail(`node "${check.node}" did not run`);
+const last = runs[runs.length - 1];
+if (last.error) fail(`node "${check.node}" failed: ${last.error.message}`);
+const items = last.data?.main?.[0] ?? [];
+const minItems = check.minItems ?? 1;
+if (items.length < minItems) fail(`node "${check.node}" returned ${items.length} items, expected at least ${minItems}`);
+if (check.field) {
+	for (const [index, item] of items.entries()) {
+		const value = item.json?.[check.field];
+		if (value === undefined || value === null || value === '') {
+			fail(`item ${index} of "${check.node}" has no "${check.field}": ${JSON.stringify(item.json).slice(0, 300)}`);
+		}
+	}
+}
+const first = check.field ? items[0].json[check.field] : items[0].json;
+const shown = typeof first === 'string' ? first : JSON.stringify(first);
+if (expect && !new RegExp(expect, 'i').test(shown)) {
+	fail(`"${check.node}".${check.field} = ${JSON.stringify(shown.slice(0, 200))} does not match /${expect}/i`);
+}
+console.log(`ok   ${check.node}.${check.field ?? '*'} (${items.length} item${items.length === 1 ? '' : 's'}): ${shown.replace(/\s+/g, ' ').slice(0, 120)}`);

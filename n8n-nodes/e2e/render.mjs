@@ -1,0 +1,221 @@
+#!/usr/bin/env node
+// Writes what e2e/run.sh imports into n8n: credentials.json, workflows.json and checks.json.
+//
+//   node e2e/render.mjs --out DIR --base-url URL --model NAME [--api-key KEY]
+//                       [--workflows chat,chat-model,agent,openai-chat,openai-responses,examples]
+//
+// Node types of this package are prefixed "CUSTOM." because run.sh loads the built package through
+// N8N_CUSTOM_EXTENSIONS (the shipped examples say "n8n-nodes-sllm.", as an installed package is named).
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const { values: args } = parseArgs({
+	options: {
+		out: { type: 'string' },
+		'base-url': { type: 'string' },
+		model: { type: 'string' },
+		'api-key': { type: 'string', default: '' },
+		workflows: { type: 'string', default: 'chat,chat-model,agent,openai-chat,openai-responses' },
+	},
+});
+for (const required of ['out', 'base-url', 'model']) {
+	if (!args[required]) throw new Error(`--${required} is required`);
+}
+
+const PREFIX = 'CUSTOM';
+const SLLM_CRED = { id: 'sllmE2eCred00001', name: 'sllm e2e' };
+const OPENAI_CRED = { id: 'openaiE2eCred001', name: 'OpenAI API pointed at sllm (e2e)' };
+const baseUrl = args['base-url'].replace(/\/+$/, '');
+const model = args.model;
+const PROMPT = 'Reply with exactly one word: pong';
+
+const credentials = [
+	{ ...SLLM_CRED, type: 'sllmApi', data: { baseUrl, apiKey: args['api-key'] } },
+	{
+		...OPENAI_CRED,
+		type: 'openAiApi',
+		data: { apiKey: args['api-key'] || 'EMPTY', url: baseUrl, header: false },
+	},
+];
+
+let nodeId = 0;
+const node = (name, type, typeVersion, parameters, extra = {}) => ({
+	id: `00000000-0000-4000-8000-${String(++nodeId).padStart(12, '0')}`,
+	name,
+	type,
+	typeVersion,
+	position: [nodeId * 220, 0],
+	parameters,
+	...extra,
+});
+const trigger = () => node('Start', 'n8n-nodes-base.manualTrigger', 1, {});
+const main = (to) => ({ main: [[{ node: to, type: 'main', index: 0 }]] });
+const ai = (type, to) => ({ [type]: [[{ node: to, type, index: 0 }]] });
+const sllmCred = { credentials: { sllmApi: SLLM_CRED } };
+const sllmChatModel = () =>
+	node('Sllm Chat Model', `${PREFIX}.lmChatSllm`, 1, { model, options: { temperature: 0, maxTokens: 64 } }, sllmCred);
+const workflow = (id, name, nodes, connections) => ({
+	id,
+	name,
+	active: false,
+	nodes,
+	connections,
+	settings: { executionOrder: 'v1' },
+	pinData: {},
+});
+
+/** Each entry: the workflow and what its output must contain. */
+const builders = {
+	chat: () => ({
+		workflow: workflow('sllmE2eChat00001', 'e2e: Sllm node, chat', [
+			trigger(),
+			node('Sllm Chat', `${PREFIX}.sllm`, 1, {
+				resource: 'chat',
+				operation: 'complete',
+				model,
+				inputType: 'prompt',
+				prompt: PROMPT,
+				simplify: true,
+				options: { temperature: 0, maxTokens: 16 },
+			}, sllmCred),
+		], { Start: main('Sllm Chat') }),
+		check: { node: 'Sllm Chat', field: 'content' },
+	}),
+	'chat-model': () => ({
+		workflow: workflow('sllmE2eModel0001', 'e2e: Sllm Chat Model in a Basic LLM Chain', [
+			trigger(),
+			node('Basic LLM Chain', '@n8n/n8n-nodes-langchain.chainLlm', 1.7, { promptType: 'define', text: PROMPT }),
+			sllmChatModel(),
+		], {
+			Start: main('Basic LLM Chain'),
+			'Sllm Chat Model': ai('ai_languageModel', 'Basic LLM Chain'),
+		}),
+		check: { node: 'Basic LLM Chain', field: 'text' },
+	}),
+	agent: () => ({
+		workflow: workflow('sllmE2eAgent0001', 'e2e: AI Agent with the Sllm Chat Model and a tool', [
+			trigger(),
+			node('AI Agent', '@n8n/n8n-nodes-langchain.agent', 2.2, {
+				promptType: 'define',
+				text: 'What is 2 + 2? Use the calculator tool, then answer with the number.',
+				options: { maxIterations: 4 },
+			}),
+			sllmChatModel(),
+			node('Calculator', '@n8n/n8n-nodes-langchain.toolCalculator', 1, {}),
+		], {
+			Start: main('AI Agent'),
+			'Sllm Chat Model': ai('ai_languageModel', 'AI Agent'),
+			Calculator: ai('ai_tool', 'AI Agent'),
+		}),
+		check: { node: 'AI Agent', field: 'output' },
+	}),
+	'openai-chat': () => ({
+		workflow: workflow('sllmE2eOpenAi001', "e2e: n8n's OpenAI Chat Model (Chat Completions) on sllm", [
+			trigger(),
+			node('Basic LLM Chain', '@n8n/n8n-nodes-langchain.chainLlm', 1.7, { promptType: 'define', text: PROMPT }),
+			node('OpenAI Chat Model', '@n8n/n8n-nodes-langchain.lmChatOpenAi', 1.3, {
+				model: { __rl: true, mode: 'id', value: model },
+				responsesApiEnabled: false,
+				options: { temperature: 0, maxTokens: 16 },
+			}, { credentials: { openAiApi: OPENAI_CRED } }),
+		], {
+			Start: main('Basic LLM Chain'),
+			'OpenAI Chat Model': ai('ai_languageModel', 'Basic LLM Chain'),
+		}),
+		check: { node: 'Basic LLM Chain', field: 'text' },
+	}),
+	'openai-responses': () => ({
+		workflow: workflow('sllmE2eOpenAi002', "e2e: n8n's OpenAI Chat Model (Responses API) on sllm", [
+			trigger(),
+			node('Basic LLM Chain', '@n8n/n8n-nodes-langchain.chainLlm', 1.7, { promptType: 'define', text: PROMPT }),
+			node('OpenAI Chat Model', '@n8n/n8n-nodes-langchain.lmChatOpenAi', 1.3, {
+				model: { __rl: true, mode: 'id', value: model },
+				responsesApiEnabled: true,
+				options: {},
+			}, { credentials: { openAiApi: OPENAI_CRED } }),
+		], {
+			Start: main('Basic LLM Chain'),
+			'OpenAI Chat Model': ai('ai_languageModel', 'Basic LLM Chain'),
+		}),
+		check: { node: 'Basic LLM Chain', field: 'text' },
+	}),
+	examples: () => examples(),
+};
+
+/**
+ * The shipped examples, made runnable by `n8n execute`: their package prefix becomes CUSTOM., their
+ * credentials and model become the e2e ones, and a trigger that `n8n execute` cannot start is
+ * replaced by a Manual Trigger (a chat trigger by a Manual Trigger and a Set node of the same
+ * name, so the agent still receives chatInput and sessionId).
+ */
+function examples() {
+	const dir = join(here, '..', 'examples');
+	const checks = {
+		'chat-with-ai-agent.json': { node: 'AI Agent', field: 'output' },
+		'daily-text-to-sql-report.json': { node: 'Format report', field: 'markdown' },
+		'batch-over-spreadsheet-rows.json': { node: 'Sentiment per row', field: 'sentiment', minItems: 3 },
+	};
+	return readdirSync(dir)
+		.filter((f) => f.endsWith('.json'))
+		.sort()
+		.map((file, index) => {
+			const wf = JSON.parse(
+				readFileSync(join(dir, file), 'utf8').replaceAll('"n8n-nodes-sllm.', `"${PREFIX}.`),
+			);
+			const nodes = [];
+			const connections = { ...wf.connections };
+			for (const n of wf.nodes) {
+				if (n.credentials?.sllmApi) n.credentials.sllmApi = SLLM_CRED;
+				if (typeof n.parameters?.model === 'string') n.parameters.model = model;
+				if (n.type === 'n8n-nodes-base.scheduleTrigger') {
+					nodes.push({ ...n, type: 'n8n-nodes-base.manualTrigger', typeVersion: 1, parameters: {} });
+				} else if (n.type === '@n8n/n8n-nodes-langchain.chatTrigger') {
+					const start = { ...trigger(), name: 'Start (e2e)' };
+					nodes.push(start);
+					connections[start.name] = main(n.name);
+					nodes.push({
+						id: n.id,
+						name: n.name,
+						type: 'n8n-nodes-base.set',
+						typeVersion: 3.4,
+						position: n.position,
+						parameters: {
+							assignments: {
+								assignments: [
+									{ id: 'c1', name: 'chatInput', value: 'What is 2 + 2?', type: 'string' },
+									{ id: 'c2', name: 'sessionId', value: 'e2e-session', type: 'string' },
+								],
+							},
+							options: {},
+						},
+					});
+				} else {
+					nodes.push(n);
+				}
+			}
+			return {
+				workflow: { ...wf, id: `sllmE2eExample0${index + 1}`, name: `e2e example: ${wf.name}`, active: false, nodes, connections },
+				check: checks[file] ?? { node: nodes[nodes.length - 1].name, field: null },
+			};
+		});
+}
+
+const selected = args.workflows.split(',').map((s) => s.trim()).filter(Boolean);
+const entries = selected.flatMap((name) => {
+	const build = builders[name];
+	if (!build) throw new Error(`Unknown workflow "${name}"; known: ${Object.keys(builders).join(', ')}`);
+	const built = build();
+	return (Array.isArray(built) ? built : [built]).map((entry) => ({ ...entry, key: name }));
+});
+
+mkdirSync(args.out, { recursive: true });
+writeFileSync(join(args.out, 'credentials.json'), JSON.stringify(credentials, null, 2));
+writeFileSync(join(args.out, 'workflows.json'), JSON.stringify(entries.map((e) => e.workflow), null, 2));
+writeFileSync(
+	join(args.out, 'checks.json'),
+	JSON.stringify(entries.map((e) => ({ key: e.key, id: e.workflow.id, name: e.workflow.name, ...e.check })), null, 2),
+);
+console.log(entries.map((e) => `${e.workflow.id}\t${e.workflow.name}`).join('\n'));

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Opt-in end-to-end check (not part of `npm test`): a real n8n runs workflows that use this package
+# and n8n's own OpenAI nodes against an sllm server, headless, with `n8n execute`.
+#
+#   SLLM_BASE_URL=http://127.0.0.1:8000/v1 [SLLM_MODEL=...] [SLLM_API_KEY=...] bash e2e/run.sh
+#   bash e2e/run.sh --fake      # against e2e/fake-sllm.mjs: checks n8n and the nodes, not the server
+#
+# Environment:
+#   SLLM_BASE_URL    server to test, with the /v1 prefix (required unless --fake)
+#   SLLM_MODEL       model name; default: the first id from GET $SLLM_BASE_URL/models
+#   SLLM_API_KEY     key, when the server was started with --api-key
+#   E2E_WORKFLOWS    comma-separated subset of: chat, chat-model, agent, openai-chat,
+#                    openai-responses, examples (default: all but examples; --fake adds examples)
+#   E2E_EXPECT       regex the first answer of each check must match (default: none; set by --fake)
+#   N8N_VERSION      n8n to install (default 1.123.81, the version these nodes are tested with)
+#   SLLM_N8N_CACHE   where n8n is installed once and reused (default ~/.cache/sllm-n8n-e2e)
+#   E2E_KEEP=1       keep the temporary n8n user folder and outputs
+#
+# Recipe from the project's notes on running n8n headless here: the npm registry lacks a few
+# packages n8n pulls in (hence the overrides), native modules must be built locally.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+PKG=$(dirname "$HERE")
+N8N_VERSION=${N8N_VERSION:-1.123.81}
+CACHE_ROOT=${SLLM_N8N_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sllm-n8n-e2e}
+N8N_DIR=$CACHE_ROOT/n8n-$N8N_VERSION
+N8N=$N8N_DIR/node_modules/.bin/n8n
+
+FAKE=0
+for arg in "$@"; do
+	case $arg in
+		--fake) FAKE=1 ;;
+		-h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+		*) echo "unknown argument: $arg" >&2; exit 2 ;;
+	esac
+done
+
+log() { printf '[e2e] %s\n' "$*" >&2; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/sllm-n8n-e2e.XXXXXX")
+FAKE_PID=
+cleanup() {
+	if [[ -n $FAKE_PID ]]; then kill "$FAKE_PID" 2>/dev/null || true; fi
+	if [[ ${E2E_KEEP:-0} == 1 ]]; then log "kept $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+# 1. n8n itself, installed once per version.
+if [[ ! -x $N8N || ! -f $N8N_DIR/.installed ]]; then
+	log "installing n8n $N8N_VERSION into $N8N_DIR (a few minutes, ~1.8 GB)"
+	mkdir -p "$N8N_DIR"
+	cat >"$N8N_DIR/package.json" <<JSON
+{ "name": "sllm-n8n-e2e", "private": true,
+  "dependencies": { "n8n": "$N8N_VERSION" },
+  "overrides": { "linkedom": "0.18.12", "xlsx": "0.18.5", "isolated-vm": "5.0.4" } }
+JSON
+	(cd "$N8N_DIR" && npm install --no-audit --no-fund --ignore-scripts --loglevel=error \
+		&& npm rebuild isolated-vm sqlite3 --loglevel=error)
+	touch "$N8N_DIR/.installed"
+fi
+
+# 2. This package, built and staged the way n8n sees an installed package: package.json + dist,
+#    without our node_modules (so n8n-workflow and the AI libraries come from n8n itself).
+if [[ ! -f $PKG/dist/nodes/Sllm/Sllm.node.js || ${E2E_BUILD:-1} == 1 ]]; then
+	if [[ ! -d $PKG/node_modules ]]; then (cd "$PKG" && npm ci --no-audit --no-fund --loglevel=error); fi
+	log "building n8n-nodes-sllm"
+	(cd "$PKG" && npm run --silent build >"$WORK/build.log" 2>&1) || { cat "$WORK/build.log" >&2; exit 1; }
+fi
+STAGE=$WORK/custom/n8n-nodes-sllm
+mkdir -p "$STAGE"
+cp "$PKG/package.json" "$STAGE/"
+cp -R "$PKG/dist" "$STAGE/dist"
+
+# 3. The server.
+if [[ $FAKE == 1 ]]; then
+	node "$HERE/fake-sllm.mjs" 0 >"$WORK/fake.log" 2>&1 &
+	FAKE_PID=$!
+	for _ in $(seq 50); do
+		SLLM_BASE_URL=$(sed -n 's/^listening //p' "$WORK/fake.log")
+		[[ -n $SLLM_BASE_URL ]] && break
+		sleep 0.1
+	done
+	[[ -n ${SLLM_BASE_URL:-} ]] || { cat "$WORK/fake.log" >&2; exit 1; }
+	SLLM_MODEL=${SLLM_MODEL:-fake-model}
+	E2E_WORKFLOWS=${E2E_WORKFLOWS:-chat,chat-model,agent,openai-chat,openai-responses,examples}
+	E2E_EXPECT=${E2E_EXPECT-'pong|4|positive|\|'}
+	log "fake sllm at $SLLM_BASE_URL"
+fi
+: "${SLLM_BASE_URL:?set SLLM_BASE_URL (e.g. http://127.0.0.1:8000/v1) or pass --fake}"
+SLLM_BASE_URL=${SLLM_BASE_URL%/}
+E2E_WORKFLOWS=${E2E_WORKFLOWS:-chat,chat-model,agent,openai-chat,openai-responses}
+E2E_EXPECT=${E2E_EXPECT:-}
+
+if [[ -z ${SLLM_MODEL:-} ]]; then
+	SLLM_MODEL=$(SLLM_BASE_URL=$SLLM_BASE_URL SLLM_API_KEY=${SLLM_API_KEY:-} node -e '
+		const headers = process.env.SLLM_API_KEY ? { authorization: `Bearer ${process.env.SLLM_API_KEY}` } : {};
+		fetch(`${process.env.SLLM_BASE_URL}/models`, { headers })
+			.then(async (r) => { if (!r.ok) throw new Error(`GET /models: HTTP ${r.status} ${await r.text()}`); return r.json(); })
+			.then((b) => { if (!b.data?.length) throw new Error("GET /models listed no model"); console.log(b.data[0].id); })
+			.catch((e) => { console.error(e.message); process.exit(1); });')
+fi
+log "server $SLLM_BASE_URL, model $SLLM_MODEL, workflows $E2E_WORKFLOWS"
+
+# 4. A throwaway n8n instance with this package as a custom extension.
+export N8N_USER_FOLDER=$WORK/home
+export N8N_CUSTOM_EXTENSIONS=$WORK/custom
+export N8N_DIAGNOSTICS_ENABLED=false N8N_RUNNERS_ENABLED=false N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS=false
+export N8N_VERSION_NOTIFICATIONS_ENABLED=false N8N_PERSONALIZATION_ENABLED=false
+# n8n prints the run data itself at log level info.
+export N8N_LOG_LEVEL=${N8N_LOG_LEVEL:-info}
+mkdir -p "$N8N_USER_FOLDER"
+
+node "$HERE/render.mjs" --out "$WORK/import" --base-url "$SLLM_BASE_URL" --model "$SLLM_MODEL" \
+	--api-key "${SLLM_API_KEY:-}" --workflows "$E2E_WORKFLOWS" >"$WORK/render.log"
+"$N8N" import:credentials --input="$WORK/import/credentials.json" >"$WORK/import-credentials.log" 2>&1 \
+	|| { cat "$WORK/import-credentials.log" >&2; exit 1; }
+"$N8N" import:workflow --input="$WORK/import/workflows.json" >"$WORK/import-workflows.log" 2>&1 \
+	|| { cat "$WORK/import-workflows.log" >&2; exit 1; }
+
+# 5. Run each workflow and check its output.
+failures=0
+count=$(node -p "require('$WORK/import/checks.json').length")
+for ((i = 0; i < count; i++)); do
+	check=$(node -p "JSON.stringify(require('$WORK/import/checks.json')[$i])")
+	id=$(node -p "($check).id")
+	name=$(node -p "($check).name")
+	out=$WORK/run-$id.json
+	log "running $name"
+	set +e
+	timeout "${E2E_TIMEOUT:-300}" "$N8N" execute --id="$id" --rawOutput >"$out" 2>&1
+	status=$?
+	set -e
+	if node "$HERE/check-run.mjs" "$out" "$check" "$E2E_EXPECT"; then
+		:
+	else
+		failures=$((failures + 1))
+		log "n8n exit status $status; last lines of its output ($out):"
+		tail -n 15 "$out" >&2 || true
+	fi
+done
+
+if [[ $failures -gt 0 ]]; then
+	log "$failures of $count workflows failed"
+	E2E_KEEP=1
+	exit 1
+fi
+log "all $count workflows passed"
