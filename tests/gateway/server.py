@@ -1,0 +1,82 @@
+"""A real sllm server on a free loopback port, run by uvicorn on a thread of the test process so
+tests can look inside its engine (KV blocks) while talking to it over HTTP."""
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from engine import AsyncEngine
+from gateway.app import create_app
+from gateway.settings import Settings
+from gateway.state import ServerState
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunningServer:
+    url: str  # http://127.0.0.1:PORT
+    state: ServerState
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def engine(self) -> AsyncEngine:
+        assert self.state.engine is not None
+        return self.state.engine
+
+    def wait_idle(self, timeout: float = 10.0) -> None:
+        """Waits until the engine holds no request; then every KV block must be free."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            s = self.engine.stats()
+            if s["num_running"] == 0 and s["num_waiting"] == 0 and not self.engine.engine.requests:
+                return
+            time.sleep(0.01)
+        raise AssertionError(f"engine still busy after {timeout}s: {self.engine.stats()}")
+
+    def assert_no_leak(self) -> None:
+        self.wait_idle()
+        self.engine.engine.block_manager.check_no_leak()
+
+
+@contextmanager
+def run_server(tmp_dir: Path, **settings) -> Iterator[RunningServer]:
+    port = free_port()
+    config = Settings(port=port, db=str(tmp_dir / "sllm.db"), **settings)
+    app = create_app(config)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180  # the first load ever converts the GGUF (~20 s)
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or not thread.is_alive():
+                raise RuntimeError("the test server did not become healthy")
+            time.sleep(0.1)
+        yield RunningServer(url=url, state=app.state.sllm)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
