@@ -5,8 +5,11 @@ const require = createRequire(import.meta.url);
 
 export default defineConfig({
 	resolve: {
-		// Load n8n-workflow's CommonJS build, as n8n itself does.
-		alias: { 'n8n-workflow': require.resolve('n8n-workflow') },
+		// Load the CommonJS builds, as n8n itself does.
+		alias: {
+			'n8n-workflow': require.resolve('n8n-workflow'),
+			'@n8n/ai-node-sdk': require.resolve('@n8n/ai-node-sdk'),
+		},
 	},
 	test: {
 		include: ['test/**/*.test.ts'],

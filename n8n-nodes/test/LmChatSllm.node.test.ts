@@ -306,6 +306,33 @@ describe('real ChatOpenAI against a local OpenAI-compatible server', () => {
 		]);
 	});
 
+	it('works through the real @n8n/ai-node-sdk supplyModel (the n8n 2.x path)', async () => {
+		seen.length = 0;
+		const sdk = await defaultBackends.loadAiNodeSdk(testNode);
+		expect(typeof sdk?.supplyModel).toBe('function');
+		const loadLangchain = vi.fn();
+		const context = createContext({ params });
+		const supplied = await supplySllmChatModel(
+			context.supplyData,
+			{ baseUrl, apiKey: 'sk-2x', model: 'tiny-llama', temperature: 0, maxTokens: 32 },
+			{ loadAiNodeSdk: defaultBackends.loadAiNodeSdk, loadLangchain },
+		);
+		expect(loadLangchain).not.toHaveBeenCalled();
+		const chat = supplied.response as Record<string, unknown>;
+		const bound = (chat.bindTools as (tools: unknown[]) => Record<string, unknown>).call(chat, [
+			{
+				type: 'function',
+				function: { name: 'get_weather', parameters: { type: 'object', properties: {} } },
+			},
+		]);
+		const invoke = bound.invoke as (input: string) => Promise<{ tool_calls?: IDataObject[] }>;
+		const answer = await invoke.call(bound, 'Weather in Seoul?');
+		expect(answer.tool_calls?.[0]).toMatchObject({ name: 'get_weather', args: { city: 'Seoul' } });
+		expect(seen[0]).toMatchObject({ url: '/v1/chat/completions', auth: 'Bearer sk-2x' });
+		expect(seen[0].body).toMatchObject({ model: 'tiny-llama', temperature: 0, max_tokens: 32 });
+		expect(context.addOutputData).toHaveBeenCalled();
+	});
+
 	it('streams over SSE', async () => {
 		seen.length = 0;
 		const { chat } = await model();

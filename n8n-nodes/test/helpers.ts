@@ -72,6 +72,9 @@ export function createContext(options: FakeContextOptions) {
 		continueOnFail: () => options.continueOnFail ?? false,
 		addInputData,
 		addOutputData,
+		getNextRunIndex: () => 0,
+		logAiEvent: vi.fn(),
+		setMetadata: vi.fn(),
 		helpers: { httpRequestWithAuthentication },
 	};
 	return {
