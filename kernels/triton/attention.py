@@ -26,8 +26,12 @@ LOG2E = math.log2(math.e)
 
 # Tokens per K/V tile. 64 tokens x 128 dims x 2 bytes = 16 KiB per operand tile.
 DECODE_BLOCK_N = 64
-# Tokens per split-K partition; a multiple of DECODE_BLOCK_N.
+# Split-K: a partition is at least this many tokens, and when split_k=True comes without a size, this
+# many. The automatic choice aims at SPLIT_TARGET_WAVES programs per SM (a guess to tune on the GPU
+# with kernels/bench.py, which prints auto, single-pass and split-K side by side).
+DECODE_MIN_PARTITION = 256
 DECODE_PARTITION_SIZE = 512
+SPLIT_TARGET_WAVES = 4
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -42,7 +46,7 @@ def _num_sms(device_index: int) -> int:
 
 def _device_sms(device: torch.device) -> int:
     if device.type != "cuda":
-        return 1  # interpreter: no occupancy to fill; callers (tests) choose split_k explicitly
+        return 1  # the interpreter has no occupancy to fill; tests choose split_k explicitly
     return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
 
 
@@ -316,30 +320,38 @@ def paged_decode_attention_triton(
     alibi_slopes: torch.Tensor | None = None,
     *,
     split_k: bool | None = None,
-    partition_size: int = DECODE_PARTITION_SIZE,
+    partition_size: int | None = None,
 ) -> torch.Tensor:
     """q [B, Hq, D] -> [B, Hq, D]; one query token per sequence at position context_lens[b] - 1.
 
-    `split_k=None` picks flash-decoding when (sequences x KV heads) cannot fill the GPU and the block
-    table allows more than one partition; True/False force it (tests, benchmarks). No host sync: the
-    partition count is bounded by the block table width, not by max(context_lens)."""
+    `split_k=None` uses flash-decoding when (sequences x KV heads) programs are too few to fill the
+    GPU, cutting the context into just enough partitions (of >= DECODE_MIN_PARTITION tokens) to reach
+    about SPLIT_TARGET_WAVES programs per SM; True/False force it (tests, benchmarks), and
+    `partition_size` (a multiple of 16) overrides the size. No host sync: partitions are planned from
+    the block table width, an upper bound of max(context_lens), never from the lengths themselves."""
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads, group = _check_cache(q, k_cache, v_cache)
     page_size = k_cache.shape[1]
     out = torch.empty((batch, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    assert partition_size >= 16 and partition_size & (partition_size - 1) == 0, "power of two >= 16"
     max_len = block_tables.shape[1] * page_size
-    num_parts = triton.cdiv(max_len, partition_size)
     if split_k is None:
-        split_k = num_parts > 1 and batch * num_kv_heads < 2 * _device_sms(q.device)
+        wanted = triton.cdiv(SPLIT_TARGET_WAVES * _device_sms(q.device), batch * num_kv_heads)
+        parts = min(wanted, max_len // DECODE_MIN_PARTITION)
+        split_k = parts > 1
+        if split_k and partition_size is None:
+            partition_size = triton.cdiv(triton.cdiv(max_len, parts), DECODE_BLOCK_N) * DECODE_BLOCK_N
+    partition_size = partition_size or DECODE_PARTITION_SIZE
+    assert partition_size % 16 == 0, "partition_size must be a multiple of 16"
+    num_parts = triton.cdiv(max_len, partition_size)
     if num_parts <= 1:
         split_k = False
 
     block_d = max(16, triton.next_power_of_2(head_dim))
     block_g = max(16, triton.next_power_of_2(group))
-    block_n = min(DECODE_BLOCK_N, partition_size) if split_k else DECODE_BLOCK_N
+    # Tiles divide a partition evenly: 64 tokens, or fewer for the small partitions of the tests.
+    block_n = math.gcd(DECODE_BLOCK_N, partition_size) if split_k else DECODE_BLOCK_N
     alibi = alibi_slopes if alibi_slopes is not None else q  # placeholder pointer when unused
     common = dict(
         HEAD_DIM=head_dim,
@@ -368,7 +380,19 @@ def paged_decode_attention_triton(
     )
     if not split_k:
         _decode_kernel[(batch, num_kv_heads, 1)](
-            out, out, *args, out.stride(0), out.stride(1), 0, out.stride(2), 0, 0, 0, group, partition_size, **common
+            out,
+            out,
+            *args,
+            out.stride(0),
+            out.stride(1),
+            0,
+            out.stride(2),
+            0,
+            0,
+            0,
+            group,
+            partition_size,
+            **common,
         )
         return out
 

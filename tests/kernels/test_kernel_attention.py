@@ -88,8 +88,19 @@ def test_paged_decode_attention(block_size, head_dim, group, split, alibi, half)
     assert_close(out, ref, dtype)
 
 
-def test_decode_split_k_chosen_automatically_and_strided_query():
-    """split_k=None on one sequence x one KV head with a wide block table picks flash-decoding."""
+def test_decode_split_k_chosen_automatically_and_strided_query(monkeypatch):
+    """split_k=None on one sequence x one KV head with a long block table picks flash-decoding."""
+    from kernels.triton import attention
+
+    grids = []
+    real = attention._decode_reduce_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(attention, "_decode_reduce_kernel", Spy())
     gen = torch.Generator().manual_seed(7)
     lens = [700]
     k_cache, v_cache, k_dirty, v_dirty, block_tables = paged_cache(lens, 16, 1, 64, torch.float32, gen)
@@ -99,6 +110,7 @@ def test_decode_split_k_chosen_automatically_and_strided_query():
     out = paged_decode_attention_triton(q, k_dirty, v_dirty, block_tables, context_lens, 0.125)
     ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, 0.125)
     assert_close(out, ref, torch.float32)
+    assert grids == [(1, 4)], "split-K reduce ran once over (sequences, query heads)"
 
 
 def _prefill_batch(block_size: int) -> list[tuple[int, int]]:
@@ -190,3 +202,28 @@ def test_chunked_prefill_then_decode_through_store_kv():
 @pytest.mark.skip(reason=BF16_SKIP)
 def test_bfloat16_attention_under_interpreter():
     pass
+
+
+def test_strided_cache_views_and_non_power_of_two_head_dim():
+    """K and V as views into one [num_blocks, 2, block_size, Hkv, D] tensor; head_dim 80 (padded)."""
+    gen = torch.Generator().manual_seed(14)
+    lens, head_dim = [20, 45], 80
+    k_cache, v_cache, k_dirty, v_dirty, block_tables = paged_cache(lens, 8, 2, head_dim, torch.float32, gen)
+    fused = torch.stack([k_dirty, v_dirty], dim=1)
+    k_view, v_view = fused[:, 0], fused[:, 1]
+    context_lens = torch.tensor(lens, dtype=torch.int32)
+    q = torch.randn(2, 8, head_dim, generator=gen)
+    for split in (False, True):
+        out = paged_decode_attention_triton(
+            q, k_view, v_view, block_tables, context_lens, 0.1, split_k=split, partition_size=16
+        )
+        assert_close(
+            out,
+            paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, 0.1),
+            torch.float32,
+        )
+    query_start_loc = torch.tensor([0, 5, 50], dtype=torch.int32)
+    qp = torch.randn(50, 8, head_dim, generator=gen)
+    out = paged_attention_triton(qp, k_view, v_view, block_tables, query_start_loc, context_lens, 0.1)
+    ref = paged_attention_ref(qp, k_cache, v_cache, block_tables, query_start_loc, context_lens, 0.1)
+    assert_close(out, ref, torch.float32)
