@@ -1,0 +1,173 @@
+"""`sllm bench offline`: the seed chapter's experiment. The text-to-SQL prompt set through HF
+transformers' static batching (`generate` with left padding) and through our engine, in one process,
+printing wall time, output tokens/s and their ratio; plus the KV memory our paged cache holds against a
+contiguous prompt + max_tokens reservation per sequence."""
+
+import gc
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import typer
+
+
+@dataclass
+class Row:
+    system: str
+    batch: int
+    prompts: int
+    output_tokens: int
+    seconds: float
+    peak_kv_mib: float | None = None
+    reserved_kv_mib: float | None = None
+    extra: str = ""
+
+    @property
+    def tok_s(self) -> float:
+        return self.output_tokens / self.seconds
+
+
+def _prompts(chat: bool, tokenizer, limit: int | None) -> list[str]:
+    from integrations.text2sql.dataset import chat_messages, load_eval, load_prompts
+
+    if not chat:
+        return load_prompts(limit)
+    items = load_eval()[:limit] if limit else load_eval()
+    return [tokenizer.apply_chat_template(chat_messages(it), tokenize=False, add_generation_prompt=True) for it in items]
+
+
+def run_hf(folder: Path, prompts: list[str], batch: int, max_tokens: int) -> Row:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder), padding_side="left")
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    eos = model.config.eos_token_id
+    produced = 0
+    t0 = time.perf_counter()
+    for i in range(0, len(prompts), batch):
+        enc = tok(prompts[i : i + batch], return_tensors="pt", padding=True, add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=max_tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+        for row in out[:, enc["input_ids"].shape[1] :].tolist():
+            # Useful tokens: up to and including the first EOS; the rest is static batching's padding.
+            produced += next((k + 1 for k, t in enumerate(row) if t == eos), len(row))
+    return Row("hf", batch, len(prompts), produced, time.perf_counter() - t0)
+
+
+def run_engine(llm, prompts: list[str], max_num_seqs: int, max_tokens: int, speculative: bool = False) -> Row:
+    from engine import SamplingParams
+
+    engine = llm.engine
+    engine.config.max_num_seqs = max_num_seqs
+    params = SamplingParams(temperature=0, max_tokens=max_tokens)
+    bytes_per_block = engine.runner.bytes_per_block
+    bytes_per_token = bytes_per_block / engine.config.block_size
+    peak_used = peak_reserved = 0.0
+    produced = 0
+    t0 = time.perf_counter()
+    for i, p in enumerate(prompts):
+        engine.add_request(f"bench-{max_num_seqs}-{i}", p, params)
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        bm = engine.block_manager
+        used = (bm.num_blocks - bm.num_free_blocks) * bytes_per_block
+        reserved = sum(s.num_prompt_tokens + max_tokens for s in engine.scheduler.running) * bytes_per_token
+        peak_used, peak_reserved = max(peak_used, used), max(peak_reserved, reserved)
+        produced += sum(len(o.outputs[0].delta_token_ids) for o in outs)
+    seconds = time.perf_counter() - t0
+    engine.block_manager.check_no_leak()
+    extra = ""
+    spec = getattr(engine, "spec_stats", None)
+    if speculative and spec:
+        extra = f"acceptance {spec.get('acceptance_rate', 0):.2f}"
+    return Row("sllm", max_num_seqs, len(prompts), produced, seconds, peak_used / 2**20, peak_reserved / 2**20, extra)
+
+
+def _print(rows: list[Row], title: str) -> None:
+    print(f"\n## {title}")
+    print(f"{'system':<6} {'batch':>5} {'prompts':>7} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'KV peak MiB':>11} {'reserved MiB':>12}")
+    for r in rows:
+        kv = f"{r.peak_kv_mib:11.1f}" if r.peak_kv_mib is not None else f"{'':>11}"
+        res = f"{r.reserved_kv_mib:12.1f}" if r.reserved_kv_mib is not None else f"{'':>12}"
+        print(f"{r.system:<6} {r.batch:>5} {r.prompts:>7} {r.output_tokens:>7} {r.seconds:8.1f} {r.tok_s:8.1f} {kv} {res} {r.extra}")
+
+
+def _ratios(rows: list[Row]) -> dict[str, float]:
+    hf = [r for r in rows if r.system == "hf"]
+    ours = [r for r in rows if r.system == "sllm"]
+    out: dict[str, float] = {}
+    if hf and ours:
+        out["best_vs_best"] = max(r.tok_s for r in ours) / max(r.tok_s for r in hf)
+        hf1 = [r for r in hf if r.batch == 1]
+        ours1 = [r for r in ours if r.batch == 1]
+        if hf1 and ours1:
+            out["batch1"] = ours1[0].tok_s / hf1[0].tok_s
+    return out
+
+
+def _plot(results: dict[str, list[Row]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], results.items(), strict=True):
+        for system, style in (("hf", "o--"), ("sllm", "s-")):
+            pts = sorted((r.batch, r.tok_s) for r in rows if r.system == system)
+            if pts:
+                ax.plot(*zip(*pts, strict=True), style, label="HF transformers (static)" if system == "hf" else "sllm (continuous)")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size / max_num_seqs")
+        ax.set_ylabel("output tokens/s")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"\nplot written to {path}")
+
+
+def bench_offline(
+    model: str = typer.Option("default", help="Model for both systems"),
+    hf_batch_sizes: str = typer.Option("1,8,32", help="HF static batch sizes"),
+    max_num_seqs: str = typer.Option("1,16,64,128", help="Our engine's max_num_seqs values"),
+    max_tokens: int = typer.Option(128),
+    limit: int | None = typer.Option(None, help="Prompts for the batched runs (default: all)"),
+    batch1_limit: int = typer.Option(8, help="Prompts for batch-1 runs (they are slow on both sides)"),
+    variants: str = typer.Option("raw,chat", help="raw prompts, chat-template prompts, or both"),
+    speculative: str | None = typer.Option(None, "--speculative", help="speculative_config JSON for our engine"),
+    plot: Path | None = typer.Option(None, "--plot", help="Write tokens/s against batch size as a PNG"),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the rows as JSON"),
+):
+    """HF static batching versus our continuous batching on the text-to-SQL prompt set."""
+    from engine import LLM
+
+    spec = json.loads(speculative) if speculative else None
+    llm = LLM(model=model, speculative_config=spec)
+    folder = llm.engine.model_path
+    results: dict[str, list[Row]] = {}
+    for variant in [v.strip() for v in variants.split(",") if v.strip()]:
+        prompts = _prompts(variant == "chat", llm.tokenizer, limit)
+        rows: list[Row] = []
+        for b in [int(x) for x in hf_batch_sizes.split(",") if x]:
+            rows.append(run_hf(folder, prompts[:batch1_limit] if b == 1 else prompts, b, max_tokens))
+            gc.collect()
+            _print(rows[-1:], f"{variant}: HF batch {b}")
+        for n in [int(x) for x in max_num_seqs.split(",") if x]:
+            rows.append(run_engine(llm, prompts[:batch1_limit] if n == 1 else prompts, n, max_tokens, bool(spec)))
+            _print(rows[-1:], f"{variant}: sllm max_num_seqs {n}")
+        title = f"{variant} prompts, max_tokens={max_tokens}, greedy"
+        _print(rows, title)
+        r = _ratios(rows)
+        if r:
+            print("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
+        results[title] = rows
+    if plot:
+        _plot(results, plot)
+    if json_out:
+        json_out.write_text(json.dumps({k: [asdict(r) | {"tok_s": r.tok_s} for r in v] for k, v in results.items()}, indent=2))
