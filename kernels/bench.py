@@ -69,6 +69,7 @@ class Row:
     frac: float | None = None
     tflops: float | None = None
     note: str = ""
+    baseline: bool = False  # a comparison (SDPA, flash_attn), not one of our kernels
 
 
 # --------------------------------------------------------------------------------------------------
@@ -349,9 +350,9 @@ def _time_ms(fn: Callable[[], object]) -> float:
     return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
-def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
+def copy_bandwidth_gbps(nbytes: int = 1 << 30, device="cuda") -> float:
     """Device-to-device copy of a large buffer: bytes read + bytes written per second, in GB/s."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst = torch.empty_like(src)
     ms = _time_ms(lambda: dst.copy_(src))
     return 2 * nbytes / (ms * 1e-3) / 1e9
@@ -377,7 +378,7 @@ def time_case(case: Case, copy_gbps: float) -> Row:
     return row
 
 
-def baseline_rows(case: Case, dtype: torch.dtype, copy_gbps: float) -> list[Row]:
+def baseline_rows(case: Case, copy_gbps: float) -> list[Row]:
     """torch SDPA on a contiguous copy of the context, and flash_attn's decode kernel if installed."""
     import torch.nn.functional as F
 
@@ -407,7 +408,7 @@ def baseline_rows(case: Case, dtype: torch.dtype, copy_gbps: float) -> list[Row]
         from flash_attn import flash_attn_with_kvcache
     except ImportError:
         rows.append(
-            Row("flash_attn_with_kvcache", case.shape, None, None, None, note="flash_attn not installed")
+            Row("flash_attn_with_kvcache", case.shape, None, None, None, note="not installed", baseline=True)
         )
     else:
         q_fa = q[:, None]  # [B, 1, Hq, D]
@@ -425,9 +426,10 @@ def _baseline_row(name: str, case: Case, fn: Callable[[], torch.Tensor], copy_gb
         err = rel_err(fn(), case.ref())
         ms = _time_ms(fn)
     except Exception as exc:  # noqa: BLE001
-        return Row(name, case.shape, None, None, None, note=f"error: {type(exc).__name__}: {exc}"[:120])
+        note = f"error: {type(exc).__name__}: {exc}"[:120]
+        return Row(name, case.shape, None, None, None, note=note, baseline=True)
     gbps = case.bytes / (ms * 1e-3) / 1e9
-    return Row(name, case.shape, err, case.tol, ms, None, gbps, gbps / copy_gbps)
+    return Row(name, case.shape, err, case.tol, ms, None, gbps, gbps / copy_gbps, baseline=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -495,67 +497,76 @@ def main(
         import triton
     except ImportError:
         raise SystemExit("sllm bench kernels: Triton is not installed (pip install 'sllm[triton]')") from None
-    if dtype not in DTYPES:
-        raise SystemExit(f"sllm bench kernels: dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    dt = DTYPES[dtype]
+    if dtype not in DTYPES or not set(check_dtypes) <= set(DTYPES):
+        raise SystemExit(f"sllm bench kernels: dtypes must be among {sorted(DTYPES)}")
     dev = torch.device("cuda")
     print_fn(
         f"device: {torch.cuda.get_device_name(dev)}  torch {torch.__version__}  triton {triton.__version__}"
     )
+    return run_all(
+        dev, batch, context, num_q_heads, num_kv_heads, head_dim, block_size, dtype, check_dtypes, print_fn
+    )
 
+
+def run_all(
+    device,
+    batch: int,
+    context: int,
+    num_q_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    dtype: str,
+    check_dtypes: tuple[str, ...],
+    print_fn: Callable[[str], None],
+    *,
+    long_context: int = 16384,
+    prefill_len: int = 1024,
+    tokens: int = 8192,
+    hidden: int = 4096,
+    intermediate: int = 11008,
+    copy_bytes: int = 1 << 30,
+) -> list[Row]:
+    """The benchmark proper, on `device`; the keyword sizes exist so a CPU dry run can shrink them."""
+    dt = DTYPES[dtype]
     rows: list[Row] = []
     for name in check_dtypes:
-        rows += [_tag(r, name) for r in check_cases(small_cases(DTYPES[name], dev))]
+        rows += [_tag(r, name) for r in check_cases(small_cases(DTYPES[name], device))]
     print_fn("correctness at small shapes (all kernels, all options):")
     print_fn(format_table(rows))
 
-    copy_gbps = copy_bandwidth_gbps()
+    copy_gbps = copy_bandwidth_gbps(copy_bytes, device)
     print_fn(f"\ndevice-to-device copy bandwidth: {copy_gbps:.0f} GB/s (read + write), the 100% below\n")
+    heads = (num_q_heads, num_kv_heads, head_dim, block_size, dt, device)
     timed: list[Row] = []
     target = None
     for split in (None, False, True):
-        case = decode_case(
-            batch, context, num_q_heads, num_kv_heads, head_dim, block_size, dt, dev, split_k=split
-        )
+        case = decode_case(batch, context, *heads, split_k=split)
         row = time_case(case, copy_gbps)
         timed.append(row)
         if split is None:
             target = row
-            timed += baseline_rows(case, dt, copy_gbps)
+            timed += baseline_rows(case, copy_gbps)
         del case
-        torch.cuda.empty_cache()
+        _empty_cache(device)
     # Few sequences, long contexts: where split-K (flash-decoding) matters.
     for split in (None, False):
-        case = decode_case(4, 16384, num_q_heads, num_kv_heads, head_dim, block_size, dt, dev, split_k=split)
+        case = decode_case(4, long_context, *heads, split_k=split)
         timed.append(time_case(case, copy_gbps))
         if split is None:
-            timed += baseline_rows(case, dt, copy_gbps)
+            timed += baseline_rows(case, copy_gbps)
         del case
-    timed.append(
-        time_case(
-            decode_case(batch, context, num_q_heads, num_kv_heads, head_dim, block_size, dt, dev, alibi=True),
-            copy_gbps,
-        )
-    )
-    timed.append(
-        time_case(
-            prefill_case([1024] * 4, [0] * 4, num_q_heads, num_kv_heads, head_dim, block_size, dt, dev),
-            copy_gbps,
-        )
-    )
-    timed.append(
-        time_case(
-            prefill_case([512] * 4, [1536] * 4, num_q_heads, num_kv_heads, head_dim, block_size, dt, dev),
-            copy_gbps,
-        )
-    )
-    tokens = 8192
-    timed.append(time_case(store_kv_case(tokens, num_kv_heads, head_dim, block_size, dt, dev), copy_gbps))
-    timed.append(time_case(rms_norm_case(tokens, 4096, dt, dev, residual=True), copy_gbps))
-    timed.append(time_case(rms_norm_case(tokens, 4096, dt, dev, residual=False), copy_gbps))
-    timed.append(time_case(rotary_case(tokens, num_q_heads, num_kv_heads, head_dim, dt, dev), copy_gbps))
-    timed.append(time_case(silu_case(tokens, 11008, dt, dev), copy_gbps))
-    print_fn(f"timings ({dtype}; ms = median of triton.testing.do_bench; ref = torch reference on the GPU):")
+        _empty_cache(device)
+    timed.append(time_case(decode_case(batch, context, *heads, alibi=True), copy_gbps))
+    timed.append(time_case(prefill_case([prefill_len] * 4, [0] * 4, *heads), copy_gbps))
+    half = prefill_len // 2
+    timed.append(time_case(prefill_case([half] * 4, [3 * half] * 4, *heads), copy_gbps))
+    timed.append(time_case(store_kv_case(tokens, num_kv_heads, head_dim, block_size, dt, device), copy_gbps))
+    timed.append(time_case(rms_norm_case(tokens, hidden, dt, device, residual=True), copy_gbps))
+    timed.append(time_case(rms_norm_case(tokens, hidden, dt, device, residual=False), copy_gbps))
+    timed.append(time_case(rotary_case(tokens, num_q_heads, num_kv_heads, head_dim, dt, device), copy_gbps))
+    timed.append(time_case(silu_case(tokens, intermediate, dt, device), copy_gbps))
+    print_fn(f"timings ({dtype}; ms = median of triton.testing.do_bench; ref = the torch reference):")
     print_fn(format_table(timed))
 
     if target is not None and target.frac is not None:
@@ -564,15 +575,18 @@ def main(
             f"\npaged decode attention, batch {batch}, context {context}: {100 * target.frac:.0f}% of copy "
             f"bandwidth ({verdict} the {100 * DECODE_TARGET:.0f}% target)"
         )
-    failures = [
-        r for r in rows + timed if r.note.startswith(("FAIL", "error")) and "flash_attn" not in r.name
-    ]
+    failures = [r for r in rows + timed if r.note.startswith(("FAIL", "error")) and not r.baseline]
     if failures:
         print_fn(
             f"\n{len(failures)} correctness failure(s): "
             + "; ".join(f"{r.name} [{r.note}]" for r in failures)
         )
     return rows + timed
+
+
+def _empty_cache(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def _tag(row: Row, dtype_name: str) -> Row:

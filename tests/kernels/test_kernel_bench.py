@@ -63,3 +63,22 @@ def test_format_table():
     assert lines[0].startswith("kernel") and set(lines[1]) <= {"-", " "}
     assert "4.0x" in lines[2] and "75%" in lines[2] and "2100" in lines[2]
     assert "flash_attn not installed" in lines[3] and "inf" in lines[4]
+
+
+def test_run_all_dry_run_on_cpu(monkeypatch):
+    """The whole benchmark flow at toy sizes on the interpreter, with the GPU timer replaced."""
+    monkeypatch.setattr(bench, "_time_ms", lambda fn: (fn(), 1.0)[1])
+    lines: list[str] = []
+    rows = bench.run_all(
+        "cpu", 2, 64, 4, 2, 64, 16, "float32", (), lines.append,
+        long_context=96, prefill_len=32, tokens=16, hidden=64, intermediate=64, copy_bytes=1 << 12,
+    )  # fmt: skip
+    text = "\n".join(lines)
+    assert "device-to-device copy bandwidth" in text and "of copy bandwidth" in text
+    assert "correctness failure" not in text, text
+    ours = [r for r in rows if not r.baseline]
+    assert len(ours) == 13 and all(r.err is not None and r.err <= r.tol for r in ours)
+    sdpa = [r for r in rows if r.name.startswith("torch SDPA")]
+    assert len(sdpa) == 2 and all(r.err < 1e-4 for r in sdpa)
+    decode = [r for r in ours if r.name.startswith("paged_decode") and r.ms is not None]
+    assert all(r.gbps and r.frac for r in decode)
