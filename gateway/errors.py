@@ -59,7 +59,8 @@ def as_api_error(exc: BaseException) -> APIError:
     if isinstance(exc, InvalidRequestError):
         return APIError(400, exc.message, param=exc.param)
     if isinstance(exc, EngineDeadError):
-        return APIError(503, str(exc), code="engine_dead")
+        message = str(exc) if "stopped" in str(exc) else f"the engine has stopped: {exc}"
+        return APIError(503, message, code="engine_dead")
     log.error("internal error", exc_info=exc)
     return APIError(500, "internal server error", code="internal_error")
 
