@@ -72,6 +72,7 @@ class LLMEngine:
         self.sampler = Sampler(self.tokenizer, self.eos_token_ids)
         self.vocab_size = self.runner.model.vocab_size
         self.requests: dict[str, Request] = {}
+        self.guided = None  # engine.guided.GuidedDecoding, built on the first constrained request
         self.load_seconds = time.perf_counter() - t0
         self.stats = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0}
         log.info("loaded %s from %s in %.2fs", self.served_model_name, self.model_path, self.load_seconds)
@@ -134,6 +135,8 @@ class LLMEngine:
         else:
             text, token_ids = None, list(prompt)
         self._validate(token_ids, params)
+        if params.guided:
+            self.guided_decoding().compile(params.guided)  # a bad schema fails here, before queueing
         arrival = time.monotonic() if arrival_time is None else arrival_time
         req = Request(request_id, text, token_ids, params, RequestMetrics(arrival, prompt_tokens=len(token_ids)))
         seq = self._new_sequence(req, 0, list(token_ids))
@@ -141,6 +144,14 @@ class LLMEngine:
         self.requests[request_id] = req
         self.scheduler.add(seq)
         return req
+
+    def guided_decoding(self):
+        if self.guided is None:
+            from engine.guided import GuidedDecoding
+
+            self.guided = GuidedDecoding(self.tokenizer, self.vocab_size, self.eos_token_ids)
+            self.sampler.guided = self.guided
+        return self.guided
 
     def _new_sequence(self, req: Request, index: int, token_ids: list[int]) -> Sequence:
         p = req.params
@@ -153,6 +164,8 @@ class LLMEngine:
             req.request_id, token_ids, len(req.prompt_token_ids), p, index=index, generator=gen,
             arrival_time=req.metrics.arrival_time,
         )
+        if p.guided:
+            seq.matcher = self.guided_decoding().matcher(p.guided)
         req.states.append(SeqState(seq, new_state(len(req.prompt_token_ids))))
         return seq
 
@@ -253,7 +266,15 @@ class LLMEngine:
             st.logprobs.append(lp)
         new_text = detokenize_incrementally(self.tokenizer, seq.token_ids, st.detok, p.skip_special_tokens)
         st.text += new_text
-        if seq.num_output_tokens >= p.min_tokens:
+        grammar_done = False
+        if seq.matcher is not None:
+            if not seq.matcher.accept_token(token):
+                log.warning("request %s: token %d rejected by its grammar", req.request_id, token)
+                grammar_done = True
+            grammar_done = grammar_done or seq.matcher.is_terminated()
+        if grammar_done:
+            seq.finish_reason = "stop"
+        elif seq.num_output_tokens >= p.min_tokens:
             if token in p.stop_token_ids:
                 seq.finish_reason, seq.stop_reason = "stop", token
             elif not p.ignore_eos and token in self.eos_token_ids:

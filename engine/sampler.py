@@ -48,6 +48,7 @@ class Sampler:
     def __init__(self, tokenizer=None, eos_token_ids: set[int] | None = None):
         self.tokenizer = tokenizer
         self.eos_token_ids = eos_token_ids or set()
+        self.guided = None  # engine.guided.GuidedDecoding, set by the engine on the first constrained request
 
     def _token_str(self, token_id: int) -> str:
         if self.tokenizer is None:
@@ -64,9 +65,9 @@ class Sampler:
 
     @torch.inference_mode()
     def __call__(
-        self, logits: torch.Tensor, seqs: list[Sequence], masks: torch.Tensor | None = None
+        self, logits: torch.Tensor, seqs: list[Sequence]
     ) -> tuple[list[int], list[TokenLogprobs | None]]:
-        """logits [N, V] float32, one row per sequence; `masks` [N, V] bool of allowed tokens, or None."""
+        """logits [N, V] float32, one row per sequence. Returns tokens and, where asked, logprobs."""
         want_lp = [s.params.logprobs is not None for s in seqs]
         raw_lp = torch.log_softmax(logits, dim=-1) if any(want_lp) else None
         penal = [
@@ -81,9 +82,14 @@ class Sampler:
             if s.num_output_tokens < s.params.min_tokens:
                 banned = set(s.params.stop_token_ids) | (set() if s.params.ignore_eos else self.eos_token_ids)
                 if banned:
+                    if not penal:
+                        logits, penal = logits.clone(), [i]
                     logits[i, list(banned)] = NEG_INF
-        if masks is not None:
-            logits = logits.masked_fill(~masks, NEG_INF)
+        if self.guided is not None:
+            bitmask = self.guided.bitmask([s.matcher for s in seqs])
+            if bitmask is not None:
+                logits = logits.clone() if not penal else logits
+                self.guided.apply(logits, bitmask)
         tokens = logits.argmax(dim=-1).tolist()
         for i, s in enumerate(seqs):
             p = s.params

@@ -3,6 +3,7 @@
 import enum
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -39,7 +40,8 @@ class Sequence:
     waiting_steps: int = 0
     # Speculative decoding: draft tokens proposed for verification in the next step.
     spec_tokens: list[int] = field(default_factory=list)
-    num_hashed_blocks: int = 0  # full blocks already registered in the prefix cache
+    num_hashed_blocks: int = 0
+    matcher: Any = None  # xgrammar GrammarMatcher when the request is constrained  # full blocks already registered in the prefix cache
 
     def __len__(self) -> int:
         return len(self.token_ids)
