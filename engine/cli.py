@@ -68,6 +68,12 @@ def _register_optional_commands() -> None:
         except (ImportError, AttributeError):
             continue
         target.command(name)(fn)
+    for module, name in (("integrations.text2sql.cli", "text2sql"),):
+        try:
+            sub = importlib.import_module(module).app
+        except (ImportError, AttributeError):
+            continue
+        app.add_typer(sub, name=name)
 
 
 _register_optional_commands()
