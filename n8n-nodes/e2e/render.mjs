@@ -4,8 +4,9 @@
 //   node e2e/render.mjs --out DIR --base-url URL --model NAME [--api-key KEY]
 //                       [--workflows chat,chat-model,agent,openai-chat,openai-responses,examples]
 //
-// Node types of this package are prefixed "CUSTOM." because run.sh loads the built package through
-// N8N_CUSTOM_EXTENSIONS (the shipped examples say "n8n-nodes-sllm.", as an installed package is named).
+// Node types of this package are prefixed "CUSTOM." when n8n loads the package through
+// N8N_CUSTOM_EXTENSIONS, and "n8n-nodes-sllm." (--prefix) when it is installed as a package, which is
+// how the shipped examples name them.
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -19,13 +20,14 @@ const { values: args } = parseArgs({
 		model: { type: 'string' },
 		'api-key': { type: 'string', default: '' },
 		workflows: { type: 'string', default: 'chat,chat-model,agent,openai-chat,openai-responses' },
+		prefix: { type: 'string', default: 'CUSTOM' },
 	},
 });
 for (const required of ['out', 'base-url', 'model']) {
 	if (!args[required]) throw new Error(`--${required} is required`);
 }
 
-const PREFIX = 'CUSTOM';
+const PREFIX = args.prefix;
 const SLLM_CRED = { id: 'sllmE2eCred00001', name: 'sllm e2e' };
 const OPENAI_CRED = { id: 'openaiE2eCred001', name: 'OpenAI API pointed at sllm (e2e)' };
 const baseUrl = args['base-url'].replace(/\/+$/, '');

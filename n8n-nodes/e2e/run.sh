@@ -14,6 +14,8 @@
 #   E2E_EXPECT       regex the first answer of each check must match (default: none; set by --fake)
 #   N8N_VERSION      n8n to install (default 1.123.81, the version these nodes are tested with)
 #   SLLM_N8N_CACHE   where n8n is installed once and reused (default ~/.cache/sllm-n8n-e2e)
+#   E2E_LOAD         custom (default: N8N_CUSTOM_EXTENSIONS) or nodes (install the packed tarball
+#                    as a community package in the n8n user folder)
 #   E2E_KEEP=1       keep the temporary n8n user folder and outputs
 #
 # Recipe from the project's notes on running n8n headless here: the npm registry lacks a few
@@ -31,12 +33,17 @@ FAKE=0
 for arg in "$@"; do
 	case $arg in
 		--fake) FAKE=1 ;;
-		-h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+		-h|--help) sed -n '2,24p' "$0"; exit 0 ;;
 		*) echo "unknown argument: $arg" >&2; exit 2 ;;
 	esac
 done
 
 log() { printf '[e2e] %s\n' "$*" >&2; }
+
+if [[ $FAKE == 0 && -z ${SLLM_BASE_URL:-} ]]; then
+	echo "set SLLM_BASE_URL (e.g. http://127.0.0.1:8000/v1), or pass --fake; see --help" >&2
+	exit 2
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/sllm-n8n-e2e.XXXXXX")
 FAKE_PID=
@@ -60,17 +67,37 @@ JSON
 	touch "$N8N_DIR/.installed"
 fi
 
-# 2. This package, built and staged the way n8n sees an installed package: package.json + dist,
-#    without our node_modules (so n8n-workflow and the AI libraries come from n8n itself).
+# 2. This package, built, and staged the way n8n sees it:
+#    E2E_LOAD=custom (default): package.json + dist/ in a folder named by N8N_CUSTOM_EXTENSIONS
+#      (node types "CUSTOM.sllm", "CUSTOM.lmChatSllm");
+#    E2E_LOAD=nodes: the packed tarball installed into the n8n user folder's nodes/ directory,
+#      as a community package (node types "n8n-nodes-sllm.sllm", ...).
+#    Either way without our node_modules, so n8n-workflow and the AI libraries are n8n's own.
 if [[ ! -f $PKG/dist/nodes/Sllm/Sllm.node.js || ${E2E_BUILD:-1} == 1 ]]; then
 	if [[ ! -d $PKG/node_modules ]]; then (cd "$PKG" && npm ci --no-audit --no-fund --loglevel=error); fi
 	log "building n8n-nodes-sllm"
 	(cd "$PKG" && npm run --silent build >"$WORK/build.log" 2>&1) || { cat "$WORK/build.log" >&2; exit 1; }
 fi
-STAGE=$WORK/custom/n8n-nodes-sllm
-mkdir -p "$STAGE"
-cp "$PKG/package.json" "$STAGE/"
-cp -R "$PKG/dist" "$STAGE/dist"
+export N8N_USER_FOLDER=$WORK/home
+mkdir -p "$N8N_USER_FOLDER"
+case ${E2E_LOAD:-custom} in
+	custom)
+		STAGE=$WORK/custom/n8n-nodes-sllm
+		mkdir -p "$STAGE"
+		cp "$PKG/package.json" "$STAGE/"
+		cp -R "$PKG/dist" "$STAGE/dist"
+		export N8N_CUSTOM_EXTENSIONS=$WORK/custom
+		TYPE_PREFIX=CUSTOM
+		;;
+	nodes)
+		(cd "$PKG" && npm pack --silent --pack-destination "$WORK" >/dev/null)
+		mkdir -p "$N8N_USER_FOLDER/.n8n/nodes"
+		(cd "$N8N_USER_FOLDER/.n8n/nodes" && echo '{"name":"installed-nodes","private":true}' >package.json \
+			&& npm install --omit=peer --ignore-scripts --no-audit --no-fund --loglevel=error "$WORK"/n8n-nodes-sllm-*.tgz)
+		TYPE_PREFIX=n8n-nodes-sllm
+		;;
+	*) echo "E2E_LOAD must be custom or nodes" >&2; exit 2 ;;
+esac
 
 # 3. The server.
 if [[ $FAKE == 1 ]]; then
@@ -102,17 +129,14 @@ if [[ -z ${SLLM_MODEL:-} ]]; then
 fi
 log "server $SLLM_BASE_URL, model $SLLM_MODEL, workflows $E2E_WORKFLOWS"
 
-# 4. A throwaway n8n instance with this package as a custom extension.
-export N8N_USER_FOLDER=$WORK/home
-export N8N_CUSTOM_EXTENSIONS=$WORK/custom
+# 4. A throwaway n8n instance.
 export N8N_DIAGNOSTICS_ENABLED=false N8N_RUNNERS_ENABLED=false N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS=false
 export N8N_VERSION_NOTIFICATIONS_ENABLED=false N8N_PERSONALIZATION_ENABLED=false
 # n8n prints the run data itself at log level info.
 export N8N_LOG_LEVEL=${N8N_LOG_LEVEL:-info}
-mkdir -p "$N8N_USER_FOLDER"
 
 node "$HERE/render.mjs" --out "$WORK/import" --base-url "$SLLM_BASE_URL" --model "$SLLM_MODEL" \
-	--api-key "${SLLM_API_KEY:-}" --workflows "$E2E_WORKFLOWS" >"$WORK/render.log"
+	--api-key "${SLLM_API_KEY:-}" --workflows "$E2E_WORKFLOWS" --prefix "$TYPE_PREFIX" >"$WORK/render.log"
 "$N8N" import:credentials --input="$WORK/import/credentials.json" >"$WORK/import-credentials.log" 2>&1 \
 	|| { cat "$WORK/import-credentials.log" >&2; exit 1; }
 "$N8N" import:workflow --input="$WORK/import/workflows.json" >"$WORK/import-workflows.log" 2>&1 \
