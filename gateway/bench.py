@@ -1,0 +1,97 @@
+"""`sllm bench serve`: the serving benchmark over the text-to-SQL prompt set, against our server,
+llama.cpp's server on the same GGUF where it is installed, and `AsyncEngine` in-process (the
+gateway's overhead is the throughput lost between the last two). Imports stay inside functions:
+every `sllm` command imports this module."""
+
+import math
+from pathlib import Path
+
+import typer
+
+
+def bench_serve(
+    base_url: str | None = typer.Option(
+        None, "--base-url", help="A running server's /v1 URL; default: start `sllm serve` on a free port"),
+    model: str = typer.Option("default", "--model", envvar="SLLM_MODEL"),
+    num_prompts: int = typer.Option(112, "--num-prompts", help="Prompts to send (the set is cycled)"),
+    max_concurrency: int | None = typer.Option(16, "--max-concurrency", help="Requests in flight at most"),
+    request_rate: float = typer.Option(math.inf, "--request-rate", help="Poisson arrivals per second; inf: all at once"),
+    max_tokens: int = typer.Option(128, "--max-tokens"),
+    max_num_seqs: int = typer.Option(32, "--max-num-seqs", envvar="SLLM_MAX_NUM_SEQS"),
+    seed: int = typer.Option(0, "--seed"),
+    plot: Path | None = typer.Option(None, "--plot", help="Write TTFT and TPOT distributions to this PNG"),
+    compare_engine: bool = typer.Option(True, "--compare-engine/--no-compare-engine",
+                                        help="Also run the load through AsyncEngine in-process"),
+    llama_server: str = typer.Option("llama-server", "--llama-server", help="llama.cpp server binary to compare"),
+    gguf: Path | None = typer.Option(None, "--gguf", help="GGUF for llama.cpp (default: the default model's)"),
+):
+    """Throughput, TTFT p50/p99 and TPOT p50/p99 of streaming requests over the text-to-SQL prompts."""
+    import asyncio
+
+    from gateway.bench_targets import in_process_engine, llama_cpp_server, sllm_server
+    from gateway.loadgen import Summary, engine_sender, http_sender, run_load
+    from integrations.text2sql.dataset import load_prompts
+
+    base = load_prompts()
+    prompts = [base[i % len(base)] for i in range(num_prompts)]
+    mode = f"concurrency {max_concurrency}" if not math.isfinite(request_rate) else \
+        f"Poisson {request_rate}/s, concurrency {max_concurrency}"
+    print(f"{num_prompts} text-to-SQL prompts, {max_tokens} output tokens each (ignore_eos), {mode}")
+
+    async def over_http(name: str, url: str, served: str) -> Summary:
+        import httpx
+
+        async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None)) as client:
+            warm = http_sender(client, url, served, 4)
+            await warm(prompts[0])  # first-request costs (connections, caches) stay out of the numbers
+            return await run_load(name, http_sender(client, url, served, max_tokens), prompts, max_concurrency,
+                                  request_rate, seed)
+
+    summaries: list[Summary] = []
+    if base_url:
+        summaries.append(asyncio.run(over_http("server", base_url.rstrip("/"), _served_name(base_url))))
+    else:
+        with sllm_server(model, max_num_seqs) as (url, served):
+            summaries.append(asyncio.run(over_http("sllm (HTTP)", url, served)))
+    with llama_cpp_server(llama_server, gguf, max_concurrency or max_num_seqs) as found:
+        if found is None:
+            print(f"llama.cpp server ({llama_server}) is not installed: its comparison is skipped")
+        else:
+            summaries.append(asyncio.run(over_http("llama.cpp (HTTP)", *found)))
+    if compare_engine:
+        async def in_process() -> Summary:
+            with in_process_engine(model, max_num_seqs) as engine:
+                await engine_sender(engine, 4)(prompts[0])
+                return await run_load("AsyncEngine (in-process)", engine_sender(engine, max_tokens), prompts,
+                                      max_concurrency, request_rate, seed)
+
+        summaries.append(asyncio.run(in_process()))
+
+    _print_table([s.row() for s in summaries])
+    failures = [r.error for s in summaries for r in s.results if not r.ok]
+    if failures:
+        print(f"{len(failures)} requests failed, first: {failures[0]}")
+    if compare_engine and not base_url:
+        http, local = summaries[0], summaries[-1]
+        overhead = 1 - http.output_throughput / local.output_throughput
+        print(f"gateway overhead: HTTP throughput is {http.output_throughput / local.output_throughput:.1%} of "
+              f"in-process AsyncEngine ({overhead:+.1%} lost; target within 10%)")
+    if plot:
+        from gateway.bench_plot import plot_distributions
+
+        plot_distributions(summaries, plot)
+        print(f"wrote {plot}")
+
+
+def _served_name(base_url: str) -> str:
+    import httpx
+
+    return httpx.get(f"{base_url.rstrip('/')}/models", timeout=10).json()["data"][0]["id"]
+
+
+def _print_table(rows: list[dict]) -> None:
+    cols = list(rows[0])
+    widths = [max(len(str(c)), *(len(str(r[c])) for r in rows)) for c in cols]
+    print("  ".join(str(c).rjust(w) for c, w in zip(cols, widths, strict=True)))
+    for r in rows:
+        print("  ".join(str(r[c]).rjust(w) for c, w in zip(cols, widths, strict=True)))
