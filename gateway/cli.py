@@ -44,3 +44,27 @@ def serve(
     )
     # Our access log replaces uvicorn's: one line per request with tokens and timings.
     uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, access_log=False)
+
+
+def create_key(
+    name: str = typer.Argument(..., help="Who or what the key is for"),
+    db: str | None = typer.Option(None, "--db", envvar="SLLM_DB", help="SQLite file or SQLAlchemy URL"),
+):
+    """Create an API key, stored hashed in the server's database; prints it once. A server started
+    after this requires a key on every /v1 route."""
+    import asyncio
+
+    from gateway.db import Database
+    from gateway.settings import default_db_path
+    from gateway.tables.api_keys import create_api_key
+
+    async def run() -> str:
+        database = Database(db or default_db_path())
+        try:
+            await database.create_all()
+            async with database.sessions() as session:
+                return await create_api_key(session, name)
+        finally:
+            await database.dispose()
+
+    print(asyncio.run(run()))

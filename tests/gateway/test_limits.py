@@ -7,8 +7,6 @@ import httpx
 import openai
 import pytest
 
-from gateway.db import Database
-from gateway.tables.api_keys import create_api_key
 from tests.gateway.server import MODEL, run_server
 
 pytestmark = pytest.mark.default_model
@@ -16,19 +14,23 @@ pytestmark = pytest.mark.default_model
 CLI_KEY = "sk-test-cli"
 
 
-async def _stored_key(db_path: str) -> str:
-    db = Database(db_path)
-    await db.create_all()
-    async with db.sessions() as session:
-        key = await create_api_key(session, "tests")
-    await db.dispose()
-    return key
+def _stored_key(db_path: str) -> str:
+    """The key a user would create with `gateway.cli.create_key` (a `sllm keys create` to be)."""
+    import io
+    from contextlib import redirect_stdout
+
+    from gateway.cli import create_key
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        create_key("tests", db=db_path)
+    return out.getvalue().strip()
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("limits")
-    db_key = asyncio.run(_stored_key(str(tmp / "sllm.db")))
+    db_key = _stored_key(str(tmp / "sllm.db"))
     with run_server(tmp, api_keys=[CLI_KEY], max_num_seqs=2, max_queued_requests=1) as s:
         s.db_key = db_key
         yield s
