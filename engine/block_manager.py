@@ -179,6 +179,13 @@ class BlockManager:
         seq.block_table = []
         seq.num_hashed_blocks = 0
 
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Releases the blocks past the first `num_tokens` slots (rejected speculative tokens)."""
+        keep = seq.num_blocks_needed(self.block_size, num_tokens)
+        while len(seq.block_table) > keep:
+            self._release(seq.block_table.pop())
+        seq.num_hashed_blocks = min(seq.num_hashed_blocks, len(seq.block_table))
+
     def take_pending_copies(self) -> list[tuple[int, int]]:
         copies, self.pending_copies = self.pending_copies, []
         return copies

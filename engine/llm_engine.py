@@ -73,6 +73,12 @@ class LLMEngine:
         self.vocab_size = self.runner.model.vocab_size
         self.requests: dict[str, Request] = {}
         self.guided = None  # engine.guided.GuidedDecoding, built on the first constrained request
+        self.speculator = None
+        if config.speculative_config:
+            from engine.speculative import SpeculativeConfig, Speculator
+
+            spec = SpeculativeConfig.parse(config.speculative_config)
+            self.speculator = Speculator(spec, config, self.tokenizer, self.max_model_len)
         self.load_seconds = time.perf_counter() - t0
         self.stats = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0}
         log.info("loaded %s from %s in %.2fs", self.served_model_name, self.model_path, self.load_seconds)
@@ -178,7 +184,7 @@ class LLMEngine:
         for st in req.states:
             if not st.seq.is_finished:
                 st.seq.finish_reason = "abort"
-                self.scheduler.finish(st.seq)
+                self._finish(st.seq)
         req.metrics.finished_time = time.monotonic()
         return self._make_output(req)
 
@@ -195,6 +201,8 @@ class LLMEngine:
 
     # -- the step --------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
+        if self.speculator is not None:
+            self.speculator.propose(self.scheduler.running)
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return []
@@ -205,36 +213,81 @@ class LLMEngine:
                 m.first_scheduled_time = now
         logits = self.runner.execute(sched)
         self.stats["steps"] += 1
-        sampling: list[Sequence] = []
+        plain: list[Sequence] = []
+        plain_rows: list[int] = []
+        verify: list[tuple[Sequence, int]] = []
+        row = 0
         for item in sched.scheduled:
             seq = item.seq
             samples = item.samples  # before num_computed_tokens moves
+            k = len(seq.spec_tokens)
+            real = item.num_new_tokens - k
             if seq.num_computed_tokens < seq.num_prompt_tokens:
-                self.stats["prompt_tokens"] += min(item.num_new_tokens, seq.num_prompt_tokens - seq.num_computed_tokens)
-            seq.num_computed_tokens += item.num_new_tokens
-            self.block_manager.register_full_blocks(seq)
-            if samples:
-                sampling.append(seq)
-        rows, row_seqs = self._expand_forks(sampling, logits)
-        tokens, lps = self.sampler(rows, row_seqs)
+                self.stats["prompt_tokens"] += min(real, seq.num_prompt_tokens - seq.num_computed_tokens)
+            seq.num_computed_tokens += real
+            if not samples:
+                self.block_manager.register_full_blocks(seq)
+            elif k:
+                verify.append((seq, row))
+                row += k + 1
+            else:
+                plain.append(seq)
+                plain_rows.append(row)
+                row += 1
         touched: dict[str, Request] = {}
+        emitted = 0
+        if plain:
+            rows, row_seqs = self._expand_forks(plain, logits[plain_rows])
+            tokens, lps = self.sampler(rows, row_seqs)
+            for seq, token, lp in zip(row_seqs, tokens, lps, strict=True):
+                self._emit(seq, [token], [lp], touched)
+            emitted += len(tokens)
+        for seq, r in verify:
+            emitted += self._verify(seq, logits[r : r + len(seq.spec_tokens) + 1], touched)
+        for seq in plain + [s for s, _ in verify]:
+            if not seq.is_finished:
+                self.block_manager.register_full_blocks(seq)
+        self.stats["generation_tokens"] += emitted
         now = time.monotonic()
-        for seq, token, lp in zip(row_seqs, tokens, lps, strict=True):
-            req = self.requests[seq.request_id]
-            self._append_token(req, seq, token, lp)
-            touched[req.request_id] = req
+        outputs = []
+        for req in touched.values():
             m = req.metrics
             m.first_token_time = m.first_token_time or now
             m.last_token_time = now
-        self.stats["generation_tokens"] += len(tokens)
-        outputs = []
-        for req in touched.values():
             out = self._make_output(req)
             if req.finished:
-                req.metrics.finished_time = now
+                m.finished_time = now
                 del self.requests[req.request_id]
             outputs.append(out)
         return outputs
+
+    def _emit(self, seq: Sequence, tokens: list[int], lps: list, touched: dict[str, "Request"]) -> int:
+        """Appends sampled tokens until the sequence finishes; returns how many were appended."""
+        req = self.requests[seq.request_id]
+        touched[req.request_id] = req
+        n = 0
+        for token, lp in zip(tokens, lps, strict=True):
+            self._append_token(req, seq, token, lp)
+            n += 1
+            if seq.is_finished:
+                break
+        return n
+
+    def _verify(self, seq: Sequence, rows: torch.Tensor, touched: dict[str, "Request"]) -> int:
+        drafts, seq.spec_tokens = seq.spec_tokens, []
+        q = self.speculator.draft_probs.pop(seq.seq_id, None)
+        tokens, lps = self.sampler.verify(rows, seq, drafts, q)
+        n = self._emit(seq, tokens, lps, touched)
+        accepted = min(n, len(tokens) - 1)
+        m = self.requests[seq.request_id].metrics
+        m.spec_proposed += len(drafts)
+        m.spec_accepted += accepted
+        self.speculator.record(seq, len(drafts), accepted, n)
+        if not seq.is_finished:
+            # KV of the accepted drafts is valid; the rejected drafts' slots are released.
+            seq.num_computed_tokens += accepted
+            self.block_manager.trim(seq, len(seq))
+        return n
 
     def _expand_forks(self, sampling: list[Sequence], logits: torch.Tensor) -> tuple[torch.Tensor, list[Sequence]]:
         """n > 1: a sequence that just finished its prompt forks into n, sharing every prompt block."""
@@ -290,7 +343,19 @@ class LLMEngine:
             if seq.num_output_tokens >= limit or len(seq) >= self.max_model_len:
                 seq.finish_reason = "length"
         if seq.finish_reason is not None:
-            self.scheduler.finish(seq)
+            self._finish(seq)
+
+    def _finish(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq)
+        if self.speculator is not None:
+            self.speculator.release(seq)
+
+    @property
+    def spec_stats(self) -> dict[str, float] | None:
+        if self.speculator is None:
+            return None
+        sp = self.speculator
+        return {**sp.stats, "acceptance_rate": sp.acceptance_rate, "mean_accepted_length": sp.mean_accepted_length}
 
     def _make_output(self, req: Request) -> RequestOutput:
         outs = []

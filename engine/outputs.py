@@ -45,6 +45,12 @@ class RequestMetrics:
     prompt_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    spec_proposed: int = 0  # speculative draft tokens proposed for this request
+    spec_accepted: int = 0  # of those, accepted by the target model
+
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        return self.spec_accepted / self.spec_proposed if self.spec_proposed else None
 
     @property
     def queue_time(self) -> float | None:

@@ -63,47 +63,102 @@ class Sampler:
             top = [Logprob(int(i), float(v), self._token_str(int(i))) for v, i in zip(vals, ids, strict=True)]
         return TokenLogprobs(chosen, top)
 
-    @torch.inference_mode()
-    def __call__(
-        self, logits: torch.Tensor, seqs: list[Sequence]
-    ) -> tuple[list[int], list[TokenLogprobs | None]]:
-        """logits [N, V] float32, one row per sequence. Returns tokens and, where asked, logprobs."""
-        want_lp = [s.params.logprobs is not None for s in seqs]
-        raw_lp = torch.log_softmax(logits, dim=-1) if any(want_lp) else None
+    def _process(self, logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
+        """Penalties, min_tokens and grammar masks: everything that depends on the sequence so far."""
         penal = [
             i
             for i, s in enumerate(seqs)
             if s.params.repetition_penalty != 1.0 or s.params.presence_penalty or s.params.frequency_penalty
         ]
+        short = [i for i, s in enumerate(seqs) if s.num_output_tokens < s.params.min_tokens]
+        bitmask = self.guided.bitmask([s.matcher for s in seqs]) if self.guided is not None else None
+        if not penal and not short and bitmask is None:
+            return logits
+        logits = logits.clone()
         if penal:
-            logits = logits.clone()
             _apply_penalties(logits, seqs, penal)
-        for i, s in enumerate(seqs):
-            if s.num_output_tokens < s.params.min_tokens:
-                banned = set(s.params.stop_token_ids) | (set() if s.params.ignore_eos else self.eos_token_ids)
-                if banned:
-                    if not penal:
-                        logits, penal = logits.clone(), [i]
-                    logits[i, list(banned)] = NEG_INF
-        if self.guided is not None:
-            bitmask = self.guided.bitmask([s.matcher for s in seqs])
-            if bitmask is not None:
-                logits = logits.clone() if not penal else logits
-                self.guided.apply(logits, bitmask)
-        tokens = logits.argmax(dim=-1).tolist()
-        for i, s in enumerate(seqs):
-            p = s.params
-            if p.greedy:
-                continue
-            row = _filter(logits[i] / p.temperature, p.top_k, p.top_p, p.min_p)
-            probs = row.softmax(-1)
-            # Exponential race: argmax(p / E) with E ~ Exp(1) samples from p; one draw per row from
-            # the sequence's own generator keeps seeded requests independent of their neighbours.
-            noise = torch.empty_like(probs).exponential_(generator=s.generator)
-            tokens[i] = int((probs / noise).argmax())
+        for i in short:
+            p = seqs[i].params
+            banned = set(p.stop_token_ids) | (set() if p.ignore_eos else self.eos_token_ids)
+            if banned:
+                logits[i, list(banned)] = NEG_INF
+        if bitmask is not None:
+            self.guided.apply(logits, bitmask)
+        return logits
+
+    @staticmethod
+    def probs(row: torch.Tensor, seq: Sequence) -> torch.Tensor:
+        """The distribution a sampled (non-greedy) row draws from: temperature, then top-k/p, min-p."""
+        p = seq.params
+        return _filter(row / p.temperature, p.top_k, p.top_p, p.min_p).softmax(-1)
+
+    @staticmethod
+    def draw(probs: torch.Tensor, seq: Sequence) -> int:
+        # Exponential race: argmax(p / E) with E ~ Exp(1) samples from p; one draw per row from the
+        # sequence's own generator keeps seeded requests independent of their neighbours.
+        noise = torch.empty_like(probs).exponential_(generator=seq.generator)
+        return int((probs / noise).argmax())
+
+    def _with_logprobs(self, raw: torch.Tensor, seqs: list[Sequence], tokens: list[int]) -> list[TokenLogprobs | None]:
         lps: list[TokenLogprobs | None] = [None] * len(seqs)
-        if raw_lp is not None:
+        if any(s.params.logprobs is not None for s in seqs):
+            raw_lp = torch.log_softmax(raw, dim=-1)
             for i, s in enumerate(seqs):
-                if want_lp[i]:
-                    lps[i] = self._logprobs(raw_lp[i], tokens[i], s.params.logprobs or 0)
-        return tokens, lps
+                if s.params.logprobs is not None:
+                    lps[i] = self._logprobs(raw_lp[i], tokens[i], s.params.logprobs)
+        return lps
+
+    @torch.inference_mode()
+    def __call__(self, logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[TokenLogprobs | None]]:
+        """logits [N, V] float32, one row per sequence. Returns tokens and, where asked, logprobs."""
+        processed = self._process(logits, seqs)
+        tokens = processed.argmax(dim=-1).tolist()
+        for i, s in enumerate(seqs):
+            if not s.params.greedy:
+                tokens[i] = self.draw(self.probs(processed[i], s), s)
+        return tokens, self._with_logprobs(logits, seqs, tokens)
+
+    @torch.inference_mode()
+    def verify(
+        self, logits: torch.Tensor, seq: Sequence, drafts: list[int], draft_probs: torch.Tensor | None = None
+    ) -> tuple[list[int], list[TokenLogprobs | None]]:
+        """Speculative verification of one sequence: `logits` [k+1, V] are the target's rows for the
+        last real token and each of the k drafts. Returns the accepted drafts plus one token of the
+        target's own (a correction, or a bonus when every draft is accepted).
+
+        Greedy keeps a draft while it equals the target's argmax, so the output is the one greedy
+        decoding gives. Sampling uses the rejection rule: accept d with probability min(1, p(d)/q(d))
+        (q(d) = 1 for deterministic n-gram drafts), else draw from max(p - q, 0) renormalised, which
+        leaves the output distributed exactly as the target's."""
+        base = len(seq.token_ids)
+        out: list[int] = []
+        try:
+            for i in range(len(drafts) + 1):
+                row = self._process(logits[i : i + 1], [seq])[0]
+                if seq.params.greedy:
+                    token = int(row.argmax())
+                    out.append(token)
+                    if i == len(drafts) or token != drafts[i]:
+                        break
+                else:
+                    p = self.probs(row, seq)
+                    if i == len(drafts):
+                        out.append(self.draw(p, seq))
+                        break
+                    d = drafts[i]
+                    q = draft_probs[i] if draft_probs is not None else None
+                    q_d = float(q[d]) if q is not None else 1.0
+                    u = float(torch.rand((), generator=seq.generator))
+                    if u * q_d < float(p[d]):
+                        out.append(d)
+                    else:
+                        residual = (p - q).clamp_min(0) if q is not None else p.clone()
+                        if q is None:
+                            residual[d] = 0.0
+                        total = float(residual.sum())
+                        out.append(self.draw(residual / total if total > 0 else p, seq))
+                        break
+                seq.token_ids.append(out[-1])  # the next row's penalties see this token
+        finally:
+            del seq.token_ids[base:]
+        return out, self._with_logprobs(logits[: len(out)], [seq] * len(out), out)
