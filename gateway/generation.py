@@ -64,6 +64,7 @@ class Generation:
         base = self.record.request_id if self.record else uuid.uuid4().hex
         # Engine ids must be unique even when a client reuses its x-request-id.
         self.engine_id = f"{base}-{uuid.uuid4().hex[:8]}"
+        self._gens: list[AsyncIterator[RequestOutput]] = []
         self._streams: list[AsyncIterator[RequestOutput]] = []
         self._slot = None
 
@@ -76,8 +77,10 @@ class Generation:
             self._slot.release()
             raise
 
-    async def _open(self, prompts, params) -> list[AsyncIterator[RequestOutput]]:
+    async def _open(self, prompts: list[str | list[int]], params: SamplingParams
+                    ) -> list[AsyncIterator[RequestOutput]]:
         gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}") for i, p in enumerate(prompts)]
+        self._gens = gens
         try:
             # A failing prompt cancels its siblings; each cancelled engine stream aborts itself.
             async with asyncio.TaskGroup() as tg:
@@ -119,6 +122,17 @@ class Generation:
             if self._slot is not None:
                 self._slot.release()
 
+    async def close(self) -> None:
+        """Releases everything even if the answer was never read (a client gone before the first
+        byte of a stream): the admission slot, and each engine request, which closing aborts."""
+        if self._slot is not None:
+            self._slot.release()
+        for g in self._gens:
+            try:
+                await g.aclose()
+            except RuntimeError:  # still being iterated by a task that is unwinding: it aborts itself
+                pass
+
     async def finals(self) -> list[RequestOutput]:
         """Non-streaming: the last output of each prompt, aborted if the client disconnects."""
 
@@ -128,7 +142,10 @@ class Generation:
                 last[i] = out
             return [last[i] for i in range(len(self._streams))]
 
-        return await unless_disconnected(self.request, drain())
+        try:
+            return await unless_disconnected(self.request, drain())
+        finally:
+            await self.close()
 
 
 async def _merge(streams: list[AsyncIterator[RequestOutput]]) -> AsyncIterator[tuple[int, RequestOutput]]:

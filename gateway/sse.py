@@ -2,9 +2,10 @@
 (after which the stream ends without `[DONE]`)."""
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.types import Receive, Scope, Send
 
 from gateway.errors import as_api_error
 from gateway.protocol.common import ErrorResponse
@@ -30,6 +31,22 @@ async def openai_stream(events: AsyncIterator[str], done: bool = True) -> AsyncI
         yield ServerSentEvent(data="[DONE]")
 
 
-def sse_response(events: AsyncIterator[ServerSentEvent]) -> EventSourceResponse:
+class _ClosingEventSourceResponse(EventSourceResponse):
+    def __init__(self, *args, on_close: Callable[[], Awaitable[None]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # The event generator's own cleanup never runs if it was never started (a client gone
+            # before the headers went out), so the generation is closed here as well.
+            await self._on_close()
+
+
+def sse_response(events: AsyncIterator[ServerSentEvent], on_close: Callable[[], Awaitable[None]]
+                 ) -> EventSourceResponse:
     # sep "\n" gives OpenAI's exact framing; pings keep idle proxies from closing long queues.
-    return EventSourceResponse(events, sep="\n", ping=15, headers={"cache-control": "no-cache"})
+    return _ClosingEventSourceResponse(events, sep="\n", ping=15, headers={"cache-control": "no-cache"},
+                                       on_close=on_close)

@@ -73,7 +73,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request, 
     await gen.start([prompt], params)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse_response(openai_stream(_stream(gen, body, model, include_usage)))
+        return sse_response(openai_stream(_stream(gen, body, model, include_usage)), gen.close)
 
     (final,) = await gen.finals()
     choices = [

@@ -65,7 +65,7 @@ async def create_completion(body: CompletionRequest, request: Request, state: St
     echo = [_prompt_text(engine, p) for p in prompts] if body.echo else None
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse_response(openai_stream(_stream(gen, body, model, echo, include_usage)))
+        return sse_response(openai_stream(_stream(gen, body, model, echo, include_usage)), gen.close)
 
     finals = await gen.finals()
     choices = []

@@ -117,7 +117,7 @@ async def create_response(body: ResponsesRequest, request: Request, state: State
     gen = Generation(state, engine, request)
     await gen.start([prompt], params)
     if body.stream:
-        return sse_response(_stream(state, gen, resp, conversation))
+        return sse_response(_stream(state, gen, resp, conversation), gen.close)
     (final,) = await gen.finals()
     _finish(resp, OutputMessage(), final)
     await _store(state, resp, conversation)

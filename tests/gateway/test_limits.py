@@ -57,19 +57,23 @@ def test_wrong_or_missing_key_is_401(server):
     assert httpx.get(f"{server.url}/metrics").status_code == 200
 
 
+LONG = {"prompt": "Count:", "max_tokens": 400, "ignore_eos": True, "stream": True}
+AUTH = {"authorization": f"Bearer {CLI_KEY}"}
+
+
+async def _hold(http: httpx.AsyncClient, url: str) -> None:
+    async with http.stream("POST", f"{url}/completions", json=LONG) as r:
+        async for _ in r.aiter_lines():
+            pass
+
+
 def test_past_the_queue_bound_is_429_with_retry_after(server):
     """max_num_seqs=2 plus max_queued_requests=1: three long requests fit, the fourth is refused."""
-    body = {"prompt": "Count:", "max_tokens": 400, "ignore_eos": True, "stream": True}
-    headers = {"authorization": f"Bearer {CLI_KEY}"}
-
-    async def hold(http: httpx.AsyncClient) -> None:
-        async with http.stream("POST", f"{server.base_url}/completions", json=body) as r:
-            async for _ in r.aiter_lines():
-                pass
+    body, headers = LONG, AUTH
 
     async def run():
         async with httpx.AsyncClient(timeout=60, headers=headers) as http:
-            holders = [asyncio.create_task(hold(http)) for _ in range(3)]
+            holders = [asyncio.create_task(_hold(http, server.base_url)) for _ in range(3)]
             while server.state.admission.in_flight < 3:
                 await asyncio.sleep(0.01)
             refused = await http.post(f"{server.base_url}/completions", json=body)
@@ -88,6 +92,29 @@ def test_past_the_queue_bound_is_429_with_retry_after(server):
     assert health.status_code == 200
     server.wait_idle()
     assert _client(server, CLI_KEY).completions.create(model=MODEL, prompt="hi", max_tokens=2).choices
+    assert server.state.admission.in_flight == 0
+    server.assert_no_leak()
+
+
+def test_a_queued_client_that_gives_up_frees_its_slot(server):
+    async def run():
+        async with httpx.AsyncClient(timeout=60, headers=AUTH) as http:
+            holders = [asyncio.create_task(_hold(http, server.base_url)) for _ in range(2)]
+            while server.engine.stats()["num_running"] < 2:
+                await asyncio.sleep(0.01)
+            # Queued behind the two: no first token, so no headers, before the client gives up.
+            with pytest.raises(httpx.ReadTimeout):
+                await http.post(f"{server.base_url}/completions", json=LONG, timeout=0.5)
+            await asyncio.sleep(0.3)
+            in_flight = server.state.admission.in_flight
+            for t in holders:
+                t.cancel()
+            await asyncio.gather(*holders, return_exceptions=True)
+            return in_flight
+
+    assert asyncio.run(run()) == 2
+    server.wait_idle()
+    assert server.state.admission.in_flight == 0
     server.assert_no_leak()
 
 

@@ -95,8 +95,8 @@ def test_bench_load_generator_and_plot(server, tmp_path):
     async def run():
         async with httpx.AsyncClient(timeout=60) as client:
             send = http_sender(client, server.base_url, MODEL, 8)
-            fixed = await run_load("fixed", send, load_prompts(limit=6), 3, math.inf)
-            poisson = await run_load("poisson", send, load_prompts(limit=4), None, 20.0, seed=1)
+            fixed = await run_load("fixed", send, load_prompts(limit=4), 2, math.inf)
+            poisson = await run_load("poisson", send, load_prompts(limit=3), None, 20.0, seed=1)
             return fixed, poisson
 
     fixed, poisson = asyncio.run(run())
