@@ -1,6 +1,6 @@
-"""One API request's work in the engine: admission, one engine request per prompt, the first
-output awaited before answering (so bad input is a 400, not a broken stream), metrics, and abort
-when the client goes away (cancelling an engine stream aborts it and frees its KV blocks)."""
+"""One API request's work in the engine: admission, the context check, one engine request per
+prompt, metrics, and abort when the client goes away (cancelling an engine stream aborts it and
+frees its KV blocks)."""
 
 import asyncio
 import uuid
@@ -9,12 +9,17 @@ from typing import TypeVar
 
 from fastapi import Request
 
-from engine import AsyncEngine, RequestOutput, SamplingParams
+from engine import AsyncEngine, InvalidRequestError, RequestOutput, SamplingParams
 from gateway.access_log import RequestRecord
 from gateway.errors import ClientDisconnected
 from gateway.state import ServerState
 
 T = TypeVar("T")
+
+# How long a request waits for its first output before its answer starts anyway. The engine
+# refuses bad input when it takes the request, within one step, so refusals still come as a 400;
+# a request queued behind a full batch gets its stream headers (and keep-alive pings) meanwhile.
+ACCEPT_WINDOW_S = 1.0
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -39,18 +44,11 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-def _first_error(group: BaseExceptionGroup) -> BaseException:
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            return _first_error(exc)
-        if not isinstance(exc, asyncio.CancelledError):
-            return exc
-    return group.exceptions[0]
-
-
-async def _prepend(first: RequestOutput, rest: AsyncIterator[RequestOutput]) -> AsyncIterator[RequestOutput]:
-    yield first
-    if not first.finished:
+async def _resume(first: asyncio.Future, rest: AsyncIterator[RequestOutput]) -> AsyncIterator[RequestOutput]:
+    """The engine stream again, from its first output (already awaited, or still on its way)."""
+    out = await first
+    yield out
+    if not out.finished:
         async for out in rest:
             yield out
 
@@ -65,29 +63,53 @@ class Generation:
         # Engine ids must be unique even when a client reuses its x-request-id.
         self.engine_id = f"{base}-{uuid.uuid4().hex[:8]}"
         self._gens: list[AsyncIterator[RequestOutput]] = []
+        self._firsts: list[asyncio.Future] = []
         self._streams: list[AsyncIterator[RequestOutput]] = []
         self._slot = None
 
     async def start(self, prompts: list[str | list[int]], params: SamplingParams) -> None:
-        """Admits the request (429 past the queue bound) and waits for every prompt's first output."""
+        """Admits the request (429 past the queue bound), checks each prompt against the context
+        (400), and submits it; engine refusals that come back within ACCEPT_WINDOW_S are raised here,
+        so they too become a 400 instead of an error inside a stream."""
         self._slot = self.state.admission.acquire()
         try:
-            self._streams = await unless_disconnected(self.request, self._open(prompts, params))
+            token_prompts = [await self._tokens(p, params) for p in prompts]
+            self._streams = await unless_disconnected(self.request, self._open(token_prompts, params))
         except BaseException:
-            self._slot.release()
+            await self.close()
             raise
 
-    async def _open(self, prompts: list[str | list[int]], params: SamplingParams
-                    ) -> list[AsyncIterator[RequestOutput]]:
-        gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}") for i, p in enumerate(prompts)]
-        self._gens = gens
-        try:
-            # A failing prompt cancels its siblings; each cancelled engine stream aborts itself.
-            async with asyncio.TaskGroup() as tg:
-                firsts = [tg.create_task(anext(g)) for g in gens]
-        except BaseExceptionGroup as group:
-            raise _first_error(group) from None
-        return [self._track(_prepend(t.result(), g)) for t, g in zip(firsts, gens, strict=True)]
+    async def _tokens(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
+        """Tokenized here so the context check is certain before anything is sent, whatever the
+        engine's queue; the engine then gets the ids and does not tokenize again."""
+        if isinstance(prompt, str):
+            encode = self.engine.tokenizer.encode
+            if len(prompt) > 8192:  # long prompts off the event loop: other requests keep flowing
+                ids = await asyncio.to_thread(encode, prompt, add_special_tokens=False)
+            else:
+                ids = encode(prompt, add_special_tokens=False)
+            if not ids:
+                raise InvalidRequestError("the prompt is empty", "prompt")
+        else:
+            ids = prompt
+        limit, n = self.engine.max_model_len, len(ids)
+        if n >= limit:
+            raise InvalidRequestError(
+                f"the prompt has {n} tokens, but this model's maximum context length is {limit}", "prompt")
+        if params.max_tokens is not None and n + params.max_tokens > limit:
+            raise InvalidRequestError(
+                f"this model's maximum context length is {limit} tokens; the request asks for "
+                f"{n + params.max_tokens} ({n} in the prompt and {params.max_tokens} to generate)", "max_tokens")
+        return ids
+
+    async def _open(self, prompts: list[list[int]], params: SamplingParams) -> list[AsyncIterator[RequestOutput]]:
+        self._gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}") for i, p in enumerate(prompts)]
+        self._firsts = [asyncio.ensure_future(anext(g)) for g in self._gens]
+        done, _ = await asyncio.wait(self._firsts, timeout=ACCEPT_WINDOW_S, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [t for t in done if not t.cancelled() and t.exception() is not None]
+        if failed:
+            raise failed[0].exception()
+        return [self._track(_resume(t, g)) for t, g in zip(self._firsts, self._gens, strict=True)]
 
     async def _track(self, stream: AsyncIterator[RequestOutput]) -> AsyncIterator[RequestOutput]:
         last_token_time = None
@@ -127,6 +149,9 @@ class Generation:
         byte of a stream): the admission slot, and each engine request, which closing aborts."""
         if self._slot is not None:
             self._slot.release()
+        for t in self._firsts:
+            t.cancel()  # a first output still awaited: cancelling it closes (aborts) its engine stream
+        await asyncio.gather(*self._firsts, return_exceptions=True)
         for g in self._gens:
             try:
                 await g.aclose()

@@ -2,6 +2,7 @@
 engine failure mid-stream reported as an error event. The last test stops this server's engine."""
 
 import asyncio
+import time
 
 import httpx
 import openai
@@ -113,6 +114,28 @@ def test_a_queued_client_that_gives_up_frees_its_slot(server):
             return in_flight
 
     assert asyncio.run(run()) == 2
+    server.wait_idle()
+    assert server.state.admission.in_flight == 0
+    server.assert_no_leak()
+
+
+def test_a_queued_stream_gets_its_headers_before_its_first_token(server):
+    async def run():
+        async with httpx.AsyncClient(timeout=60, headers=AUTH) as http:
+            holders = [asyncio.create_task(_hold(http, server.base_url)) for _ in range(2)]
+            while server.engine.stats()["num_running"] < 2:
+                await asyncio.sleep(0.01)
+            t0 = time.perf_counter()
+            async with http.stream("POST", f"{server.base_url}/completions", json=LONG) as queued:
+                waited = time.perf_counter() - t0
+                waiting = server.engine.stats()["num_waiting"]
+            for t in holders:
+                t.cancel()
+            await asyncio.gather(*holders, return_exceptions=True)
+            return queued.status_code, waited, waiting
+
+    status, waited, waiting = asyncio.run(run())
+    assert status == 200 and waiting == 1 and waited < 5
     server.wait_idle()
     assert server.state.admission.in_flight == 0
     server.assert_no_leak()
