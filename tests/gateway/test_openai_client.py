@@ -1,5 +1,7 @@
 """The official openai client against a real server: models, completions, chat, responses."""
 
+import sqlite3
+
 import httpx
 import openai
 import pytest
@@ -156,6 +158,15 @@ def test_responses_plain_continue_retrieve_delete(client):
     client.responses.delete(r.id)
     with pytest.raises(openai.NotFoundError):
         client.responses.retrieve(r.id)
+
+
+def test_responses_are_stored_in_sqlite_wal(server, client):
+    r = client.responses.create(model=MODEL, input="Hi", max_output_tokens=4)
+    path = server.state.settings.db
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        row = db.execute("SELECT model, status FROM responses WHERE id = ?", (r.id,)).fetchone()
+    assert row == (MODEL, r.status)
 
 
 def test_responses_streamed(client):
