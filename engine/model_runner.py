@@ -46,11 +46,14 @@ class ModelRunner:
         self.model.load_weights(load_state_dict(folder))
         self.num_blocks = self._num_blocks()
         m = self.model
-        shape = (self.num_blocks, self.block_size, m.num_kv_heads, m.head_dim)
-        self.kv_caches = [
-            (torch.zeros(shape, dtype=self.dtype, device=self.device), torch.zeros(shape, dtype=self.dtype, device=self.device))
-            for _ in range(m.num_layers)
-        ]
+        # Head-major storage under the logical [blocks, block_size, Hkv, D] view that the kernels take:
+        # each head's context is then contiguous per block, which the CPU gather and GPU tiles both like.
+        shape = (m.num_kv_heads, self.num_blocks, self.block_size, m.head_dim)
+
+        def layer_cache() -> torch.Tensor:
+            return torch.zeros(shape, dtype=self.dtype, device=self.device).permute(1, 2, 0, 3)
+
+        self.kv_caches = [(layer_cache(), layer_cache()) for _ in range(m.num_layers)]
         log.info(
             "KV cache: %d blocks of %d tokens (%.0f MiB) on %s, %s",
             self.num_blocks, self.block_size, self.kv_cache_bytes / 2**20, self.device, self.dtype,

@@ -16,11 +16,17 @@ import torch.nn.functional as F
 from kernels.dispatch import use_triton
 
 
-def _gather_context(cache: torch.Tensor, block_tables: torch.Tensor, length: int) -> torch.Tensor:
-    """[B, max_blocks] block table -> [B, length, Hkv, D] keys or values."""
-    blocks = cache[block_tables]  # [B, MB, bs, Hkv, D]
-    b, mb, bs = blocks.shape[:3]
-    return blocks.reshape(b, mb * bs, *cache.shape[2:])[:, :length]
+def _gather_heads(cache: torch.Tensor, block_tables: torch.Tensor, length: int) -> torch.Tensor:
+    """Block tables [B, max_blocks] -> keys or values [Hkv, B, length, D].
+
+    The engine stores each layer's cache head-major ([Hkv, blocks, block_size, D] underneath the logical
+    [blocks, block_size, Hkv, D] view), so one index_select per layer yields each head's context
+    contiguously, ready for a batched matmul, with no transpose copy on the CPU."""
+    bs, hkv, d = cache.shape[1:]
+    num = (length + bs - 1) // bs
+    idx = block_tables[:, :num].reshape(-1).long()
+    b = block_tables.shape[0]
+    return cache.permute(2, 0, 1, 3).index_select(1, idx).view(hkv, b, num * bs, d)[:, :, :length]
 
 
 def _alibi_bias(slopes: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
@@ -38,29 +44,32 @@ def paged_decode_attention_ref(
     scale: float,
     alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One query token per sequence: q [B, Hq, D] -> [B, Hq, D]."""
+    """One query token per sequence: q [B, Hq, D] -> [B, Hq, D].
+
+    GQA as a grouped matmul: the query heads sharing a KV head form the rows of one GEMM against it,
+    so K/V are never repeated per query head."""
     b, hq, d = q.shape
+    hkv = k_cache.shape[2]
     length = int(context_lens.max())
-    k = _gather_context(k_cache, block_tables, length).transpose(1, 2)  # [B, Hkv, L, D]
-    v = _gather_context(v_cache, block_tables, length).transpose(1, 2)
+    k = _gather_heads(k_cache, block_tables, length).to(q.dtype)  # [Hkv, B, L, D]
+    v = _gather_heads(v_cache, block_tables, length).to(q.dtype)
+    qg = q.reshape(b, hkv, hq // hkv, d).transpose(0, 1)  # [Hkv, B, G, D]
+    scores = torch.matmul(qg.float(), k.float().transpose(-1, -2)) * scale  # [Hkv, B, G, L]
     key_pos = torch.arange(length, device=q.device)
-    valid = key_pos[None, :] < context_lens[:, None].to(q.device)  # [B, L]
-    if alibi_slopes is None:
-        mask = valid[:, None, None, :]
-    else:
-        q_pos = (context_lens - 1).to(q.device)
-        bias = -alibi_slopes.float()[None, :, None] * (q_pos[:, None, None] - key_pos[None, None, :]).float()
-        mask = bias.masked_fill(~valid[:, None, :], float("-inf"))[:, :, None, :].to(q.dtype)
-    out = F.scaled_dot_product_attention(
-        q[:, :, None, :], k.to(q.dtype), v.to(q.dtype), attn_mask=mask, scale=scale, enable_gqa=hq != k.shape[1]
-    )
-    return out[:, :, 0, :]
+    ctx = context_lens.to(q.device).long()
+    if alibi_slopes is not None:
+        dist = (ctx - 1)[:, None] - key_pos[None, :]  # [B, L]
+        slopes = alibi_slopes.float().view(hkv, 1, hq // hkv, 1)
+        scores = scores - slopes * dist[None, :, None, :].float()
+    scores.masked_fill_((key_pos[None, :] >= ctx[:, None])[None, :, None, :], float("-inf"))
+    out = torch.matmul(scores.softmax(-1), v.float())  # [Hkv, B, G, D]
+    return out.transpose(0, 1).reshape(b, hq, d).to(q.dtype)
 
 
 def _prefill_one(q, k_cache, v_cache, block_table, ctx: int, scale: float, alibi_slopes):
     n, hq, _ = q.shape
-    k = _gather_context(k_cache, block_table[None], ctx)[0].transpose(0, 1).to(q.dtype)  # [Hkv, ctx, D]
-    v = _gather_context(v_cache, block_table[None], ctx)[0].transpose(0, 1).to(q.dtype)
+    k = _gather_heads(k_cache, block_table[None], ctx)[:, 0].to(q.dtype)  # [Hkv, ctx, D]
+    v = _gather_heads(v_cache, block_table[None], ctx)[:, 0].to(q.dtype)
     qh = q.transpose(0, 1)  # [Hq, n, D]
     gqa = hq != k.shape[0]
     if alibi_slopes is None and ctx == n:
