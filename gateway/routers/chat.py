@@ -1,6 +1,5 @@
 """`POST /v1/chat/completions`: messages through the model's chat template, `n` samples, logprobs,
-streamed as `chat.completion.chunk`s. Tools and response_format belong to the tools issue: until
-then they get a clear 400."""
+streamed as `chat.completion.chunk`s."""
 
 from collections.abc import AsyncIterator
 
@@ -25,22 +24,10 @@ from gateway.protocol.chat import (
 from gateway.protocol.common import now, random_id
 from gateway.sampling import sampling_params
 from gateway.sse import openai_stream, sse_response
+from gateway.unsupported import reject_tools
 from gateway.usage import usage_of
 
 router = APIRouter(prefix="/v1")
-
-
-def reject_tools(tools, tool_choice, response_format) -> None:
-    if tools:
-        raise APIError(400, "tool calling is not supported by this server yet", param="tools",
-                       code="unsupported_parameter")
-    if tool_choice not in (None, "none", "auto"):
-        raise APIError(400, "tool_choice is not supported by this server yet", param="tool_choice",
-                       code="unsupported_parameter")
-    kind = response_format.get("type") if isinstance(response_format, dict) else None
-    if response_format is not None and kind != "text":
-        raise APIError(400, f"response_format {kind!r} is not supported by this server yet",
-                       param="response_format", code="unsupported_parameter")
 
 
 def template_messages(messages: list[ChatMessage]) -> list[dict]:

@@ -4,7 +4,6 @@ The conversation so far (the previous response's, then this input) goes through 
 `instructions` are a system message for this turn only, as OpenAI defines them. Stored responses
 keep their conversation, so `previous_response_id` continues it in one lookup."""
 
-import logging
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
@@ -33,15 +32,14 @@ from gateway.protocol.responses import (
     TextDeltaEvent,
     TextDoneEvent,
 )
-from gateway.routers.chat import reject_tools
 from gateway.sampling import sampling_params
 from gateway.sse import sse_response
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
+from gateway.unsupported import reject_tools
 from gateway.usage import usage_of
 
 router = APIRouter(prefix="/v1")
-log = logging.getLogger(__name__)
 
 
 def _input_messages(items: str | list[InputItem]) -> list[dict]:
