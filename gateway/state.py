@@ -7,6 +7,7 @@ from engine import AsyncEngine
 from gateway.admission import Admission
 from gateway.db import Database
 from gateway.metrics import Metrics
+from gateway.protocol.common import now
 from gateway.settings import Settings
 
 
@@ -18,6 +19,7 @@ class ServerState:
     engine: AsyncEngine | None = None
     load_error: str | None = None
     db_has_keys: bool = False
+    started_at: int = field(default_factory=now)  # the model card's `created`
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:

@@ -70,6 +70,11 @@ class ModelCard(BaseModel):
     max_model_len: int | None = None
 
 
+class HealthStatus(BaseModel):
+    status: str = "ok"
+    model: str
+
+
 class ModelList(BaseModel):
     object: str = "list"
     data: list[ModelCard]

@@ -6,6 +6,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.deps import State
 from gateway.errors import APIError, error_response
+from gateway.protocol.common import HealthStatus
 
 router = APIRouter()
 
@@ -17,7 +18,7 @@ async def health(state: State) -> Response:
         return error_response(APIError(503, why, code="model_not_ready"))
     if not state.engine.is_running:
         return error_response(APIError(503, "the engine has stopped", code="engine_dead"))
-    return JSONResponse({"status": "ok", "model": state.model_name})
+    return JSONResponse(HealthStatus(model=state.model_name).model_dump())
 
 
 @router.get("/metrics")

@@ -10,7 +10,7 @@ router = APIRouter(prefix="/v1")
 
 def _card(state) -> ModelCard:
     engine = state.engine
-    return ModelCard(id=state.model_name, root=state.settings.model,
+    return ModelCard(id=state.model_name, root=state.settings.model, created=state.started_at,
                      max_model_len=engine.max_model_len if engine else state.settings.max_model_len)
 
 
