@@ -1,0 +1,225 @@
+"""``sllm text2sql``: ask a database questions, manage named sources, run the evaluation.
+
+Registered on the ``sllm`` command by ``engine.cli`` (it imports ``app`` from here when present).
+Named sources for the CLI live in a JSON file readable by its owner only
+(``$SLLM_TEXT2SQL_SOURCES`` or ``~/.config/sllm/text2sql-sources.json``); the gateway keeps its
+own in its database.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from integrations.text2sql.errors import Text2SQLError
+
+app = typer.Typer(help="Text-to-SQL: questions in, rows out, read-only and grammar-constrained",
+                  no_args_is_help=True)
+sources_app = typer.Typer(help="Named data sources for `ask --source NAME`", no_args_is_help=True)
+app.add_typer(sources_app, name="sources")
+
+
+def _fail(exc: Text2SQLError) -> None:
+    typer.echo(f"error [{exc.code}]: {exc.message}", err=True)
+    raise typer.Exit(2)
+
+
+def _registry():
+    from integrations.text2sql.registry import JsonFileSourceStore, SourceRegistry, default_sources_path
+
+    return SourceRegistry(JsonFileSourceStore(default_sources_path()))
+
+
+def _pick_source(source: str | None, url: str | None, demo: str | None):
+    from integrations.text2sql.sources import Source, demo_source
+
+    given = [x for x in (source, url, demo) if x]
+    if len(given) != 1:
+        raise typer.BadParameter("give exactly one of --source NAME, --url URL or --demo SCHEMA")
+    if demo:
+        return demo_source(demo)
+    if url:
+        return Source("cli", url)
+    return _registry().get(source)  # type: ignore[arg-type]
+
+
+def _load_llm(model: str, max_num_seqs: int = 128):
+    from engine import LLM
+
+    return LLM(model=model, max_num_seqs=max_num_seqs)
+
+
+SOURCE_OPT = typer.Option(None, "--source", "-s", help="A registered source name")
+URL_OPT = typer.Option(None, "--url", help="A SQLAlchemy URL, e.g. sqlite:///shop.db")
+DEMO_OPT = typer.Option(None, "--demo", help="A shipped demo schema: delivery, hr, library, school, shop")
+
+
+@app.command()
+def ask(
+    question: str = typer.Argument(..., help="The question, in any language the model reads"),
+    source: str | None = SOURCE_OPT,
+    url: str | None = URL_OPT,
+    demo: str | None = DEMO_OPT,
+    execute: bool = typer.Option(True, "--execute/--no-execute", help="Run the query (else only EXPLAIN it)"),
+    max_rows: int = typer.Option(100, min=0, help="Row cap"),
+    timeout: float = typer.Option(5.0, help="Query time limit in seconds"),
+    unconstrained: bool = typer.Option(False, "--unconstrained", help="Free decoding (no SQL grammar)"),
+    model: str = typer.Option("default", envvar="SLLM_MODEL"),
+    max_tokens: int = typer.Option(192),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
+):
+    """Generate SQL for QUESTION, validate it, and run it read-only."""
+    from integrations.text2sql.ask import ask as ask_fn
+    from integrations.text2sql.generate import SQLGenerator, llm_complete
+
+    try:
+        src = _pick_source(source, url, demo)
+        src.schema()  # fail on a broken source before loading the model
+        llm = _load_llm(model)
+        gen = SQLGenerator(llm_complete(llm, max_tokens=max_tokens))
+        res = ask_fn(src, question, gen, constrained=not unconstrained, execute=execute,
+                     max_rows=max_rows, timeout_s=timeout)
+    except Text2SQLError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        typer.echo(json.dumps(res.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        _print_result(res)
+    if not res.ok:
+        raise typer.Exit(1)
+
+
+def _print_result(res) -> None:
+    from integrations.text2sql.execute import jsonable
+
+    typer.echo(f"SQL: {res.sql}")
+    if res.error:
+        typer.echo(f"error [{res.error.code}]: {res.error.message}")
+    elif res.executed:
+        typer.echo("\t".join(res.columns))
+        for row in res.rows:
+            typer.echo("\t".join("NULL" if v is None else str(jsonable(v)) for v in row))
+        more = " (truncated)" if res.result.truncated else ""
+        typer.echo(f"({len(res.rows)} rows{more})")
+    elif res.result:
+        typer.echo("plan: " + "; ".join(res.result.plan))
+    t = res.timings
+    typer.echo("timings: " + ", ".join(f"{k}={v:.0f}" for k, v in t.items()))
+
+
+@app.command("sql")
+def run_sql_cmd(
+    sql: str = typer.Argument(..., help="A SELECT statement"),
+    source: str | None = SOURCE_OPT,
+    url: str | None = URL_OPT,
+    demo: str | None = DEMO_OPT,
+    execute: bool = typer.Option(True, "--execute/--no-execute"),
+    max_rows: int = typer.Option(100, min=0),
+    timeout: float = typer.Option(5.0),
+    as_json: bool = typer.Option(False, "--json"),
+):
+    """Validate and run SQL you wrote (the same safety checks as generated SQL)."""
+    from integrations.text2sql.ask import run_sql
+
+    try:
+        res = run_sql(_pick_source(source, url, demo), sql, execute=execute, max_rows=max_rows, timeout_s=timeout)
+    except Text2SQLError as exc:
+        _fail(exc)
+        return
+    if as_json:
+        typer.echo(json.dumps(res.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        _print_result(res)
+    if not res.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def schema(
+    source: str | None = SOURCE_OPT,
+    url: str | None = URL_OPT,
+    demo: str | None = DEMO_OPT,
+    grammar: bool = typer.Option(False, "--grammar", help="Print the SQL grammar (EBNF) instead of the DDL"),
+):
+    """Print a source's DDL as the prompt shows it (or its decoding grammar)."""
+    try:
+        src = _pick_source(source, url, demo)
+        typer.echo(src.grammar() if grammar else src.ddl())
+    except Text2SQLError as exc:
+        _fail(exc)
+
+
+@sources_app.command("add")
+def sources_add(
+    name: str,
+    url: str,
+    description: str = typer.Option("", "--description", "-d"),
+    replace: bool = typer.Option(False, "--replace", help="Overwrite an existing source of that name"),
+):
+    """Register NAME for URL (checked by introspecting it first)."""
+    try:
+        src = _registry().register(name, url, description, replace=replace)
+    except Text2SQLError as exc:
+        _fail(exc)
+        return
+    typer.echo(f"added {src.name}: {src.redacted_url()} ({len(src.schema().tables)} tables)")
+
+
+@sources_app.command("list")
+def sources_list():
+    """List registered sources (passwords redacted)."""
+    reg = _registry()
+    for name in reg.store.names():
+        src = reg.get(name)
+        typer.echo(f"{src.name}\t{src.redacted_url()}\t{src.description}")
+
+
+@sources_app.command("remove")
+def sources_remove(name: str):
+    """Forget a registered source."""
+    try:
+        _registry().unregister(name)
+    except Text2SQLError as exc:
+        _fail(exc)
+
+
+@app.command("eval")
+def eval_cmd(
+    limit: int | None = typer.Option(None, help="Only the first N questions (the file mixes schemas and languages)"),
+    modes: str = typer.Option("constrained,unconstrained", help="Comma-separated: constrained, unconstrained"),
+    model: str = typer.Option("default", envvar="SLLM_MODEL"),
+    max_tokens: int = typer.Option(192),
+    max_num_seqs: int = typer.Option(128),
+    latency_samples: int = typer.Option(5, help="Single asks timed per mode for the p50 latency (0: skip)"),
+    json_out: Path | None = typer.Option(None, "--json-out", help="Write the per-question records here"),
+):
+    """Valid-SQL rate and execution accuracy, constrained vs unconstrained decoding."""
+    from integrations.text2sql.dataset import load_eval
+    from integrations.text2sql.evaluate import evaluate
+    from integrations.text2sql.generate import SQLGenerator, llm_complete, llm_complete_batch
+
+    items = load_eval()
+    if limit is not None:
+        items = items[:limit]
+    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    start = time.perf_counter()
+    llm = _load_llm(model, max_num_seqs)
+    load_s = time.perf_counter() - start
+    gen = SQLGenerator(llm_complete(llm, max_tokens=max_tokens),
+                       complete_batch=llm_complete_batch(llm, max_tokens=max_tokens))
+    try:
+        report = evaluate(gen, items, mode_list, latency_samples=latency_samples,
+                          progress=lambda m: typer.echo(m, err=True))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    typer.echo(f"model {model}: {len(items)} questions, model load {load_s:.1f} s, eval {report.total_s:.1f} s")
+    typer.echo(report.table())
+    if json_out is not None:
+        json_out.write_text(json.dumps(report.to_dict(), ensure_ascii=False, indent=2), encoding="utf-8")
+        typer.echo(f"records written to {json_out}")
+    sys.stdout.flush()

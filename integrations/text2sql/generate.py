@@ -1,0 +1,245 @@
+"""From a question to SQL text: the prompt, the grammar, and a pluggable model call.
+
+The model call is a parameter, not a dependency: anything with the shape
+``complete(prompt, guided) -> str`` (or an async one) works. ``guided`` is ``None`` for free
+decoding or ``{"grammar": ebnf}``, the engine's ``SamplingParams.guided``. Factories below wrap
+our offline ``LLM``, the gateway's ``AsyncEngine`` and any OpenAI-compatible ``/v1/completions``
+server (vLLM takes the grammar as ``guided_grammar``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from integrations.text2sql.dataset import PROMPT_TEMPLATE
+from integrations.text2sql.errors import GenerationError, Text2SQLError
+from integrations.text2sql.grammar import GrammarOptions
+from integrations.text2sql.sources import Source
+
+Guided = dict[str, Any] | None
+Complete = Callable[[str, Guided], str]
+AsyncComplete = Callable[[str, Guided], Awaitable[str]]
+CompleteBatch = Callable[[Sequence[tuple[str, Guided]]], list[str]]
+
+DEFAULT_MAX_TOKENS = 192
+# Free decoding has no grammar to end it; these end a query in the seed prompt's format (the model
+# would otherwise go on with the next "### Question:" or a second statement).
+UNCONSTRAINED_STOP = (";", "\n\n", "###")
+
+
+def extract_sql(text: str) -> str:
+    """The first statement of a model output: cut at ``;`` (outside quotes), a blank line or ``###``.
+
+    Also drops a Markdown code fence around the query, which chat-tuned models like to add."""
+    text = text.strip()
+    if text.startswith("```"):
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+        text = text.split("```", 1)[0]
+    for marker in ("\n\n", "###"):
+        text = text.split(marker, 1)[0]
+    quote: str | None = None
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in ("'", '"', "`"):
+            quote = ch
+        elif ch == ";":
+            return text[:i].strip()
+    return text.strip()
+
+
+def render(template: str, ddl: str, question: str) -> str:
+    """Fills a prompt template with ``{ddl}``, ``{question}`` and an empty ``{query}``."""
+    return template.format(ddl=ddl, question=question.strip(), query="")
+
+
+@dataclass
+class Generation:
+    sql: str  # the extracted statement, ready for validation
+    raw: str  # what the model returned
+    prompt: str
+    constrained: bool
+    generation_ms: float
+
+
+class SQLGenerator:
+    """Builds prompts and grammars for a source and calls the model.
+
+    ``template`` is the seed chapter's prompt by default; any ``str.format`` template with ``{ddl}``
+    and ``{question}`` (and optionally ``{query}``) works.
+    """
+
+    def __init__(
+        self,
+        complete: Complete | None = None,
+        acomplete: AsyncComplete | None = None,
+        *,
+        complete_batch: CompleteBatch | None = None,
+        template: str = PROMPT_TEMPLATE,
+        grammar_options: GrammarOptions | None = None,
+    ):
+        if complete is None and acomplete is None and complete_batch is None:
+            raise ValueError("SQLGenerator needs a complete, acomplete or complete_batch callable")
+        if "{ddl}" not in template or "{question}" not in template:
+            raise ValueError("the prompt template must contain {ddl} and {question}")
+        self.complete = complete
+        self.acomplete = acomplete
+        self.complete_batch = complete_batch
+        self.template = template
+        self.grammar_options = grammar_options
+
+    def prompt(self, source: Source, question: str) -> str:
+        return render(self.template, source.ddl(), question)
+
+    def guided(self, source: Source, constrained: bool = True) -> Guided:
+        return {"grammar": source.grammar(self.grammar_options)} if constrained else None
+
+    def _finish(self, raw: str, prompt: str, constrained: bool, start: float) -> Generation:
+        if not isinstance(raw, str):
+            raise GenerationError(f"the model call returned {type(raw).__name__}, not text")
+        return Generation(extract_sql(raw), raw, prompt, constrained, (time.perf_counter() - start) * 1000)
+
+    def generate(self, source: Source, question: str, *, constrained: bool = True) -> Generation:
+        prompt, guided = self.prompt(source, question), self.guided(source, constrained)
+        start = time.perf_counter()
+        try:
+            if self.complete is not None:
+                raw = self.complete(prompt, guided)
+            elif self.complete_batch is not None:
+                raw = self.complete_batch([(prompt, guided)])[0]
+            else:
+                raw = _run_sync(self.acomplete(prompt, guided))  # type: ignore[misc]
+        except Exception as exc:
+            raise _generation_error(exc) from exc
+        return self._finish(raw, prompt, constrained, start)
+
+    async def agenerate(self, source: Source, question: str, *, constrained: bool = True) -> Generation:
+        # Schema introspection may hit the database on first use: keep it off the event loop.
+        prompt, guided = await asyncio.to_thread(lambda: (self.prompt(source, question),
+                                                          self.guided(source, constrained)))
+        start = time.perf_counter()
+        try:
+            if self.acomplete is not None:
+                raw = await self.acomplete(prompt, guided)
+            elif self.complete is not None:
+                raw = await asyncio.to_thread(self.complete, prompt, guided)
+            else:
+                raw = (await asyncio.to_thread(self.complete_batch, [(prompt, guided)]))[0]  # type: ignore[arg-type]
+        except Exception as exc:
+            raise _generation_error(exc) from exc
+        return self._finish(raw, prompt, constrained, start)
+
+    def generate_many(self, requests: Sequence[tuple[Source, str]], *, constrained: bool = True) -> list[Generation]:
+        """Many questions in one model call when a batch callable exists (continuous batching makes
+        that far faster than one by one); ``generation_ms`` is then the batch's wall time."""
+        if self.complete_batch is None:
+            return [self.generate(s, q, constrained=constrained) for s, q in requests]
+        prompts = [(self.prompt(s, q), self.guided(s, constrained)) for s, q in requests]
+        start = time.perf_counter()
+        try:
+            raws = self.complete_batch(prompts)
+        except Exception as exc:
+            raise _generation_error(exc) from exc
+        return [self._finish(raw, p, constrained, start) for raw, (p, _) in zip(raws, prompts, strict=True)]
+
+
+def _generation_error(exc: Exception) -> Exception:
+    if isinstance(exc, Text2SQLError):
+        return exc
+    return GenerationError(f"the model call failed: {type(exc).__name__}: {exc}")
+
+
+def _run_sync(coro: Awaitable[str]) -> str:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+# -- model-call factories ------------------------------------------------------------------------
+
+def sampling_params(guided: Guided, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0):
+    """The engine's SamplingParams for one text-to-SQL call (free decoding gets stop strings)."""
+    from engine import SamplingParams
+
+    stop = [] if guided else list(UNCONSTRAINED_STOP)
+    return SamplingParams(temperature=temperature, max_tokens=max_tokens, guided=guided, stop=stop)
+
+
+def llm_complete(llm: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0) -> Complete:
+    """A :data:`Complete` over the offline ``engine.LLM``."""
+
+    def complete(prompt: str, guided: Guided) -> str:
+        params = sampling_params(guided, max_tokens, temperature)
+        return llm.generate([prompt], params, use_tqdm=False)[0].outputs[0].text
+
+    return complete
+
+
+def llm_complete_batch(llm: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0) -> CompleteBatch:
+    """A :data:`CompleteBatch`: every prompt goes to ``LLM.generate`` at once."""
+
+    def complete_batch(requests: Sequence[tuple[str, Guided]]) -> list[str]:
+        prompts = [p for p, _ in requests]
+        params = [sampling_params(g, max_tokens, temperature) for _, g in requests]
+        return [out.outputs[0].text for out in llm.generate(prompts, params, use_tqdm=False)]
+
+    return complete_batch
+
+
+def async_engine_complete(engine: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0) -> AsyncComplete:
+    """An :data:`AsyncComplete` over ``engine.AsyncEngine`` (the gateway's embedded engine)."""
+
+    async def acomplete(prompt: str, guided: Guided) -> str:
+        out = await engine.generate_full(prompt, sampling_params(guided, max_tokens, temperature))
+        return out.outputs[0].text
+
+    return acomplete
+
+
+def _openai_body(model: str, prompt: str, guided: Guided, max_tokens: int, grammar_field: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    if guided:
+        # vLLM < 0.10 reads "guided_grammar"; newer vLLM reads {"structured_outputs": {"grammar": ...}}.
+        head, _, tail = grammar_field.partition(".")
+        body[head] = {tail: guided["grammar"]} if tail else guided["grammar"]
+    else:
+        body["stop"] = list(UNCONSTRAINED_STOP)
+    return body
+
+
+def openai_complete(base_url: str, model: str, api_key: str = "EMPTY", *, max_tokens: int = DEFAULT_MAX_TOKENS,
+                    grammar_field: str = "guided_grammar", timeout_s: float = 120.0) -> Complete:
+    """A :data:`Complete` over an OpenAI-compatible ``/v1/completions`` (vLLM, another sllm)."""
+    import httpx
+
+    url = base_url.rstrip("/") + "/completions"
+    headers = {"Authorization": f"Bearer {api_key}"}
+
+    def complete(prompt: str, guided: Guided) -> str:
+        body = _openai_body(model, prompt, guided, max_tokens, grammar_field)
+        resp = httpx.post(url, json=body, headers=headers, timeout=timeout_s)
+        resp.raise_for_status()
+        return resp.json()["choices"][0]["text"]
+
+    return complete
+
+
+def openai_acomplete(base_url: str, model: str, api_key: str = "EMPTY", *, max_tokens: int = DEFAULT_MAX_TOKENS,
+                     grammar_field: str = "guided_grammar", timeout_s: float = 120.0) -> AsyncComplete:
+    """The async twin of :func:`openai_complete`."""
+    import httpx
+
+    url = base_url.rstrip("/") + "/completions"
+    headers = {"Authorization": f"Bearer {api_key}"}
+
+    async def acomplete(prompt: str, guided: Guided) -> str:
+        body = _openai_body(model, prompt, guided, max_tokens, grammar_field)
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            resp = await client.post(url, json=body, headers=headers)
+        resp.raise_for_status()
+        return resp.json()["choices"][0]["text"]
+
+    return acomplete

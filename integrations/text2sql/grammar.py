@@ -1,0 +1,331 @@
+"""An EBNF grammar (xgrammar's GBNF dialect) for one read-only SELECT over a given schema.
+
+Decoding under this grammar makes the model's output a single SELECT statement whose table names
+and column names are the schema's own; there is no production for INSERT, UPDATE, DDL, PRAGMA or a
+second statement, so such text cannot be sampled. The output ends at ``;`` or a newline, where the
+grammar terminates and the engine finishes the sequence.
+
+What the grammar guarantees is syntax and vocabulary, not meaning: a CFG cannot check that an alias
+used in ``cu.name`` was declared in FROM. Those mistakes surface at ``EXPLAIN`` time.
+
+Design choices that keep a small model on track:
+
+* Keywords are upper or lower case (not mixed), single spaces between tokens, optional single spaces
+  around operators, commas and parentheses: no whitespace loops.
+* Every structural repetition is bounded (select items, joins, AND/OR chains, digits) and subqueries
+  nest at most ``max_depth`` deep, so a model that repeats itself is forced towards the end.
+* Aggregates are only allowed where SQL allows them (SELECT list, HAVING, ORDER BY), never in
+  WHERE/ON/GROUP BY and never nested; ``IN (...)`` and scalar subqueries select exactly one column.
+  Each of these is an error SQLite would only report at run time.
+* A query without joins names only its table's columns (one alternative per table, so the FROM
+  table and the columns agree); joins see all columns. Table aliases are short
+  (``[a-z][a-z0-9_]{0,3}``, like ``cu`` or ``s23``), so ``table.column`` with a real table name is
+  typed: only that table's columns can follow it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from integrations.text2sql.schema import Schema, quote_ident
+
+
+@dataclass(frozen=True)
+class GrammarOptions:
+    """Knobs of :func:`sql_grammar`; the defaults suit SmolLM-class models on small schemas."""
+
+    dialect: str = "sqlite"
+    max_depth: int = 1  # subquery nesting: 1 allows one level (IN, EXISTS, scalar, FROM (...))
+    max_select_items: int = 10
+    max_joins: int = 5
+    max_conditions: int = 6  # per AND chain and per OR chain
+    max_in_values: int = 20
+    max_group_by: int = 5
+    max_order_by: int = 4
+    terminators: tuple[str, ...] = (";", "\n")
+    lowercase_keywords: bool = True
+
+
+# SQLite's scalar functions by arity: (name, min_args, max_args). Date functions are SQLite's own
+# (there is no EXTRACT or INTERVAL in SQLite); other dialects get only the portable ones.
+_SQLITE_FUNCTIONS: tuple[tuple[str, int, int], ...] = (
+    ("DATE", 1, 5),
+    ("TIME", 1, 5),
+    ("DATETIME", 1, 5),
+    ("JULIANDAY", 1, 5),
+    ("UNIXEPOCH", 1, 5),
+    ("STRFTIME", 2, 6),
+    ("IFNULL", 2, 2),
+    ("NULLIF", 2, 2),
+    ("INSTR", 2, 2),
+    ("SUBSTR", 2, 3),
+    ("REPLACE", 3, 3),
+    ("TYPEOF", 1, 1),
+    ("IIF", 3, 3),
+)
+_PORTABLE_FUNCTIONS: tuple[tuple[str, int, int], ...] = (
+    ("LOWER", 1, 1),
+    ("UPPER", 1, 1),
+    ("LENGTH", 1, 1),
+    ("ABS", 1, 1),
+    ("TRIM", 1, 1),
+    ("ROUND", 1, 2),
+    ("COALESCE", 2, 4),
+)
+_AGGREGATES = ("SUM", "AVG", "MIN", "MAX", "COUNT", "TOTAL")
+_CAST_TYPES = ("INTEGER", "REAL", "TEXT", "NUMERIC")
+
+
+def ebnf_literal(text: str) -> str:
+    """``text`` as an EBNF string literal (JSON escaping is a subset of what xgrammar accepts)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+class _Rules:
+    """An ordered rule set; the first rule added is emitted first (``root``)."""
+
+    def __init__(self) -> None:
+        self._rules: dict[str, str] = {}
+
+    def add(self, name: str, body: str) -> str:
+        if name not in self._rules:
+            self._rules[name] = body
+        return name
+
+    def has(self, name: str) -> bool:
+        return name in self._rules
+
+    def text(self) -> str:
+        return "\n".join(f"{name} ::= {body}" for name, body in self._rules.items()) + "\n"
+
+
+def _alts(items: Iterable[str]) -> str:
+    return " | ".join(items)
+
+
+def _rep(item: str, sep: str, most: int) -> str:
+    """``item (sep item){0,most-1}``: at least one, at most ``most`` items."""
+    if most <= 1:
+        return item
+    return f"{item} ({sep} {item}){{0,{most - 1}}}"
+
+
+class _Builder:
+    """Emits the rules. Expression rules come in *families* keyed by scope, depth and aggregation:
+
+    * scope ``all``: columns of every table (join queries, where aliases decide the table), or
+      ``t<i>``: only table ``i``'s columns (single-table queries);
+    * depth: subquery nesting level (no subqueries at ``max_depth``);
+    * ``a``: aggregates allowed (SELECT list, HAVING, ORDER BY) or ``p``: plain (WHERE, ON, GROUP BY).
+    """
+
+    def __init__(self, tables: Mapping[str, Sequence[str]], opts: GrammarOptions):
+        if not tables or not any(tables.values()):
+            raise ValueError("a SQL grammar needs at least one table with columns")
+        self.tables = {t: list(cols) for t, cols in tables.items() if cols}
+        self.table_names = sorted(self.tables)
+        self.o = opts
+        self.r = _Rules()
+        self.functions = _PORTABLE_FUNCTIONS + (_SQLITE_FUNCTIONS if opts.dialect == "sqlite" else ())
+
+    def has(self, name: str) -> bool:
+        return self.r.has(name)
+
+    # -- lexical pieces ------------------------------------------------------------------------
+    def kw(self, word: str) -> str:
+        """A keyword (or multi-word phrase) in upper or lower case."""
+        name = "kw_" + word.lower().replace(" ", "_")
+        forms = [word, word.lower()] if self.o.lowercase_keywords and word.lower() != word else [word]
+        return self.r.add(name, _alts(ebnf_literal(f) for f in forms))
+
+    def lexical(self) -> None:
+        r = self.r
+        r.add("sp", '" "')
+        r.add("ows", '" "?')  # optional single space around operators and punctuation
+        r.add("comma", 'ows "," ows')
+        r.add("lp", '"(" ows')
+        r.add("rp", 'ows ")"')
+        # String contents and output aliases are unbounded on purpose: a bounded repetition of a
+        # character class makes xgrammar's per-token mask about 10x slower there (measured), and
+        # max_tokens bounds them anyway.
+        r.add("string", "\"'\" ([^'\\r\\n] | \"''\")* \"'\"")
+        r.add("number", '[0-9]{1,15} ("." [0-9]{1,8})?')
+        r.add("int", "[0-9]{1,9}")
+        r.add(
+            "literal",
+            _alts(["string", "number", self.kw("NULL"), self.kw("TRUE"), self.kw("FALSE"),
+                   self.kw("CURRENT_DATE"), self.kw("CURRENT_TIMESTAMP")]),
+        )
+        r.add("alias", "[a-z] [a-z0-9_]{0,3}")
+        r.add("out_alias", "[a-zA-Z_] [a-zA-Z0-9_]*")
+        all_columns = sorted({c for cols in self.tables.values() for c in cols})
+        r.add("table_name", _alts(ebnf_literal(quote_ident(t)) for t in self.table_names))
+        r.add("column_name", _alts(ebnf_literal(quote_ident(c)) for c in all_columns))
+        for i, t in enumerate(self.table_names):
+            r.add(f"cols_t{i}", _alts(ebnf_literal(quote_ident(c)) for c in self.tables[t]))
+        r.add("cmp_op", _alts(ebnf_literal(op) for op in ("=", "!=", "<>", "<=", ">=", "<", ">")))
+        r.add("add_op", _alts(ebnf_literal(op) for op in ("+", "-", "||")))
+        r.add("mul_op", _alts(ebnf_literal(op) for op in ("*", "/", "%")))
+        r.add("direction", f"sp ({self.kw('ASC')} | {self.kw('DESC')})")
+        r.add("limit", f"sp {self.kw('LIMIT')} sp int (sp {self.kw('OFFSET')} sp int)?")
+
+    def column_ref(self, scope: str, depth: int) -> str:
+        """Column references visible in ``scope``: bare, ``table.column`` or ``alias.column``."""
+        name = f"colref_{scope}_{depth}"
+        if self.has(name):
+            return name
+        typed = [f"{ebnf_literal(quote_ident(t) + '.')} cols_t{i}" for i, t in enumerate(self.table_names)]
+        if scope == "all":
+            body = ["column_name", *typed, 'alias "." column_name']
+        else:
+            i = int(scope[1:])
+            t = self.table_names[i]
+            # In a subquery an alias may name the outer query's table (a correlated reference).
+            alias_cols = "column_name" if depth > 0 else f"cols_{scope}"
+            body = [f"cols_{scope}", f"{ebnf_literal(quote_ident(t) + '.')} cols_{scope}", f'alias "." {alias_cols}']
+        return self.r.add(name, _alts(body))
+
+    # -- expressions -------------------------------------------------------------------------------
+    def expr_family(self, scope: str, depth: int, agg: bool) -> str:
+        """Rules for conditions and values; returns the suffix naming them (``cond_<s>``, ``val_<s>``)."""
+        s = f"{scope}_{depth}{'a' if agg else 'p'}"
+        if self.has(f"val_{s}"):
+            return s
+        o, r, kw = self.o, self.r, self.kw
+        sub = depth < o.max_depth
+        plain = self.expr_family(scope, depth, False) if agg else s  # aggregate arguments: no aggregates
+        # Conditions: OR of ANDs of optionally negated predicates.
+        r.add(f"cond_{s}", _rep(f"conj_{s}", f"sp {kw('OR')} sp", o.max_conditions))
+        r.add(f"conj_{s}", _rep(f"pred_{s}", f"sp {kw('AND')} sp", o.max_conditions))
+        preds = [f"({kw('NOT')} sp)? val_{s} pred_tail_{s}?", f"({kw('NOT')} sp)? lp cond_{s} rp"]
+        if sub:
+            preds.append(f"({kw('NOT')} sp)? {kw('EXISTS')} ows lp query_{depth + 1} rp")
+        r.add(f"pred_{s}", _alts(preds))
+        in_items = [_rep(f"val_{s}", "comma", o.max_in_values)]
+        if sub:
+            in_items.append(f"query1_{depth + 1}")
+        r.add(
+            f"pred_tail_{s}",
+            _alts([
+                f"ows cmp_op ows val_{s}",
+                f"sp {kw('IS')} sp ({kw('NOT')} sp)? {kw('NULL')}",
+                f"(sp {kw('NOT')})? sp {kw('IN')} ows lp ({_alts(in_items)}) rp",
+                f"(sp {kw('NOT')})? sp {kw('LIKE')} sp val_{s}",
+                f"(sp {kw('NOT')})? sp {kw('BETWEEN')} sp val_{s} sp {kw('AND')} sp val_{s}",
+            ]),
+        )
+        # Values: sums of products of signed atoms.
+        r.add(f"val_{s}", _rep(f"term_{s}", "ows add_op ows", 6))
+        r.add(f"term_{s}", _rep(f"factor_{s}", "ows mul_op ows", 4))
+        r.add(f"factor_{s}", f'"-"? atom_{s}')
+        atoms = [self.column_ref(scope, depth), "literal", f"func_{s}", f"lp val_{s} rp", f"case_{s}", f"cast_{s}"]
+        if agg:
+            atoms.append(f"agg_{s}")
+        if sub:
+            atoms.append(f"lp query1_{depth + 1} rp")
+        r.add(f"atom_{s}", _alts(atoms))
+        funcs = []
+        for name, lo, hi in self.functions:
+            args = f"val_{s}" + (f" (comma val_{s}){{{lo - 1},{hi - 1}}}" if hi > 1 else "")
+            funcs.append(f"{kw(name)} lp {args} rp")
+        r.add(f"func_{s}", _alts(funcs))
+        r.add(
+            f"case_{s}",
+            f"{kw('CASE')} (sp {kw('WHEN')} sp cond_{s} sp {kw('THEN')} sp val_{s}){{1,4}}"
+            f" (sp {kw('ELSE')} sp val_{s})? sp {kw('END')}",
+        )
+        r.add(f"cast_{s}", f"{kw('CAST')} lp val_{s} sp {kw('AS')} sp ({_alts(kw(t) for t in _CAST_TYPES)}) rp")
+        if agg:
+            distinct = f"({kw('DISTINCT')} sp)?"
+            aggs = [f"{kw('COUNT')} lp \"*\" rp"]
+            aggs += [f"{kw(a)} lp {distinct} val_{plain} rp" for a in _AGGREGATES]
+            aggs.append(f"{kw('GROUP_CONCAT')} lp val_{plain} (comma string)? rp")
+            r.add(f"agg_{s}", _alts(aggs))
+        return s
+
+    # -- queries ---------------------------------------------------------------------------------
+    def clauses(self, scope: str, depth: int) -> tuple[str, str]:
+        """SELECT-list and WHERE..LIMIT rules of one scope; returns (items, tail) rule names."""
+        o, r, kw = self.o, self.r, self.kw
+        key = f"{scope}_{depth}"
+        if self.has(f"items_{key}"):
+            return f"items_{key}", f"tail_{key}"
+        a = self.expr_family(scope, depth, True)
+        p = self.expr_family(scope, depth, False)
+        r.add(f"items_{key}", _rep(f"item_{key}", "comma", o.max_select_items))
+        r.add(f"item_{key}", f'"*" | (table_name | alias) ".*" | item1_{key}')
+        r.add(f"item1_{key}", f"val_{a} (sp {kw('AS')} sp out_alias)?")
+        r.add(f"where_{key}", f"sp {kw('WHERE')} sp cond_{p}")
+        r.add(
+            f"group_{key}",
+            f"sp {kw('GROUP BY')} sp {_rep(f'group_item_{key}', 'comma', o.max_group_by)}"
+            f" (sp {kw('HAVING')} sp cond_{a})?",
+        )
+        r.add(f"group_item_{key}", f"val_{p} | out_alias")
+        r.add(f"order_{key}", f"sp {kw('ORDER BY')} sp {_rep(f'order_item_{key}', 'comma', o.max_order_by)}")
+        r.add(f"order_item_{key}", f"(val_{a} | out_alias) direction?")
+        r.add(f"tail_{key}", f"where_{key}? group_{key}? order_{key}? limit?")
+        return f"items_{key}", f"tail_{key}"
+
+    def query(self, depth: int) -> None:
+        """``query_<d>`` (any number of columns) and ``query1_<d>`` (one column, for IN and scalars).
+
+        A query without joins is one alternative per table whose expressions see only that table's
+        columns, so ``SELECT x FROM t`` can only name columns of ``t``. A query with joins (or a
+        derived table) sees every column: which table an alias stands for is beyond a CFG."""
+        if self.has(f"query_{depth}"):
+            return
+        o, r, kw = self.o, self.r, self.kw
+        d = depth
+        sub = depth < o.max_depth
+        head = f"{kw('SELECT')} sp ({kw('DISTINCT')} sp)?"
+        many, one = [], []
+        for i, t in enumerate(self.table_names):
+            items, tail = self.clauses(f"t{i}", d)
+            frm = r.add(f"from_t{i}_{d}", f"sp {kw('FROM')} sp {ebnf_literal(quote_ident(t))} (sp {kw('AS')} sp alias)?")
+            many.append(f"{items} {frm} {tail}")
+            one.append(f"item1_t{i}_{d} {frm} {tail}")
+        items, tail = self.clauses("all", d)
+        ref = r.add(f"table_ref_{d}", f"table_name (sp {kw('AS')} sp alias)?")
+        joins = " | ".join(kw(j) for j in ("JOIN", "INNER JOIN", "LEFT JOIN", "LEFT OUTER JOIN"))
+        p = self.expr_family("all", d, False)
+        r.add(
+            f"join_{d}",
+            _alts([
+                f"sp ({joins}) sp {ref} sp {kw('ON')} sp cond_{p}",
+                f"sp {kw('CROSS JOIN')} sp {ref}",
+                f"comma {ref}",
+            ]),
+        )
+        froms = [f"sp {kw('FROM')} sp {ref} join_{d}{{1,{o.max_joins}}}"]
+        if sub:
+            froms.append(f"sp {kw('FROM')} sp lp query_{d + 1} rp sp {kw('AS')} sp alias join_{d}{{0,{o.max_joins}}}")
+        r.add(f"from_all_{d}", _alts(froms))
+        many.append(f"{items} from_all_{d} {tail}")
+        one.append(f"item1_all_{d} from_all_{d} {tail}")
+        r.add(f"query_{d}", f"{head} ({_alts(many)})")
+        r.add(f"query1_{d}", f"{head} ({_alts(one)})")
+        if sub:
+            self.query(d + 1)
+
+
+def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOptions | None = None) -> str:
+    """The EBNF text for ``SamplingParams(guided={"grammar": ...})``.
+
+    ``schema`` is a :class:`Schema` or a plain ``{table: [columns]}`` mapping. The grammar's
+    dialect follows the schema's unless ``options`` says otherwise.
+    """
+    if isinstance(schema, Schema):
+        tables: Mapping[str, Sequence[str]] = schema.columns_by_table()
+        if options is None:
+            options = GrammarOptions(dialect=schema.dialect)
+    else:
+        tables = schema
+    opts = options or GrammarOptions()
+    b = _Builder(tables, opts)
+    b.r.add("root", f"query_0 ({_alts(ebnf_literal(t) for t in opts.terminators)})")
+    b.lexical()
+    b.query(0)
+    return b.r.text()
