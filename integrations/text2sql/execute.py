@@ -101,7 +101,8 @@ class _Deadline:
 def _sqlite_error(exc: sqlite3.Error, deadline: _Deadline, timeout_s: float, phase: str) -> Exception:
     if deadline.hit or "interrupted" in str(exc):
         return QueryTimeout(f"query cancelled after the {timeout_s:g} s time limit")
-    if "not authorized" in str(exc) or "readonly" in str(exc) or "query_only" in str(exc):
+    text = str(exc).lower()
+    if "authoriz" in text or "readonly" in text or "read-only" in text or "query_only" in text:
         return UnsafeSQL(f"refused by the read-only connection: {exc}")
     if phase == "explain":
         return InvalidSQL(f"the database rejected the query: {exc}")

@@ -329,3 +329,14 @@ def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOp
     b.lexical()
     b.query(0)
     return b.r.text()
+
+
+def matches_grammar(ebnf: str, text: str) -> bool:
+    """Whether ``text`` is a complete sentence of ``ebnf`` (a character-level check, no tokenizer).
+
+    For tests and diagnostics: e.g. does the grammar of a schema admit a hand-written query."""
+    import xgrammar as xgr
+
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
+    matcher = xgr.GrammarMatcher(compiler.compile_grammar(ebnf), terminate_without_stop_token=True)
+    return bool(matcher.accept_string(text)) and matcher.is_terminated()
