@@ -53,9 +53,12 @@ class AsyncEngine:
     def stats(self) -> dict[str, Any]:
         e = self.engine
         bm = e.block_manager
+        running = e.scheduler.running
         return {
-            "num_running": e.num_running,
+            "num_running": len(running),
             "num_waiting": e.num_waiting,
+            "num_requests_running": len({s.request_id for s in running}),
+            "num_requests_waiting": len({s.request_id for s in e.scheduler.waiting} - {s.request_id for s in running}),
             "kv_usage": bm.usage,
             "num_free_blocks": bm.num_free_blocks,
             "num_blocks": bm.num_blocks,
@@ -160,9 +163,17 @@ class AsyncEngine:
         return last
 
     def shutdown(self) -> None:
+        """Stops the step thread; requests still streaming get EngineDeadError instead of hanging."""
         self._stop = True
         self._wake.set()
         self._thread.join(timeout=5)
+        if self.error is None:
+            self.error = EngineDeadError("the engine was shut down")
+        with self._lock:
+            streams, self._streams = self._streams, {}
+        for loop, q in streams.values():
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(q.put_nowait, EngineDeadError("the engine was shut down"))
 
 
 def _merge(a: RequestOutput, b: RequestOutput) -> RequestOutput:

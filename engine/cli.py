@@ -9,6 +9,8 @@ import typer
 app = typer.Typer(help="sllm: small-LLM serving for workflow automation", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks that print numbers (ratios against a peer run in the same process)")
 app.add_typer(bench_app, name="bench")
+keys_app = typer.Typer(help="API keys stored hashed in the server's database")
+app.add_typer(keys_app, name="keys")
 
 
 @app.command()
@@ -59,6 +61,7 @@ def _register_optional_commands() -> None:
 
     for module, attr, target, name in (
         ("gateway.cli", "serve", app, "serve"),
+        ("gateway.cli", "create_key", keys_app, "create"),
         ("gateway.bench", "bench_serve", bench_app, "serve"),
         ("engine.bench", "bench_offline", bench_app, "offline"),
         ("kernels.bench", "bench_kernels", bench_app, "kernels"),

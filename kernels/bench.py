@@ -596,3 +596,17 @@ def _tag(row: Row, dtype_name: str) -> Row:
 
 if __name__ == "__main__":
     main()
+
+
+def bench_kernels(
+    batch: int = 64,
+    context: int = 2048,
+    num_q_heads: int = 32,
+    num_kv_heads: int = 8,
+    head_dim: int = 128,
+    block_size: int = 16,
+    dtype: str = "float16",
+) -> None:
+    """`sllm bench kernels`: check and time every Triton kernel against its torch reference (CUDA only)."""
+    main(batch=batch, context=context, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
+         head_dim=head_dim, block_size=block_size, dtype=dtype)
