@@ -28,8 +28,10 @@ async def _wait_for_disconnect(request: Request) -> None:
         pass
 
 
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Runs `work`, cancelling it as soon as the client disconnects."""
+async def unless_disconnected(request: Request | None, work: Awaitable[T]) -> T:
+    """Runs `work`, cancelling it as soon as the client disconnects (a job has no client: it runs on)."""
+    if request is None:
+        return await work
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(_wait_for_disconnect(request))
     try:
@@ -54,11 +56,12 @@ async def _resume(first: asyncio.Future, rest: AsyncIterator[RequestOutput]) -> 
 
 
 class Generation:
-    def __init__(self, state: ServerState, engine: AsyncEngine, request: Request):
+    def __init__(self, state: ServerState, engine: AsyncEngine, request: Request | None):
+        """`request` None: a job's request (a batch line, a background response), run without HTTP."""
         self.state = state
         self.engine = engine
         self.request = request
-        self.record: RequestRecord | None = getattr(request.state, "record", None)
+        self.record: RequestRecord | None = getattr(request.state, "record", None) if request is not None else None
         base = self.record.request_id if self.record else uuid.uuid4().hex
         # Engine ids must be unique even when a client reuses its x-request-id.
         self.engine_id = f"{base}-{uuid.uuid4().hex[:8]}"
@@ -71,7 +74,8 @@ class Generation:
         """Admits the request (429 past the queue bound), checks each prompt against the context
         (400), and submits it; engine refusals that come back within ACCEPT_WINDOW_S are raised here,
         so they too become a 400 instead of an error inside a stream."""
-        self._slot = self.state.admission.acquire()
+        # Jobs skip admission: the job runner admits them, below interactive requests (gateway/jobs/gate.py).
+        self._slot = self.state.admission.acquire() if self.request is not None else None
         try:
             token_prompts = [await self._tokens(p, params) for p in prompts]
             self._streams = await unless_disconnected(self.request, self._open(token_prompts, params))

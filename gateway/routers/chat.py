@@ -3,9 +3,9 @@ streamed as `chat.completion.chunk`s."""
 
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
-from engine import RequestOutput
+from engine import AsyncEngine, RequestOutput
 from gateway import chat_template
 from gateway.deps import Engine, State, check_model
 from gateway.errors import APIError
@@ -24,6 +24,7 @@ from gateway.protocol.chat import (
 from gateway.protocol.common import now, random_id
 from gateway.sampling import sampling_params
 from gateway.sse import openai_stream, sse_response
+from gateway.state import ServerState
 from gateway.unsupported import reject_tools
 from gateway.usage import usage_of
 
@@ -43,6 +44,13 @@ def template_messages(messages: list[ChatMessage]) -> list[dict]:
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request, state: State, engine: Engine):
+    return await run_chat(body, state, engine, request)
+
+
+async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: AsyncEngine,
+                   request: Request | None = None) -> ChatCompletionResponse | Response:
+    """The endpoint itself, callable without HTTP: batch lines run through it with `request` None
+    (and `stream` false, so the answer is a ChatCompletionResponse)."""
     model = check_model(state, body.model)
     reject_tools(body.tools, body.tool_choice, body.response_format)
     if body.top_logprobs is not None and not body.logprobs:

@@ -3,9 +3,9 @@ n with the highest cumulative logprob), optional echo and logprobs, streamed or 
 
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 
-from engine import CompletionOutput, RequestOutput
+from engine import AsyncEngine, CompletionOutput, RequestOutput
 from gateway.deps import Engine, State, check_model
 from gateway.errors import APIError
 from gateway.generation import Generation
@@ -14,6 +14,7 @@ from gateway.protocol.common import now, random_id
 from gateway.protocol.completions import CompletionChoice, CompletionRequest, CompletionResponse
 from gateway.sampling import sampling_params
 from gateway.sse import openai_stream, sse_response
+from gateway.state import ServerState
 from gateway.usage import usage_of
 
 router = APIRouter(prefix="/v1")
@@ -50,6 +51,13 @@ def _cumulative_logprob(o: CompletionOutput) -> float:
 
 @router.post("/completions", response_model=CompletionResponse)
 async def create_completion(body: CompletionRequest, request: Request, state: State, engine: Engine):
+    return await run_completion(body, state, engine, request)
+
+
+async def run_completion(body: CompletionRequest, state: ServerState, engine: AsyncEngine,
+                         request: Request | None = None) -> CompletionResponse | Response:
+    """The endpoint itself, callable without HTTP: batch lines run through it with `request` None
+    (and `stream` false, so the answer is a CompletionResponse)."""
     model = check_model(state, body.model)
     best_of = _check(body)
     prompts = _prompts(body.prompt)
