@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from integrations.text2sql.errors import Text2SQLError
+from integrations.text2sql.errors import InvalidSQL, Text2SQLError
 from integrations.text2sql.execute import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult, run_validated
 from integrations.text2sql.generate import Generation, SQLGenerator
 from integrations.text2sql.sources import Source
@@ -88,6 +88,9 @@ def run_sql(source: Source, sql: str, *, execute: bool = True, max_rows: int = D
     )
     if not validation.ok:
         out.error = validation.error
+    elif generation is not None and generation.truncated:
+        out.error = InvalidSQL("the model ran out of tokens before the query ended (raise max_tokens)",
+                               code="truncated_sql")
     else:
         run_start = time.perf_counter()
         try:

@@ -29,6 +29,7 @@ DEFAULT_MAX_TOKENS = 192
 # Free decoding has no grammar to end it; these end a query in the seed prompt's format (the model
 # would otherwise go on with the next "### Question:" or a second statement).
 UNCONSTRAINED_STOP = (";", "\n\n", "###")
+GRAMMAR_TERMINATORS = GrammarOptions().terminators
 
 
 def extract_sql(text: str) -> str:
@@ -65,6 +66,13 @@ class Generation:
     prompt: str
     constrained: bool
     generation_ms: float
+    terminators: tuple[str, ...] = GRAMMAR_TERMINATORS
+
+    @property
+    def truncated(self) -> bool:
+        """A constrained output that did not reach the grammar's end (``;`` or newline) was cut by
+        ``max_tokens``: its text may still parse, but it is not the query the model meant."""
+        return self.constrained and not self.raw.endswith(self.terminators)
 
 
 class SQLGenerator:
@@ -102,7 +110,9 @@ class SQLGenerator:
     def _finish(self, raw: str, prompt: str, constrained: bool, start: float) -> Generation:
         if not isinstance(raw, str):
             raise GenerationError(f"the model call returned {type(raw).__name__}, not text")
-        return Generation(extract_sql(raw), raw, prompt, constrained, (time.perf_counter() - start) * 1000)
+        terminators = (self.grammar_options or GrammarOptions()).terminators
+        return Generation(extract_sql(raw), raw, prompt, constrained, (time.perf_counter() - start) * 1000,
+                          terminators)
 
     def generate(self, source: Source, question: str, *, constrained: bool = True) -> Generation:
         prompt, guided = self.prompt(source, question), self.guided(source, constrained)

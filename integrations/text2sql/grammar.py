@@ -26,6 +26,7 @@ Design choices that keep a small model on track:
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,7 +39,8 @@ class GrammarOptions:
 
     dialect: str = "sqlite"
     max_depth: int = 1  # subquery nesting: 1 allows one level (IN, EXISTS, scalar, FROM (...))
-    max_select_items: int = 10
+    max_select_items: int = 8
+    max_alias_chars: int = 24  # output column aliases (AS name); a looping model otherwise never stops
     max_joins: int = 5
     max_conditions: int = 6  # per AND chain and per OR chain
     max_in_values: int = 20
@@ -46,6 +48,11 @@ class GrammarOptions:
     max_order_by: int = 4
     terminators: tuple[str, ...] = (";", "\n")
     lowercase_keywords: bool = True
+    # One alternative per table for queries without joins (columns must match the FROM table).
+    # None: on for schemas of up to ``table_scope_limit`` tables; the grammar and the per-token mask
+    # work grow with the number of tables, so big schemas fall back to all-columns everywhere.
+    table_scopes: bool | None = None
+    table_scope_limit: int = 12
 
 
 # SQLite's scalar functions by arity: (name, min_args, max_args). Date functions are SQLite's own
@@ -129,6 +136,8 @@ class _Builder:
         self.o = opts
         self.r = _Rules()
         self.functions = _PORTABLE_FUNCTIONS + (_SQLITE_FUNCTIONS if opts.dialect == "sqlite" else ())
+        scoped = opts.table_scopes
+        self.scoped = scoped if scoped is not None else len(self.table_names) <= opts.table_scope_limit
 
     def has(self, name: str) -> bool:
         return self.r.has(name)
@@ -141,15 +150,15 @@ class _Builder:
         return self.r.add(name, _alts(ebnf_literal(f) for f in forms))
 
     def lexical(self) -> None:
-        r = self.r
+        o, r = self.o, self.r
         r.add("sp", '" "')
         r.add("ows", '" "?')  # optional single space around operators and punctuation
         r.add("comma", 'ows "," ows')
         r.add("lp", '"(" ows')
         r.add("rp", 'ows ")"')
-        # String contents and output aliases are unbounded on purpose: a bounded repetition of a
-        # character class makes xgrammar's per-token mask about 10x slower there (measured), and
-        # max_tokens bounds them anyway.
+        # String contents are unbounded on purpose: a bounded repetition of an alternation makes
+        # xgrammar's per-token mask about 10x slower inside strings (measured), and models do not
+        # loop there. Output aliases are bounded: small models do loop there (a_per_b_per_b_per_b...).
         r.add("string", "\"'\" ([^'\\r\\n] | \"''\")* \"'\"")
         r.add("number", '[0-9]{1,15} ("." [0-9]{1,8})?')
         r.add("int", "[0-9]{1,9}")
@@ -159,10 +168,15 @@ class _Builder:
                    self.kw("CURRENT_DATE"), self.kw("CURRENT_TIMESTAMP")]),
         )
         r.add("alias", "[a-z] [a-z0-9_]{0,3}")
-        r.add("out_alias", "[a-zA-Z_] [a-zA-Z0-9_]*")
+        r.add("out_alias", f"[a-zA-Z_] [a-zA-Z0-9_]{{0,{o.max_alias_chars - 1}}}")
         all_columns = sorted({c for cols in self.tables.values() for c in cols})
+        owners = Counter(c for cols in self.tables.values() for c in set(cols))
         r.add("table_name", _alts(ebnf_literal(quote_ident(t)) for t in self.table_names))
         r.add("column_name", _alts(ebnf_literal(quote_ident(c)) for c in all_columns))
+        # Bare names in a join must be unambiguous: a column several tables have (ids, name) needs
+        # its table or alias there, or SQLite stops with "ambiguous column name".
+        unique = [c for c in all_columns if owners[c] == 1] or all_columns
+        r.add("unique_column", _alts(ebnf_literal(quote_ident(c)) for c in unique))
         for i, t in enumerate(self.table_names):
             r.add(f"cols_t{i}", _alts(ebnf_literal(quote_ident(c)) for c in self.tables[t]))
         r.add("cmp_op", _alts(ebnf_literal(op) for op in ("=", "!=", "<>", "<=", ">=", "<", ">")))
@@ -178,7 +192,10 @@ class _Builder:
             return name
         typed = [f"{ebnf_literal(quote_ident(t) + '.')} cols_t{i}" for i, t in enumerate(self.table_names)]
         if scope == "all":
-            body = ["column_name", *typed, 'alias "." column_name']
+            # With per-table alternatives this scope only serves joins, where bare names must be
+            # unambiguous; without them it also serves single-table queries.
+            bare = "unique_column" if self.scoped else "column_name"
+            body = [bare, *typed, 'alias "." column_name']
         else:
             i = int(scope[1:])
             t = self.table_names[i]
@@ -282,7 +299,8 @@ class _Builder:
         sub = depth < o.max_depth
         head = f"{kw('SELECT')} sp ({kw('DISTINCT')} sp)?"
         many, one = [], []
-        for i, t in enumerate(self.table_names):
+        scoped = self.scoped
+        for i, t in enumerate(self.table_names if scoped else []):
             items, tail = self.clauses(f"t{i}", d)
             frm = r.add(f"from_t{i}_{d}", f"sp {kw('FROM')} sp {ebnf_literal(quote_ident(t))} (sp {kw('AS')} sp alias)?")
             many.append(f"{items} {frm} {tail}")
@@ -299,7 +317,7 @@ class _Builder:
                 f"comma {ref}",
             ]),
         )
-        froms = [f"sp {kw('FROM')} sp {ref} join_{d}{{1,{o.max_joins}}}"]
+        froms = [f"sp {kw('FROM')} sp {ref} join_{d}{{{1 if scoped else 0},{o.max_joins}}}"]
         if sub:
             froms.append(f"sp {kw('FROM')} sp lp query_{d + 1} rp sp {kw('AS')} sp alias join_{d}{{0,{o.max_joins}}}")
         r.add(f"from_all_{d}", _alts(froms))

@@ -103,8 +103,19 @@ async def test_async_paths(shop):
     res = await aask(source, "first city?", SQLGenerator(acomplete=acomplete))
     assert res.ok and res.rows == [("서울",)]
     # A sync-only generator works from async code too (run in a thread).
-    res = await aask(source, "q", SQLGenerator(lambda p, g: "SELECT COUNT(*) FROM products"))
+    res = await aask(source, "q", SQLGenerator(lambda p, g: "SELECT COUNT(*) FROM products\n"))
     assert res.ok and res.rows[0][0] > 0
+
+
+def test_constrained_output_cut_by_max_tokens_is_not_run(shop):
+    """Under the grammar a finished query ends with ; or a newline; anything else hit max_tokens,
+    even when the prefix happens to parse ("... WHERE order_id = 1000" cut inside a number)."""
+    source, _ = shop
+    res = ask(source, "q", SQLGenerator(lambda p, g: "SELECT * FROM orders WHERE order_id = 1000"))
+    assert not res.ok and not res.executed and res.error.code == "truncated_sql"
+    assert res.validation.ok  # it parses: only the missing terminator tells
+    res = ask(source, "q", SQLGenerator(lambda p, g: "SELECT * FROM orders WHERE order_id = 1000"), constrained=False)
+    assert res.ok  # free decoding ends at stop strings, which the engine strips
 
 
 def test_batches_go_to_the_model_at_once(shop):

@@ -79,6 +79,9 @@ def test_grammar_only_knows_the_schema(matchers):
     assert matchers("shop", "SELECT COUNT(*) FROM cities WHERE country = 'KR';")
     # table.column is typed by the table.
     assert not matchers("shop", "SELECT customers.price FROM customers JOIN products ON 1 = 1;")
+    # In a join, a bare name several tables share is ambiguous; qualified it is fine.
+    assert not matchers("shop", "SELECT name FROM customers AS cu JOIN cities AS c ON cu.city_id = c.city_id;")
+    assert matchers("shop", "SELECT c.name, email FROM customers AS cu JOIN cities AS c ON cu.city_id = c.city_id;")
     # Aggregates are not allowed in WHERE.
     assert not matchers("shop", "SELECT name FROM products WHERE COUNT(*) > 1;")
     assert matchers("shop", "SELECT category FROM products GROUP BY category HAVING COUNT(*) > 1;")
@@ -114,3 +117,14 @@ def test_odd_names_are_quoted_and_dialects_differ():
     assert "JULIANDAY" not in sql_grammar(tables, GrammarOptions(dialect="postgresql"))
     with pytest.raises(ValueError):
         sql_grammar({})
+
+
+def test_big_schemas_fall_back_to_one_scope():
+    """Per-table alternatives multiply the grammar; past the limit every query sees every column."""
+    tables = {f"t{i}": ["id", f"c{i}"] for i in range(20)}
+    flat = sql_grammar(tables)
+    assert "cols_t0 ::=" in flat and "from_t0_0" not in flat
+    assert "from_t0_0" in sql_grammar(tables, GrammarOptions(table_scopes=True))
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
+    m = xgr.GrammarMatcher(compiler.compile_grammar(flat), terminate_without_stop_token=True)
+    assert m.accept_string("SELECT id, c3 FROM t3 WHERE id = 1;") and m.is_terminated()
