@@ -25,8 +25,13 @@ def serve(
                                                envvar="SLLM_MAX_REQUEST_BODY_BYTES"),
     db: str | None = typer.Option(None, "--db", envvar="SLLM_DB", help="SQLite file or SQLAlchemy URL"),
     log_level: str = typer.Option("info", "--log-level", envvar="SLLM_LOG_LEVEL"),
+    speculative_config: str | None = typer.Option(
+        None, "--speculative-config", envvar="SLLM_SPECULATIVE_CONFIG",
+        help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\' or a draft model',
+    ),
 ):
     """Serve the OpenAI-compatible API (under /v1) on the embedded engine."""
+    import json
     import logging
 
     import uvicorn
@@ -40,6 +45,7 @@ def serve(
         max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,
         num_kv_blocks=num_kv_blocks, max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
+        speculative_config=json.loads(speculative_config) if speculative_config else None,
         **({"db": db} if db else {}),
     )
     # Our access log replaces uvicorn's: one line per request with tokens and timings.

@@ -28,6 +28,7 @@ class Settings(BaseModel):
     max_request_body_bytes: int = 8 * 1024 * 1024
     db: str = Field(default_factory=default_db_path)
     log_level: str = "info"
+    speculative_config: dict | None = None  # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
 
     @property
     def max_in_flight(self) -> int:
@@ -44,4 +45,5 @@ class Settings(BaseModel):
             max_num_seqs=self.max_num_seqs,
             block_size=self.block_size,
             num_kv_blocks=self.num_kv_blocks,
+            speculative_config=self.speculative_config,
         )
