@@ -65,6 +65,7 @@ class AsyncEngine:
             "prefix_queries": bm.prefix_queries,
             "prefix_hits": bm.prefix_hits,
             "num_preemptions": e.scheduler.num_preemptions,
+            "spec": e.spec_stats,  # None unless speculative decoding is configured
             **e.stats,
         }
 

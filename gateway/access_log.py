@@ -19,6 +19,8 @@ class RequestRecord:
     cached_tokens: int | None = None
     ttft: float | None = None
     queue_time: float | None = None
+    spec_proposed: int = 0
+    spec_accepted: int = 0
     logged: bool = False
 
     def emit(self) -> None:
@@ -33,5 +35,7 @@ class RequestRecord:
             parts.append(f"queue={self.queue_time * 1000:.1f}ms")
         if self.ttft is not None:
             parts.append(f"ttft={self.ttft * 1000:.1f}ms")
+        if self.spec_proposed:
+            parts.append(f"spec_acceptance={self.spec_accepted / self.spec_proposed:.2f}")
         parts.append(f"total={(time.perf_counter() - self.start) * 1000:.1f}ms")
         log.info(" ".join(parts))

@@ -134,6 +134,8 @@ class Generation:
         r.cached_tokens = (r.cached_tokens or 0) + m.cached_tokens
         r.ttft = r.ttft if r.ttft is not None else m.ttft
         r.queue_time = r.queue_time if r.queue_time is not None else m.queue_time
+        r.spec_proposed += m.spec_proposed
+        r.spec_accepted += m.spec_accepted
 
     async def outputs(self) -> AsyncIterator[tuple[int, RequestOutput]]:
         """Every prompt's outputs as (prompt index, output), interleaved as they come."""

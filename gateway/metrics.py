@@ -47,6 +47,14 @@ class EngineCollector(Collector):
         yield counter("num_preemptions", "Sequences preempted for lack of KV blocks.", stats["num_preemptions"])
         yield counter("prompt_tokens", "Prefill tokens processed.", stats["prompt_tokens"])
         yield counter("generation_tokens", "Tokens generated.", stats["generation_tokens"])
+        spec = stats.get("spec")
+        if spec:
+            yield counter("spec_decode_num_draft_tokens", "Speculative draft tokens proposed.", spec["proposed"])
+            yield counter("spec_decode_num_accepted_tokens", "Draft tokens accepted by the target.", spec["accepted"])
+            yield counter("spec_decode_num_drafts", "Sequence-steps that verified drafts.", spec["verified_seqs"])
+            yield gauge("spec_decode_draft_acceptance_rate", "Accepted / proposed draft tokens.", spec["acceptance_rate"])
+            yield gauge("spec_decode_mean_accepted_length", "Tokens emitted per verified sequence-step.",
+                        spec["mean_accepted_length"])
 
 
 class Metrics:
@@ -68,6 +76,9 @@ class Metrics:
         self.queue = hist("request_queue_time_seconds", "Time from arrival to first scheduling.")
         self.prompt_len = hist("request_prompt_tokens", "Prompt tokens per request.", TOKEN_BUCKETS)
         self.gen_len = hist("request_generation_tokens", "Generated tokens per request.", TOKEN_BUCKETS)
+        self.spec_acceptance = Histogram("sllm:request_spec_acceptance_rate",
+                                         "Per-request fraction of speculative draft tokens accepted.", labels,
+                                         buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), registry=r)
         self.success = Counter("sllm:request_success", "Finished sequences by finish reason.",
                                labels + ["finished_reason"], registry=r)
         r.register(EngineCollector(get_stats, get_model))
@@ -90,6 +101,8 @@ class Metrics:
         for value, hist in ((m.e2e, self.e2e), (m.queue_time, self.queue), (m.tpot, self.tpot)):
             if value is not None:
                 hist.labels(model).observe(value)
+        if m.spec_acceptance_rate is not None:
+            self.spec_acceptance.labels(model).observe(m.spec_acceptance_rate)
         self.prompt_len.labels(model).observe(len(out.prompt_token_ids))
         self.gen_len.labels(model).observe(out.num_output_tokens)
         for o in out.outputs:
