@@ -1,7 +1,8 @@
 """The gateway's database: SQLAlchemy 2.0 typed ORM over SQLite (WAL) or any async SQLAlchemy URL.
 
 Tables live in `gateway/tables/`, one module per concept, all on `Base`; a later feature adds its
-own module there and `Database.create_all` picks it up. Routes get a session per request through
+own module there and `Database.create_all` picks it up (a change to an existing table is a step in
+`gateway/migrations.py`). Routes get a session per request through
 the `db_session` dependency; background work opens its own with `database.sessions()`."""
 
 from collections.abc import AsyncIterator
@@ -47,10 +48,11 @@ class Database:
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
     async def create_all(self) -> None:
-        import gateway.tables  # noqa: F401  registers every table on Base.metadata
+        """Creates missing tables and migrates existing ones to the latest schema (gateway/migrations.py)."""
+        from gateway.migrations import upgrade
 
         async with self.engine.begin() as conn:
-            await conn.run_sync(Base.metadata.create_all)
+            await conn.run_sync(upgrade)
 
     async def session(self) -> AsyncIterator[AsyncSession]:
         async with self.sessions() as session:

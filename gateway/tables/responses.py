@@ -1,10 +1,11 @@
 """Stored `/v1/responses` results: the Response object as returned, plus the conversation it ends,
-so `previous_response_id` can continue it without re-walking the chain."""
+so `previous_response_id` can continue it without re-walking the chain. A background response is
+a row from the moment it is queued: `request` is what the job runner will run."""
 
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, String
+from sqlalchemy import JSON, Index, String, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gateway.db import Base
@@ -12,6 +13,7 @@ from gateway.db import Base
 
 class StoredResponse(Base):
     __tablename__ = "responses"
+    __table_args__ = (Index("ix_responses_status", "status"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC))
@@ -21,3 +23,6 @@ class StoredResponse(Base):
     # Chat messages (role, content) up to and including this response's output.
     conversation: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Added in schema version 2 (gateway/migrations.py).
+    background: Mapped[bool] = mapped_column(default=False, server_default=false())
+    request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
