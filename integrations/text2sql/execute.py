@@ -174,6 +174,8 @@ def _run_sqlalchemy(source: Source, sql: str, max_rows: int, timeout_s: float, e
         text = str(exc.orig).lower()
         if "timeout" in text or "cancel" in text or "interrupt" in text or "max_execution_time" in text:
             raise QueryTimeout(f"query cancelled after the {timeout_s:g} s time limit") from None
+        if "read-only" in text or "readonly" in text or "read only" in text:
+            raise UnsafeSQL(f"refused by the read-only transaction: {exc.orig}") from None
         raise ExecutionError(f"query failed: {exc.orig}") from None
     finally:
         if timer is not None:

@@ -138,3 +138,22 @@ def test_explain_catches_what_the_schema_rejects(shop):
     assert res.validation.ok and not res.ok and res.error.code == "invalid_sql"
     res = run_sql(source, "SELECT name FROM customers LIMIT 2", execute=False)
     assert res.ok and not res.executed and res.result.plan and res.rows == []
+
+
+def test_generic_sqlalchemy_runner(shop):
+    """The path non-SQLite backends take (a rolled-back transaction, a timer that cancels the
+    statement), exercised on SQLite so it runs here without a database server."""
+    from integrations.text2sql import execute
+
+    source, path = shop
+    before = digest(path)
+    res = execute._run_sqlalchemy(source, "SELECT name FROM cities ORDER BY city_id", 3, 5.0, False)
+    assert res.columns == ["name"] and res.row_count == 3 and res.truncated and res.plan
+    with pytest.raises(QueryTimeout):
+        execute._run_sqlalchemy(source, "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+                                        "SELECT COUNT(*) FROM n", 3, 0.3, False)
+    with pytest.raises(InvalidSQL):
+        execute._run_sqlalchemy(source, "SELECT nope FROM cities", 3, 5.0, False)
+    with pytest.raises(UnsafeSQL):
+        execute._run_sqlalchemy(source, "DELETE FROM cities", 3, 5.0, False)
+    assert digest(path) == before
