@@ -12,8 +12,9 @@ from gateway.admission import Admission
 from gateway.db import Database
 from gateway.deps import require_api_key
 from gateway.errors import install_error_handlers
+from gateway.jobs.runner import JobRunner
 from gateway.middleware import RequestContextMiddleware
-from gateway.routers import chat, completions, health, models, responses, tokenize
+from gateway.routers import batches, chat, completions, files, health, models, responses, tokenize
 from gateway.settings import LOOPBACK_HOSTS, Settings
 from gateway.state import ServerState
 from gateway.tables.api_keys import any_active_key
@@ -44,9 +45,12 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
         if not state.auth_enabled and settings.host not in LOOPBACK_HOSTS:
             log.warning("serving on %s without API keys: anyone who can reach it can use it", settings.host)
         loader = asyncio.create_task(_load_engine(state)) if state.engine is None else None
+        state.jobs = JobRunner(state)
+        state.jobs.start()  # resumes queued and interrupted jobs once the engine is ready
         try:
             yield
         finally:
+            await state.jobs.stop()
             if loader is not None:
                 await asyncio.gather(loader, return_exceptions=True)
                 if state.engine is not None:
@@ -57,9 +61,11 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
     app.state.sllm = state
     install_error_handlers(app)
     secured = [Depends(require_api_key)]
-    for router in (models.router, completions.router, chat.router, responses.router):
+    for router in (models.router, completions.router, chat.router, responses.router, files.router, batches.router):
         app.include_router(router, dependencies=secured)
     app.include_router(tokenize.router, dependencies=secured)
     app.include_router(health.router)
-    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_request_body_bytes)
+    # An upload may be as large as --max-file-bytes, plus its multipart framing.
+    app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_request_body_bytes,
+                       body_limits={"/v1/files": max(settings.max_request_body_bytes, settings.max_file_bytes + 65536)})
     return app

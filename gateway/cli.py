@@ -29,6 +29,21 @@ def serve(
         None, "--speculative-config", envvar="SLLM_SPECULATIVE_CONFIG",
         help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\' or a draft model',
     ),
+    job_concurrency: int = typer.Option(
+        16, "--job-concurrency", envvar="SLLM_JOB_CONCURRENCY",
+        help="Batch lines and background responses in the engine at once while no interactive request runs"),
+    job_concurrency_busy: int = typer.Option(
+        2, "--job-concurrency-busy", envvar="SLLM_JOB_CONCURRENCY_BUSY",
+        help="The same while interactive requests run: jobs yield the engine to them"),
+    max_file_bytes: int = typer.Option(100 * 1024 * 1024, "--max-file-bytes", envvar="SLLM_MAX_FILE_BYTES",
+                                       help="Largest file /v1/files accepts"),
+    webhook_secret: str | None = typer.Option(
+        None, "--webhook-secret", envvar="SLLM_WEBHOOK_SECRET",
+        help="HMAC key webhooks are signed with (whsec_<base64> or plain text); webhooks are off without it"),
+    webhook_allow_host: list[str] = typer.Option(
+        [], "--webhook-allow-host", envvar="SLLM_WEBHOOK_ALLOW_HOSTS",
+        help="Host a webhook may call: name, *.domain, IP or CIDR; repeat for several (the variable takes "
+             "them space-separated)"),
 ):
     """Serve the OpenAI-compatible API (under /v1) on the embedded engine."""
     import json
@@ -46,6 +61,8 @@ def serve(
         num_kv_blocks=num_kv_blocks, max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=json.loads(speculative_config) if speculative_config else None,
+        job_concurrency=job_concurrency, job_concurrency_busy=job_concurrency_busy, max_file_bytes=max_file_bytes,
+        webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         **({"db": db} if db else {}),
     )
     # Our access log replaces uvicorn's: one line per request with tokens and timings.

@@ -20,9 +20,11 @@ def _too_large(limit: int) -> HTTPException:
 
 
 class RequestContextMiddleware:
-    def __init__(self, app: ASGIApp, max_body_bytes: int):
+    def __init__(self, app: ASGIApp, max_body_bytes: int, body_limits: dict[str, int] | None = None):
+        """`body_limits`: a larger limit for some paths (file uploads), by exact path."""
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.body_limits = body_limits or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -35,9 +37,10 @@ class RequestContextMiddleware:
         record = RequestRecord(request_id, scope["method"], scope["path"])
         scope.setdefault("state", {})["record"] = record
 
+        limit = self.body_limits.get(scope["path"], self.max_body_bytes)
         length = headers.get("content-length")
-        if length and length.isdigit() and int(length) > self.max_body_bytes:
-            await self._reject_413(send, request_id, record)
+        if length and length.isdigit() and int(length) > limit:
+            await self._reject_413(send, request_id, record, limit)
             return
 
         received = 0
@@ -47,8 +50,8 @@ class RequestContextMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
-                    raise _too_large(self.max_body_bytes)  # FastAPI passes HTTPException through
+                if received > limit:
+                    raise _too_large(limit)  # FastAPI passes HTTPException through
             return message
 
         async def send_with_id(message: Message) -> None:
@@ -64,8 +67,8 @@ class RequestContextMiddleware:
         finally:
             record.emit()
 
-    async def _reject_413(self, send: Send, request_id: str, record: RequestRecord) -> None:
-        exc = _too_large(self.max_body_bytes)
+    async def _reject_413(self, send: Send, request_id: str, record: RequestRecord, limit: int) -> None:
+        exc = _too_large(limit)
         body = ErrorResponse(error=ErrorInfo(message=exc.detail, type="invalid_request_error")).model_dump()
         payload = json.dumps(body).encode()
         record.status = 413

@@ -29,6 +29,19 @@ class Settings(BaseModel):
     db: str = Field(default_factory=default_db_path)
     log_level: str = "info"
     speculative_config: dict | None = None  # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
+    # Jobs (batches, background responses): how many of their requests the engine holds at once,
+    # when no interactive request is in flight and when one is (or was, within job_quiet_s).
+    job_concurrency: int = Field(16, ge=1)
+    job_concurrency_busy: int = Field(2, ge=0)
+    job_quiet_s: float = Field(0.5, ge=0)
+    max_file_bytes: int = Field(100 * 1024 * 1024, ge=1)
+    max_batch_lines: int = Field(50_000, ge=1)
+    # Webhooks: refused unless a secret and an allow-list of hosts are configured.
+    webhook_secret: str | None = None
+    webhook_allow_hosts: list[str] = Field(default_factory=list)
+    webhook_max_attempts: int = Field(8, ge=1)
+    webhook_backoff_s: float = Field(1.0, gt=0)  # doubled after each failed attempt
+    webhook_timeout_s: float = Field(10.0, gt=0)
 
     @property
     def max_in_flight(self) -> int:

@@ -20,6 +20,7 @@ class ServerState:
     load_error: str | None = None
     db_has_keys: bool = False
     started_at: int = field(default_factory=now)  # the model card's `created`
+    jobs: Any = None  # gateway.jobs.runner.JobRunner: batches and background responses
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:

@@ -1,4 +1,5 @@
-"""`POST /v1/responses`, `GET|DELETE /v1/responses/{id}`: the Responses API over the chat path.
+"""`POST /v1/responses`, `GET|DELETE /v1/responses/{id}`, `POST /v1/responses/{id}/cancel`: the
+Responses API over the chat path; `background: true` queues it as a job (gateway/jobs/responses.py).
 
 The conversation so far (the previous response's, then this input) goes through the chat template;
 `instructions` are a system message for this turn only, as OpenAI defines them. Stored responses
@@ -6,15 +7,17 @@ keep their conversation, so `previous_response_id` continues it in one lookup.""
 
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 from sse_starlette import ServerSentEvent
 
-from engine import RequestOutput
+from engine import AsyncEngine, RequestOutput
 from gateway import chat_template
-from gateway.deps import Engine, Session, State, check_model
+from gateway.deps import Session, State, check_model, get_engine
 from gateway.errors import APIError, as_api_error
 from gateway.generation import Generation
+from gateway.jobs import responses as background
+from gateway.jobs.idempotency import IdempotencyHeader
 from gateway.protocol.responses import (
     ContentPartEvent,
     DeletedResponse,
@@ -61,6 +64,9 @@ async def _previous_conversation(session: AsyncSession, response_id: str | None)
     if stored is None:
         raise APIError(400, f"Previous response with id '{response_id}' not found.",
                        param="previous_response_id", code="previous_response_not_found")
+    if stored.status not in ("completed", "incomplete"):  # a background response not done (or failed)
+        raise APIError(400, f"Previous response with id '{response_id}' is {stored.status}: only a finished "
+                       "response can be continued.", param="previous_response_id", code="previous_response_not_ready")
     return list(stored.conversation)
 
 
@@ -83,35 +89,59 @@ async def _store(state: ServerState, resp: ResponseObject, conversation: list[di
         return
     conversation = conversation + [{"role": "assistant", "content": resp.output_text}]
     async with state.db.sessions() as session:
-        session.add(StoredResponse(id=resp.id, model=resp.model, status=resp.status,
-                                   previous_response_id=resp.previous_response_id,
-                                   conversation=conversation, body=resp.model_dump(mode="json")))
+        if resp.background:  # its row exists since it was queued; unless cancelled meanwhile, it ends here
+            await background.finish(session, resp, conversation)
+        else:
+            session.add(StoredResponse(id=resp.id, model=resp.model, status=resp.status,
+                                       previous_response_id=resp.previous_response_id,
+                                       conversation=conversation, body=resp.model_dump(mode="json")))
         await session.commit()
 
 
-@router.post("/responses", response_model=ResponseObject)
-async def create_response(body: ResponsesRequest, request: Request, state: State, engine: Engine,
-                          session: Session):
+def check_request(state: ServerState, body: ResponsesRequest) -> str:
+    """What is refused before any work (the served model's name otherwise); background
+    submission checks the same before it queues."""
     model = check_model(state, body.model)
     reject_tools(body.tools, body.tool_choice, None)
     fmt = body.text.format.type if body.text and body.text.format else "text"
     if fmt != "text":
         raise APIError(400, f"text.format {fmt!r} is not supported by this server yet", param="text.format",
                        code="unsupported_parameter")
-    if body.background:
-        raise APIError(400, "background responses are not supported yet", param="background",
-                       code="unsupported_parameter")
+    return model
+
+
+def response_object(body: ResponsesRequest, model: str) -> ResponseObject:
+    return ResponseObject(
+        model=model, instructions=body.instructions, max_output_tokens=body.max_output_tokens,
+        previous_response_id=body.previous_response_id, store=body.store, temperature=body.temperature,
+        top_p=body.top_p, user=body.user, metadata=body.metadata or {}, background=body.background,
+        parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
+    )
+
+
+@router.post("/responses", response_model=ResponseObject)
+async def create_response(body: ResponsesRequest, request: Request, state: State, session: Session,
+                          idempotency_key: IdempotencyHeader = None):
+    if body.background:  # queued as a job: needs no loaded engine yet
+        return await background.submit(state, session, body, idempotency_key)
+    return await run_response(body, state, get_engine(state), session, request)
+
+
+async def run_response(body: ResponsesRequest, state: ServerState, engine: AsyncEngine, session: AsyncSession,
+                       request: Request | None = None, queued: ResponseObject | None = None
+                       ) -> ResponseObject | Response:
+    """The endpoint itself, callable without HTTP: batch lines run through it with `request` None,
+    background responses with `queued`, the object returned when they were queued (its id and
+    creation time carry over)."""
+    model = check_request(state, body)
     conversation = await _previous_conversation(session, body.previous_response_id) + _input_messages(body.input)
     turn = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + conversation
     prompt = chat_template.render(engine.tokenizer, turn)
     params = sampling_params(body, n=1, max_tokens=body.max_output_tokens, logprobs=None,
                              temperature=body.temperature, top_p=body.top_p)
-    resp = ResponseObject(
-        model=model, instructions=body.instructions, max_output_tokens=body.max_output_tokens,
-        previous_response_id=body.previous_response_id, store=body.store, temperature=body.temperature,
-        top_p=body.top_p, user=body.user, metadata=body.metadata or {},
-        parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
-    )
+    resp = response_object(body, model)
+    if queued is not None:
+        resp.id, resp.created_at, resp.background = queued.id, queued.created_at, True
     gen = Generation(state, engine, request)
     await gen.start([prompt], params)
     if body.stream:
@@ -179,3 +209,8 @@ async def delete_response(response_id: str, session: Session) -> DeletedResponse
     await session.delete(await _load(session, response_id))
     await session.commit()
     return DeletedResponse(id=response_id)
+
+
+@router.post("/responses/{response_id}/cancel", response_model=ResponseObject)
+async def cancel_response(response_id: str, state: State, session: Session) -> ResponseObject:
+    return await background.cancel(state, session, response_id)

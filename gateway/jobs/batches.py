@@ -1,0 +1,365 @@
+"""Batches: validating an input file line by line, creating the batch, running one line through the
+same function as its synchronous endpoint, recording its result exactly once, and finalizing the
+output and error files in OpenAI's JSONL shapes.
+
+Lines may name any of the three endpoints (OpenAI requires every line to match the batch's
+`endpoint`; we accept mixed chat, completion and response lines in one file, and record the
+batch's `endpoint` as given)."""
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.deps import get_engine
+from gateway.errors import APIError, as_api_error
+from gateway.jobs import webhooks
+from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
+from gateway.protocol.batches import (
+    BATCH_ENDPOINTS,
+    COMPLETION_WINDOWS,
+    TERMINAL_STATUSES,
+    BatchCreateRequest,
+    BatchError,
+    BatchErrors,
+    BatchInputLine,
+    BatchLineError,
+    BatchLineResponse,
+    BatchObject,
+    BatchOutputLine,
+    BatchRequestCounts,
+    BatchUsage,
+    InputTokensDetails,
+)
+from gateway.protocol.chat import ChatCompletionRequest
+from gateway.protocol.common import ErrorResponse
+from gateway.protocol.completions import CompletionRequest
+from gateway.protocol.responses import ResponsesRequest
+from gateway.state import ServerState
+from gateway.tables.batches import Batch, BatchLine, BatchResult
+from gateway.tables.files import StoredFile, add_file, new_file_id, read_content
+
+log = logging.getLogger(__name__)
+
+REQUEST_MODELS: dict[str, type[BaseModel]] = {
+    "/v1/chat/completions": ChatCompletionRequest,
+    "/v1/completions": CompletionRequest,
+    "/v1/responses": ResponsesRequest,
+}
+MAX_REPORTED_ERRORS = 100
+_CANCELLABLE = ("validating", "in_progress")
+
+
+def batch_object(row: Batch) -> BatchObject:
+    def ts(v: float | None) -> int | None:
+        return int(v) if v is not None else None
+
+    return BatchObject(
+        id=row.id, endpoint=row.endpoint, model=row.model, input_file_id=row.input_file_id,
+        completion_window=row.completion_window, status=row.status,
+        errors=BatchErrors(data=[BatchError(**e) for e in row.errors]) if row.errors else None,
+        output_file_id=row.output_file_id, error_file_id=row.error_file_id, created_at=int(row.created_at),
+        in_progress_at=ts(row.in_progress_at), expires_at=ts(row.expires_at), finalizing_at=ts(row.finalizing_at),
+        completed_at=ts(row.completed_at), failed_at=ts(row.failed_at), expired_at=ts(row.expired_at),
+        cancelling_at=ts(row.cancelling_at), cancelled_at=ts(row.cancelled_at),
+        request_counts=BatchRequestCounts(total=row.total, completed=row.completed, failed=row.failed),
+        usage=BatchUsage(input_tokens=row.input_tokens, output_tokens=row.output_tokens,
+                         total_tokens=row.input_tokens + row.output_tokens,
+                         input_tokens_details=InputTokensDetails(cached_tokens=row.cached_tokens)),
+        metadata=row.metadata_,
+    )
+
+
+async def load_batch(session: AsyncSession, batch_id: str) -> Batch:
+    row = await session.get(Batch, batch_id)
+    if row is None:
+        raise APIError(404, f"No batch found with id '{batch_id}'.", param="batch_id", code="batch_not_found")
+    return row
+
+
+# -- validation --------------------------------------------------------------------------------------
+def _pydantic_problem(exc: ValidationError, prefix: str) -> tuple[str, str]:
+    first = exc.errors()[0]
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    param = f"{prefix}.{loc}" if loc else prefix
+    more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
+    return f"{param}: {first.get('msg')}{more}", param
+
+
+def parse_input(data: bytes, served_model: str, max_lines: int) -> tuple[list[dict[str, Any]], list[BatchError]]:
+    """The lines of an input file as rows for `batch_lines`, and every problem found, each with
+    its 1-based line number. Any problem fails the whole batch: nothing of it runs."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return [], [BatchError(code="invalid_file_encoding", message=f"the input file is not UTF-8: {exc}")]
+    rows: list[dict[str, Any]] = []
+    errors: list[BatchError] = []
+    seen: dict[str, int] = {}
+
+    def problem(n: int, code: str, message: str, param: str | None = None) -> None:
+        errors.append(BatchError(code=code, message=f"line {n}: {message}", param=param, line=n))
+
+    for n, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        if len(rows) >= max_lines:
+            errors.append(BatchError(code="too_many_lines", line=n,
+                                     message=f"the input file has more than this server's {max_lines} lines"))
+            break
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            problem(n, "invalid_json_line", f"not valid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        if not isinstance(obj, dict):
+            problem(n, "invalid_json_line", "a line must be a JSON object")
+            continue
+        try:
+            item = BatchInputLine.model_validate(obj)
+        except ValidationError as exc:
+            message, param = _pydantic_problem(exc, "line")
+            problem(n, "invalid_request", message.removeprefix("line."), param.removeprefix("line."))
+            continue
+        if item.method.upper() != "POST":
+            problem(n, "invalid_method", f"method must be POST, not {item.method!r}", "method")
+        if item.url not in REQUEST_MODELS:
+            problem(n, "invalid_url", f"url {item.url!r} is not an endpoint batches run (one of "
+                    f"{', '.join(BATCH_ENDPOINTS)})", "url")
+            continue
+        if item.custom_id in seen:
+            problem(n, "duplicate_custom_id", f"custom_id {item.custom_id!r} is already used on line "
+                    f"{seen[item.custom_id]}", "custom_id")
+        seen.setdefault(item.custom_id, n)
+        try:
+            body = REQUEST_MODELS[item.url].model_validate(item.body)
+        except ValidationError as exc:
+            message, param = _pydantic_problem(exc, "body")
+            problem(n, "invalid_body", message, param)
+            continue
+        if getattr(body, "stream", False):
+            problem(n, "unsupported_parameter", "stream is not supported in a batch", "body.stream")
+        if getattr(body, "background", False):
+            problem(n, "unsupported_parameter", "background is not supported in a batch", "body.background")
+        model = getattr(body, "model", None)
+        if model and model != served_model:
+            problem(n, "model_not_found", f"model {model!r} is not served here (this server serves "
+                    f"{served_model!r})", "body.model")
+        rows.append({"line": n, "custom_id": item.custom_id, "url": item.url, "body": item.body})
+    if not rows and not errors:
+        errors.append(BatchError(code="empty_file", message="the input file has no requests"))
+    return rows, errors
+
+
+# -- creation ----------------------------------------------------------------------------------------
+async def create_batch(state: ServerState, session: AsyncSession, req: BatchCreateRequest,
+                       idempotency_key: str | None) -> BatchObject:
+    if req.endpoint not in BATCH_ENDPOINTS:
+        raise APIError(400, f"endpoint {req.endpoint!r} is not supported; use one of {', '.join(BATCH_ENDPOINTS)}",
+                       param="endpoint", code="invalid_endpoint")
+    if req.completion_window not in COMPLETION_WINDOWS:
+        raise APIError(400, f"completion_window must be one of {', '.join(COMPLETION_WINDOWS)}",
+                       param="completion_window")
+    assert state.jobs is not None
+    webhook_url = await state.jobs.webhooks.validate(req.metadata)
+    digest = request_hash(req.model_dump_json())
+    if (earlier := await replay(session, "batches", idempotency_key, digest)) is not None:
+        return batch_object(await load_batch(session, earlier))
+    source = await session.get(StoredFile, req.input_file_id)
+    if source is None:
+        raise APIError(400, f"input_file_id: no such File object: {req.input_file_id}", param="input_file_id",
+                       code="file_not_found")
+    if source.purpose != "batch":
+        raise APIError(400, f"input_file_id: file {source.id} has purpose {source.purpose!r}, not 'batch'",
+                       param="input_file_id", code="invalid_file")
+    data = await read_content(session, source.id) or b""
+    rows, errors = await asyncio.to_thread(parse_input, data, state.model_name, state.settings.max_batch_lines)
+
+    now = time.time()
+    batch = Batch(id=f"batch_{uuid.uuid4().hex}", created_at=now, endpoint=req.endpoint, input_file_id=source.id,
+                  completion_window=req.completion_window, metadata_=req.metadata, model=state.model_name,
+                  expires_at=now + COMPLETION_WINDOWS[req.completion_window])
+    if errors:
+        # Nothing of a failed file is kept but the batch itself, saying why, line by line.
+        if len(errors) > MAX_REPORTED_ERRORS:
+            hidden = len(errors) - MAX_REPORTED_ERRORS
+            errors = errors[:MAX_REPORTED_ERRORS] + [BatchError(code="too_many_errors",
+                                                                message=f"... and {hidden} more problems")]
+        batch.status, batch.failed_at = "failed", now
+        batch.errors = [e.model_dump() for e in errors]
+        session.add(batch)
+        webhooks.enqueue(session, webhook_url, "batch.failed", batch.id)
+    else:
+        batch.status, batch.in_progress_at, batch.total = "in_progress", now, len(rows)
+        session.add(batch)
+        await session.flush()
+        await session.execute(insert(BatchLine), [{"batch_id": batch.id, **r} for r in rows])
+    remember(session, "batches", idempotency_key, digest, batch.id)
+    if (earlier := await commit_or_replay(session, "batches", idempotency_key, digest)) is not None:
+        return batch_object(await load_batch(session, earlier))
+    if errors:
+        state.jobs.webhook_sender.wake.set()
+    else:
+        log.info("batch %s: %d requests queued", batch.id, len(rows))
+        state.jobs.submit_batch(batch.id)
+    return batch_object(batch)
+
+
+async def cancel_batch(state: ServerState, session: AsyncSession, batch_id: str) -> BatchObject:
+    now = time.time()
+    result = await session.execute(update(Batch).where(Batch.id == batch_id, Batch.status.in_(_CANCELLABLE))
+                                   .values(status="cancelling", cancelling_at=now))
+    await session.commit()
+    batch = await load_batch(session, batch_id)
+    await session.refresh(batch)
+    if result.rowcount == 0 and batch.status not in ("cancelling", "cancelled"):
+        raise APIError(409, f"batch {batch_id} cannot be cancelled: it is already {batch.status}", param="batch_id",
+                       code="batch_not_cancellable")
+    if result.rowcount:
+        assert state.jobs is not None
+        state.jobs.cancel_batch(batch_id)
+    return batch_object(batch)
+
+
+# -- running -----------------------------------------------------------------------------------------
+class EngineUnavailable(Exception):
+    """The engine is loading, stopped or dead: the line is not recorded and runs after a restart."""
+
+
+def _usage(url: str, body: dict[str, Any]) -> tuple[int, int, int]:
+    """(input, cached, output) tokens of one answer."""
+    usage = body.get("usage") or {}
+    if url == "/v1/responses":
+        return (usage.get("input_tokens", 0), (usage.get("input_tokens_details") or {}).get("cached_tokens", 0),
+                usage.get("output_tokens", 0))
+    return (usage.get("prompt_tokens", 0), (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+            usage.get("completion_tokens", 0))
+
+
+async def execute_line(state: ServerState, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Runs one line through its endpoint's own function; (HTTP status, body) as the endpoint would
+    have answered it."""
+    from gateway.routers.chat import run_chat
+    from gateway.routers.completions import run_completion
+    from gateway.routers.responses import run_response
+
+    try:
+        try:
+            request = REQUEST_MODELS[url].model_validate(body)
+        except ValidationError as exc:
+            raise APIError(400, _pydantic_problem(exc, "body")[0]) from None
+        engine = get_engine(state)
+        if url == "/v1/responses":
+            async with state.db.sessions() as session:
+                answer = await run_response(request, state, engine, session)
+        elif url == "/v1/chat/completions":
+            answer = await run_chat(request, state, engine)
+        else:
+            answer = await run_completion(request, state, engine)
+        assert isinstance(answer, BaseModel), "a batch line cannot stream"
+        return 200, answer.model_dump(mode="json")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        err = as_api_error(exc)
+        if err.status == 503:
+            raise EngineUnavailable(err.message) from exc
+        return err.status, ErrorResponse(error=err.info).model_dump()
+
+
+async def record_result(state: ServerState, batch_id: str, line: BatchLine, status: int,
+                        body: dict[str, Any]) -> bool:
+    """Stores one line's result and the batch's counters in one transaction; False when the line
+    already had one (the unique (batch_id, line) constraint), in which case nothing changes."""
+    ok = status == 200
+    input_tokens, cached, output_tokens = _usage(line.url, body) if ok else (0, 0, 0)
+    async with state.db.sessions() as session:
+        session.add(BatchResult(id=f"batch_req_{uuid.uuid4().hex}", batch_id=batch_id, line=line.line,
+                                custom_id=line.custom_id, status_code=status, request_id=f"req_{uuid.uuid4().hex}",
+                                body=body, created_at=time.time()))
+        counts = {"completed": Batch.completed + 1} if ok else {"failed": Batch.failed + 1}
+        try:
+            await session.execute(update(Batch).where(Batch.id == batch_id).values(
+                **counts, input_tokens=Batch.input_tokens + input_tokens, cached_tokens=Batch.cached_tokens + cached,
+                output_tokens=Batch.output_tokens + output_tokens))
+            await session.commit()
+        except IntegrityError:
+            await session.rollback()
+            log.warning("batch %s line %d already has a result; the new one is dropped", batch_id, line.line)
+            return False
+    return True
+
+
+async def pending_lines(state: ServerState, batch_id: str, after: int, limit: int) -> list[BatchLine]:
+    """Lines past `after` that have no result yet, in file order."""
+    async with state.db.sessions() as session:
+        recorded = select(BatchResult.line).where(BatchResult.batch_id == batch_id)
+        query = (select(BatchLine).where(BatchLine.batch_id == batch_id, BatchLine.line > after,
+                                         BatchLine.line.not_in(recorded))
+                 .order_by(BatchLine.line).limit(limit))
+        return list((await session.scalars(query)).all())
+
+
+# -- finalizing --------------------------------------------------------------------------------------
+def _jsonl(lines: list[BatchOutputLine]) -> bytes:
+    return "".join(line.model_dump_json() + "\n" for line in lines).encode()
+
+
+async def finalize(state: ServerState, batch_id: str) -> str | None:
+    """Writes the output and error files and the final status: `cancelled` after a cancel,
+    `expired` when the window closed with lines left, `completed` when every line has a result.
+    Returns the final status, or None when the batch is not ready (lines left, window open)."""
+    async with state.db.sessions() as session:
+        batch = await load_batch(session, batch_id)
+        if batch.status in TERMINAL_STATUSES:
+            return batch.status
+        results = {r.line: r for r in (await session.scalars(
+            select(BatchResult).where(BatchResult.batch_id == batch_id))).all()}
+        lines = (await session.execute(select(BatchLine.line, BatchLine.custom_id)
+                                       .where(BatchLine.batch_id == batch_id).order_by(BatchLine.line))).all()
+        missing = [(n, c) for n, c in lines if n not in results]
+        now = time.time()
+        if batch.status == "cancelling":
+            final, reason = "cancelled", ("batch_cancelled", "This request was not run: the batch was cancelled.")
+        elif missing and batch.expires_at is not None and now > batch.expires_at:
+            final, reason = "expired", ("batch_expired",
+                                        "This request could not be executed before the completion window expired.")
+        elif missing:
+            return None
+        else:
+            final, reason = "completed", None
+        batch.status, batch.finalizing_at = "finalizing", now
+        await session.commit()
+
+        out, err = [], []
+        for n, _ in lines:
+            r = results.get(n)
+            if r is None:
+                continue
+            line = BatchOutputLine(id=r.id, custom_id=r.custom_id, response=BatchLineResponse(
+                status_code=r.status_code, request_id=r.request_id, body=r.body))
+            (out if r.status_code == 200 else err).append(line)
+        for _, custom_id in missing:
+            assert reason is not None
+            err.append(BatchOutputLine(id=f"batch_req_{uuid.uuid4().hex}", custom_id=custom_id,
+                                       error=BatchLineError(code=reason[0], message=reason[1])))
+        if out:
+            name = f"{batch_id}_output.jsonl"
+            batch.output_file_id = (await add_file(session, new_file_id(), name, "batch_output", _jsonl(out))).id
+        if err:
+            name = f"{batch_id}_error.jsonl"
+            batch.error_file_id = (await add_file(session, new_file_id(), name, "batch_output", _jsonl(err))).id
+        batch.status = final
+        setattr(batch, f"{final}_at", time.time())
+        webhooks.enqueue(session, (batch.metadata_ or {}).get(webhooks.WEBHOOK_URL_KEY), f"batch.{final}", batch_id)
+        await session.commit()
+    log.info("batch %s %s: %d succeeded, %d failed, %d not run", batch_id, final, len(out), len(err) - len(missing),
+             len(missing))
+    return final

@@ -1,0 +1,120 @@
+"""Background responses (`POST /v1/responses` with `background: true`): the response is a stored
+row from the start, `queued`, returned at once; the job runner claims it (`in_progress`), runs it
+through the endpoint's own function, and stores the answer unless it was cancelled meanwhile.
+`GET /v1/responses/{id}` polls it; `POST /v1/responses/{id}/cancel` cancels it."""
+
+import logging
+
+from sqlalchemy import update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.deps import get_engine
+from gateway.errors import APIError, as_api_error
+from gateway.jobs import webhooks
+from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
+from gateway.protocol.responses import ResponseObject, ResponsesRequest
+from gateway.state import ServerState
+from gateway.tables.responses import StoredResponse
+
+log = logging.getLogger(__name__)
+
+ACTIVE = ("queued", "in_progress")
+
+
+async def submit(state: ServerState, session: AsyncSession, body: ResponsesRequest,
+                 idempotency_key: str | None) -> ResponseObject:
+    """Checks what can be checked now (model, parameters, previous response, webhook), then
+    queues the response; the same request runs later through `run_response`."""
+    from gateway.routers.responses import _previous_conversation, check_request, response_object
+
+    model = check_request(state, body)
+    if body.stream:
+        raise APIError(400, "background responses cannot be streamed by this server; poll GET /v1/responses/{id}",
+                       param="stream", code="unsupported_parameter")
+    if not body.store:
+        raise APIError(400, "background responses must be stored: store cannot be false with background",
+                       param="store")
+    await _previous_conversation(session, body.previous_response_id)  # exists and is finished
+    assert state.jobs is not None
+    await state.jobs.webhooks.validate(body.metadata)
+    digest = request_hash(body.model_dump_json())
+    if (earlier := await replay(session, "responses", idempotency_key, digest)) is not None:
+        if (row := await session.get(StoredResponse, earlier)) is not None:
+            return ResponseObject.model_validate(row.body)
+    resp = response_object(body, model)
+    resp.status, resp.background = "queued", True
+    session.add(StoredResponse(id=resp.id, model=model, status="queued", previous_response_id=body.previous_response_id,
+                               conversation=[], body=resp.model_dump(mode="json"), background=True,
+                               request=body.model_dump(mode="json")))
+    remember(session, "responses", idempotency_key, digest, resp.id)
+    if (earlier := await commit_or_replay(session, "responses", idempotency_key, digest)) is not None:
+        row = await session.get(StoredResponse, earlier)
+        assert row is not None
+        return ResponseObject.model_validate(row.body)
+    state.jobs.submit_response(resp.id)
+    return resp
+
+
+async def finish(session: AsyncSession, resp: ResponseObject, conversation: list[dict] | None) -> bool:
+    """Stores a background response's final state, and queues its webhook, in the caller's
+    transaction, unless it was cancelled or deleted meanwhile (then False, nothing changes)."""
+    values = {"status": resp.status, "body": resp.model_dump(mode="json")}
+    if conversation is not None:
+        values["conversation"] = conversation
+    result = await session.execute(update(StoredResponse).where(
+        StoredResponse.id == resp.id, StoredResponse.status.in_(ACTIVE)).values(**values))
+    if result.rowcount:
+        webhooks.enqueue(session, resp.metadata.get(webhooks.WEBHOOK_URL_KEY), f"response.{resp.status}", resp.id)
+    return bool(result.rowcount)
+
+
+async def run_background(state: ServerState, response_id: str) -> None:
+    """Claims and runs one queued response (after a restart, one left in progress runs again)."""
+    from gateway.routers.responses import run_response
+
+    async with state.db.sessions() as session:
+        row = await session.get(StoredResponse, response_id)
+        if row is None or row.status not in ACTIVE or row.request is None:
+            return
+        queued = ResponseObject.model_validate(row.body)
+        queued.status = "in_progress"
+        claimed = await session.execute(update(StoredResponse).where(
+            StoredResponse.id == response_id, StoredResponse.status.in_(ACTIVE)).values(
+            status="in_progress", body=queued.model_dump(mode="json")))
+        await session.commit()
+        if not claimed.rowcount:
+            return
+        try:
+            body = ResponsesRequest.model_validate(row.request)
+            await run_response(body, state, get_engine(state), session, queued=queued)
+        except Exception as exc:  # not CancelledError: a cancelled run leaves the row to its canceller
+            err = as_api_error(exc)
+            if err.status == 503:
+                log.error("background response %s paused: %s; it runs at the next start", response_id, err.message)
+                return
+            queued.status = "failed"
+            queued.error = {"code": err.code or err.info.type, "message": err.message}
+            await finish(session, queued, None)
+            await session.commit()
+
+
+async def cancel(state: ServerState, session: AsyncSession, response_id: str) -> ResponseObject:
+    row = await session.get(StoredResponse, response_id)
+    if row is None:
+        raise APIError(404, f"No response found with id '{response_id}'.", param="response_id", code="not_found")
+    if not row.background:
+        raise APIError(400, "Only responses created with background=true can be cancelled.", param="response_id")
+    if row.status in ACTIVE:
+        resp = ResponseObject.model_validate(row.body)
+        resp.status = "cancelled"
+        cancelled = await finish(session, resp, None)
+        await session.commit()
+        if cancelled:
+            assert state.jobs is not None
+            state.jobs.cancel_response(response_id)  # aborts its engine request, if it runs
+            return resp
+        await session.refresh(row)
+    if row.status == "cancelled":  # cancelling twice answers the same
+        return ResponseObject.model_validate(row.body)
+    raise APIError(409, f"response {response_id} cannot be cancelled: it is already {row.status}",
+                   param="response_id", code="response_not_cancellable")

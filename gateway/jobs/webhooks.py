@@ -1,0 +1,281 @@
+"""Webhooks: `metadata.webhook_url` on a batch or a background response gets a POST when it finishes.
+
+The event is OpenAI's (`{"id": "evt_...", "object": "event", "type": "batch.completed", "data":
+{"id": ...}}`), signed as OpenAI and Standard Webhooks sign theirs: headers `webhook-id`,
+`webhook-timestamp` and `webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{body}">`
+keyed with `--webhook-secret` (a `whsec_<base64>` secret is base64-decoded first), so a receiver
+can check it with `openai.OpenAI().webhooks.unwrap(body, headers, secret=...)`.
+
+A server must not become a request-forgery tool, so a URL is accepted only when:
+- webhooks are enabled (a secret and an allow-list are configured) and the scheme is http(s);
+- its host is on the allow-list: a host name (`hooks.example.com`), a wildcard (`*.example.com`),
+  an IP address or a CIDR network;
+- every address the host resolves to is public, or is covered by an IP/CIDR entry of the list, or
+  is private/loopback and the host was listed by its exact name. Link-local, cloud metadata,
+  multicast, unspecified and reserved addresses need an IP/CIDR entry that covers them, and a cloud
+  metadata address (169.254.169.254 and its kin) an entry naming that very address.
+The check runs when the job is created (a refused URL is a 400 then) and again before every
+attempt, which then connects to the address it checked (no DNS rebinding in between) and never
+follows redirects. Failed attempts are retried with exponential backoff; deliveries are rows, so
+they survive restarts."""
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import ipaddress
+import logging
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.errors import APIError
+from gateway.protocol.webhooks import WebhookEvent, WebhookEventData, WebhookEventType
+from gateway.settings import Settings
+from gateway.tables.webhooks import WebhookDelivery
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_URL_KEY = "webhook_url"
+IDLE_POLL_S = 1.0
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# Cloud metadata services: a CIDR entry (169.254.0.0/16, 100.64.0.0/10) does not open them; only an
+# entry naming the address itself does.
+METADATA_ADDRESSES = {ipaddress.ip_address(a) for a in (
+    "169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200")}
+METADATA_HOSTS = {"metadata.google.internal", "metadata", "metadata.goog", "instance-data"}
+
+
+class WebhookRefused(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class AllowList:
+    names: frozenset[str]
+    wildcards: tuple[str, ...]  # ".example.com" for "*.example.com"
+    networks: tuple[IPNetwork, ...]
+
+    @classmethod
+    def parse(cls, entries: list[str]) -> "AllowList":
+        names, wildcards, networks = set(), [], []
+        for raw in entries:
+            entry = raw.strip().lower().rstrip(".")
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
+                continue
+            except ValueError:
+                pass
+            if entry.startswith("*."):
+                wildcards.append(entry[1:])
+            else:
+                names.add(entry)
+        return cls(frozenset(names), tuple(wildcards), tuple(networks))
+
+    def covers(self, address: IPAddress) -> bool:
+        return any(address in net for net in self.networks)
+
+
+def _literal_address(host: str) -> IPAddress | None:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _always_internal(address: IPAddress) -> bool:
+    """Addresses no URL may reach unless an IP/CIDR entry names them."""
+    return (address in METADATA_ADDRESSES or address.is_link_local or address.is_multicast
+            or address.is_unspecified or address.is_reserved)
+
+
+class WebhookPolicy:
+    def __init__(self, settings: Settings):
+        self.secret = settings.webhook_secret
+        self.allow = AllowList.parse(settings.webhook_allow_hosts)
+        self.enabled = bool(self.secret) and bool(settings.webhook_allow_hosts)
+
+    def check_syntax(self, url: str) -> tuple[str, str, int]:
+        """(scheme, host, port) of an acceptable URL, before any DNS; raises WebhookRefused."""
+        if not self.enabled:
+            raise WebhookRefused("webhooks are not enabled on this server (start it with --webhook-secret and "
+                                 "--webhook-allow-host)")
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise WebhookRefused(f"not a valid URL: {exc}") from None
+        if parts.scheme not in ("http", "https"):
+            raise WebhookRefused("the URL must be http:// or https://")
+        if parts.username is not None or parts.password is not None:
+            raise WebhookRefused("the URL must not carry credentials")
+        host = (parts.hostname or "").rstrip(".").lower()
+        if not host:
+            raise WebhookRefused("the URL has no host")
+        if host in METADATA_HOSTS:
+            raise WebhookRefused(f"{host} is a cloud metadata host")
+        literal = _literal_address(host)
+        if literal is not None:
+            if not self.allow.covers(literal):
+                raise WebhookRefused(f"{host} is not on this server's webhook allow-list")
+        elif host not in self.allow.names and not any(host.endswith(w) for w in self.allow.wildcards):
+            raise WebhookRefused(f"{host} is not on this server's webhook allow-list")
+        return parts.scheme, host, port or (443 if parts.scheme == "https" else 80)
+
+    def check_address(self, host: str, address: IPAddress) -> None:
+        if address in METADATA_ADDRESSES:  # only an entry naming this very address opens it
+            if not any(net.num_addresses == 1 and address in net for net in self.allow.networks):
+                raise WebhookRefused(f"{host} resolves to {address}, a cloud metadata address")
+            return
+        if self.allow.covers(address):
+            return
+        if _always_internal(address):
+            raise WebhookRefused(f"{host} resolves to {address}, a link-local, metadata or reserved address")
+        if not address.is_global and host not in self.allow.names:
+            raise WebhookRefused(f"{host} resolves to the internal address {address}; list the host by its exact "
+                                 "name or its network to allow it")
+
+    async def resolve(self, url: str) -> tuple[str, IPAddress]:
+        """Checks `url` and the addresses its host resolves to; returns (host, the address to use)."""
+        _, host, port = self.check_syntax(url)
+        literal = _literal_address(host)
+        if literal is not None:
+            self.check_address(host, literal)
+            return host, literal
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise WebhookRefused(f"{host} does not resolve: {exc}") from None
+        addresses = [_literal_address(info[4][0].split("%")[0]) for info in infos]
+        addresses = [a for a in addresses if a is not None]
+        if not addresses:
+            raise WebhookRefused(f"{host} does not resolve")
+        for address in addresses:  # every one: a resolver may answer differently next time
+            self.check_address(host, address)
+        return host, addresses[0]
+
+    async def validate(self, metadata: dict[str, str] | None, param: str = "metadata") -> str | None:
+        """The webhook URL in `metadata`, checked; a refused one is a 400 naming the reason."""
+        url = (metadata or {}).get(WEBHOOK_URL_KEY)
+        if url is None:
+            return None
+        try:
+            await self.resolve(url)
+        except WebhookRefused as exc:
+            raise APIError(400, f"{param}.{WEBHOOK_URL_KEY} is refused: {exc}", param=f"{param}.{WEBHOOK_URL_KEY}",
+                           code="invalid_webhook_url") from None
+        return url
+
+
+def sign(secret: str, event_id: str, timestamp: int, body: str) -> str:
+    key = base64.b64decode(secret[len("whsec_"):]) if secret.startswith("whsec_") else secret.encode()
+    digest = hmac.new(key, f"{event_id}.{timestamp}.{body}".encode(), hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode()
+
+
+def enqueue(session: AsyncSession, url: str | None, event_type: WebhookEventType, object_id: str) -> None:
+    """Queues an event in the caller's transaction (a no-op without a URL)."""
+    if not url:
+        return
+    event = WebhookEvent(id=f"evt_{uuid.uuid4().hex}", created_at=int(time.time()), type=event_type,
+                         data=WebhookEventData(id=object_id))
+    session.add(WebhookDelivery(id=event.id, url=url, payload=event.model_dump_json()))
+
+
+def _pinned(url: str, address: IPAddress) -> str:
+    """`url` with its host replaced by the address that was checked."""
+    parts = urlsplit(url)
+    host = f"[{address}]" if address.version == 6 else str(address)
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+class WebhookSender:
+    """Delivers due webhook rows: one attempt each, then a retry after webhook_backoff_s * 2^attempt."""
+
+    def __init__(self, state, policy: WebhookPolicy):
+        self.state = state
+        self.policy = policy
+        self.settings: Settings = state.settings
+        self.wake = asyncio.Event()
+        self._client = httpx.AsyncClient(timeout=self.settings.webhook_timeout_s, follow_redirects=False,
+                                         trust_env=False)
+
+    async def run(self) -> None:
+        try:
+            while True:
+                async with self.state.db.sessions() as session:
+                    due = (await session.scalars(
+                        select(WebhookDelivery).where(WebhookDelivery.status == "pending")
+                        .order_by(WebhookDelivery.next_attempt_at).limit(32))).all()
+                now = time.time()
+                ready = [d for d in due if d.next_attempt_at <= now]
+                if ready:
+                    await asyncio.gather(*(self._attempt(d) for d in ready))
+                    continue
+                # Rows queued by other transactions are seen within IDLE_POLL_S; `wake` is quicker.
+                wait = min((d.next_attempt_at - now for d in due), default=IDLE_POLL_S)
+                self.wake.clear()
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=max(0.01, min(wait, IDLE_POLL_S)))
+                except TimeoutError:
+                    pass
+        finally:
+            await self._client.aclose()
+
+    async def _attempt(self, delivery: WebhookDelivery) -> None:
+        error = await self._post(delivery)
+        delivery.attempts += 1
+        if error is None:
+            delivery.status, delivery.last_error = "delivered", None
+            log.info("webhook %s delivered to %s", delivery.id, urlsplit(delivery.url).hostname)
+        else:
+            delivery.last_error = error[:500]
+            if delivery.attempts >= self.settings.webhook_max_attempts:
+                delivery.status = "failed"
+                log.warning("webhook %s gave up after %d attempts: %s", delivery.id, delivery.attempts, error)
+            else:
+                delay = self.settings.webhook_backoff_s * 2 ** (delivery.attempts - 1)
+                delivery.next_attempt_at = time.time() + delay
+                log.info("webhook %s attempt %d failed (%s); retrying in %.1fs", delivery.id, delivery.attempts,
+                         error, delay)
+        async with self.state.db.sessions() as session:
+            await session.merge(delivery)
+            await session.commit()
+
+    async def _post(self, delivery: WebhookDelivery) -> str | None:
+        """One attempt; the error as text, or None when the receiver answered 2xx."""
+        try:
+            host, address = await self.policy.resolve(delivery.url)
+        except WebhookRefused as exc:
+            return f"refused: {exc}"
+        timestamp = int(time.time())
+        headers = {
+            "content-type": "application/json",
+            "user-agent": "sllm-webhooks/1",
+            "host": urlsplit(delivery.url).netloc,
+            "webhook-id": delivery.id,
+            "webhook-timestamp": str(timestamp),
+            "webhook-signature": sign(self.policy.secret or "", delivery.id, timestamp, delivery.payload),
+        }
+        try:
+            resp = await self._client.post(_pinned(delivery.url, address), content=delivery.payload.encode(),
+                                           headers=headers, extensions={"sni_hostname": host})
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if 200 <= resp.status_code < 300:
+            return None
+        return f"HTTP {resp.status_code}"

@@ -1,0 +1,95 @@
+"""`/v1/files`: upload (multipart, `purpose=batch`), list, retrieve, download, delete. Files live in
+the database, content apart from metadata; batch outputs appear here as `purpose=batch_output`."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, File, Form, Query, UploadFile
+from fastapi.responses import Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gateway.deps import Session, State
+from gateway.errors import APIError
+from gateway.jobs.idempotency import IdempotencyHeader, commit_or_replay, remember, replay, request_hash
+from gateway.pagination import Order, page
+from gateway.protocol.files import FileDeleted, FileList, FileObject
+from gateway.tables.files import StoredFile, add_file, new_file_id, read_content
+
+router = APIRouter(prefix="/v1")
+
+UPLOAD_PURPOSES = ("batch",)
+_CHUNK = 1024 * 1024
+
+
+def file_object(row: StoredFile) -> FileObject:
+    return FileObject(id=row.id, bytes=row.bytes, created_at=int(row.created_at), filename=row.filename,
+                      purpose=row.purpose)
+
+
+async def load_file(session: AsyncSession, file_id: str, param: str = "file_id", status: int = 404) -> StoredFile:
+    row = await session.get(StoredFile, file_id)
+    if row is None:
+        raise APIError(status, f"No such File object: {file_id}", param=param, code="file_not_found")
+    return row
+
+
+async def _read_limited(upload: UploadFile, limit: int) -> bytes:
+    chunks, size = [], 0
+    while chunk := await upload.read(_CHUNK):
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"the file is larger than this server's limit of {limit} bytes (--max-file-bytes)",
+                           param="file", code="file_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@router.post("/files", response_model=FileObject)
+async def upload_file(state: State, session: Session, file: Annotated[UploadFile, File()],
+                      purpose: Annotated[str, Form()], idempotency_key: IdempotencyHeader = None) -> FileObject:
+    if purpose not in UPLOAD_PURPOSES:
+        raise APIError(400, f"purpose {purpose!r} is not supported: this server stores files for the Batch API "
+                       "(purpose 'batch')", param="purpose", code="invalid_purpose")
+    data = await _read_limited(file, state.settings.max_file_bytes)
+    if not data:
+        raise APIError(400, "the file is empty", param="file", code="empty_file")
+    filename = (file.filename or "upload.jsonl")[:512]
+    digest = request_hash(purpose, filename, data)
+    if (earlier := await replay(session, "files", idempotency_key, digest)) is not None:
+        return file_object(await load_file(session, earlier))
+    row = await add_file(session, new_file_id(), filename, purpose, data)
+    remember(session, "files", idempotency_key, digest, row.id)
+    if (earlier := await commit_or_replay(session, "files", idempotency_key, digest)) is not None:
+        return file_object(await load_file(session, earlier))
+    return file_object(row)
+
+
+@router.get("/files", response_model=FileList)
+async def list_files(session: Session, purpose: str | None = None,
+                     limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
+                     order: Order = "desc", after: str | None = None) -> FileList:
+    where = [StoredFile.purpose == purpose] if purpose else []
+    rows, has_more = await page(session, StoredFile, *where, limit=limit, after=after, order=order)
+    data = [file_object(r) for r in rows]
+    return FileList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
+                    has_more=has_more)
+
+
+@router.get("/files/{file_id}", response_model=FileObject)
+async def retrieve_file(file_id: str, session: Session) -> FileObject:
+    return file_object(await load_file(session, file_id))
+
+
+@router.get("/files/{file_id}/content")
+async def file_content(file_id: str, session: Session) -> Response:
+    row = await load_file(session, file_id)
+    data = await read_content(session, file_id) or b""
+    return Response(data, media_type="application/jsonl" if row.filename.endswith(".jsonl") else
+                    "application/octet-stream")
+
+
+@router.delete("/files/{file_id}", response_model=FileDeleted)
+async def delete_file(file_id: str, session: Session) -> FileDeleted:
+    await session.delete(await load_file(session, file_id))  # its content goes with it (ON DELETE CASCADE)
+    await session.commit()
+    return FileDeleted(id=file_id)
+
