@@ -31,6 +31,7 @@ class AskResult:
     executed: bool = False
     constrained: bool | None = None  # None when the SQL was handed in, not generated
     raw_output: str | None = None
+    retried: bool = False  # the first constrained output ran out of tokens; see SQLGenerator
     timings: dict[str, float] = field(default_factory=dict)  # generation_ms, validation_ms, execution_ms, total_ms
 
     @property
@@ -62,6 +63,7 @@ class AskResult:
             "plan": res.get("plan", []),
             "error": self.error.to_dict() if self.error else None,
             "raw_output": self.raw_output,
+            "retried": self.retried,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
         }
 
@@ -84,6 +86,7 @@ def run_sql(source: Source, sql: str, *, execute: bool = True, max_rows: int = D
         validation=validation,
         constrained=generation.constrained if generation else None,
         raw_output=generation.raw if generation else None,
+        retried=generation.retried if generation else False,
         timings=timings,
     )
     if not validation.ok:

@@ -62,11 +62,12 @@ def render(template: str, ddl: str, question: str) -> str:
 @dataclass
 class Generation:
     sql: str  # the extracted statement, ready for validation
-    raw: str  # what the model returned
+    raw: str  # what the model returned (the retry's output when there was one)
     prompt: str
     constrained: bool
-    generation_ms: float
+    generation_ms: float  # every model call for this question, retry included
     terminators: tuple[str, ...] = GRAMMAR_TERMINATORS
+    retried: bool = False  # the full grammar ran out of tokens; this is the compact grammar's output
 
     @property
     def truncated(self) -> bool:
@@ -80,6 +81,11 @@ class SQLGenerator:
 
     ``template`` is the seed chapter's prompt by default; any ``str.format`` template with ``{ddl}``
     and ``{question}`` (and optionally ``{query}``) works.
+
+    A small model sometimes loops inside what the grammar allows (the same column ten times, an
+    alias that never ends) until ``max_tokens`` cuts it. With ``retry_truncated`` such a question is
+    asked once more under :meth:`GrammarOptions.compact`, whose sentences are all short, so
+    constrained decoding still ends in a complete SELECT.
     """
 
     def __init__(
@@ -90,6 +96,8 @@ class SQLGenerator:
         complete_batch: CompleteBatch | None = None,
         template: str = PROMPT_TEMPLATE,
         grammar_options: GrammarOptions | None = None,
+        retry_truncated: bool = True,
+        retry_options: GrammarOptions | None = None,
     ):
         if complete is None and acomplete is None and complete_batch is None:
             raise ValueError("SQLGenerator needs a complete, acomplete or complete_batch callable")
@@ -100,72 +108,106 @@ class SQLGenerator:
         self.complete_batch = complete_batch
         self.template = template
         self.grammar_options = grammar_options
+        self.retry_truncated = retry_truncated
+        terminators = (grammar_options or GrammarOptions()).terminators
+        self.retry_options = retry_options or GrammarOptions.compact(
+            terminators=terminators, dialect=grammar_options.dialect if grammar_options else None
+        )
 
     def prompt(self, source: Source, question: str) -> str:
         return render(self.template, source.ddl(), question)
 
-    def guided(self, source: Source, constrained: bool = True) -> Guided:
-        return {"grammar": source.grammar(self.grammar_options)} if constrained else None
+    def guided(self, source: Source, constrained: bool = True, *, retry: bool = False) -> Guided:
+        if not constrained:
+            return None
+        return {"grammar": source.grammar(self.retry_options if retry else self.grammar_options)}
 
-    def _finish(self, raw: str, prompt: str, constrained: bool, start: float) -> Generation:
+    def _make(self, raw: object, prompt: str, constrained: bool, ms: float, retried: bool = False) -> Generation:
         if not isinstance(raw, str):
             raise GenerationError(f"the model call returned {type(raw).__name__}, not text")
         terminators = (self.grammar_options or GrammarOptions()).terminators
-        return Generation(extract_sql(raw), raw, prompt, constrained, (time.perf_counter() - start) * 1000,
-                          terminators)
+        return Generation(extract_sql(raw), raw, prompt, constrained, ms, terminators, retried)
 
-    def generate(self, source: Source, question: str, *, constrained: bool = True) -> Generation:
-        prompt, guided = self.prompt(source, question), self.guided(source, constrained)
-        start = time.perf_counter()
+    def _needs_retry(self, gen: Generation) -> bool:
+        return self.retry_truncated and gen.truncated
+
+    # -- one question ------------------------------------------------------------------------------
+    def _call(self, prompt: str, guided: Guided) -> str:
         try:
             if self.complete is not None:
-                raw = self.complete(prompt, guided)
-            elif self.complete_batch is not None:
-                raw = self.complete_batch([(prompt, guided)])[0]
-            else:
-                raw = _run_sync(self.acomplete(prompt, guided))  # type: ignore[misc]
+                return self.complete(prompt, guided)
+            if self.complete_batch is not None:
+                return self.complete_batch([(prompt, guided)])[0]
+            return asyncio.run(self.acomplete(prompt, guided))  # type: ignore[misc, arg-type]
         except Exception as exc:
             raise _generation_error(exc) from exc
-        return self._finish(raw, prompt, constrained, start)
+
+    async def _acall(self, prompt: str, guided: Guided) -> str:
+        try:
+            if self.acomplete is not None:
+                return await self.acomplete(prompt, guided)
+            if self.complete is not None:
+                return await asyncio.to_thread(self.complete, prompt, guided)
+            return (await asyncio.to_thread(self.complete_batch, [(prompt, guided)]))[0]  # type: ignore[arg-type]
+        except Exception as exc:
+            raise _generation_error(exc) from exc
+
+    def generate(self, source: Source, question: str, *, constrained: bool = True) -> Generation:
+        prompt = self.prompt(source, question)
+        start = time.perf_counter()
+        gen = self._make(self._call(prompt, self.guided(source, constrained)), prompt, constrained, 0.0)
+        if self._needs_retry(gen):
+            raw = self._call(prompt, self.guided(source, constrained, retry=True))
+            gen = self._make(raw, prompt, constrained, 0.0, retried=True)
+        gen.generation_ms = (time.perf_counter() - start) * 1000
+        return gen
 
     async def agenerate(self, source: Source, question: str, *, constrained: bool = True) -> Generation:
-        # Schema introspection may hit the database on first use: keep it off the event loop.
+        # Introspection and grammar building may hit the database: keep them off the event loop.
         prompt, guided = await asyncio.to_thread(lambda: (self.prompt(source, question),
                                                           self.guided(source, constrained)))
         start = time.perf_counter()
-        try:
-            if self.acomplete is not None:
-                raw = await self.acomplete(prompt, guided)
-            elif self.complete is not None:
-                raw = await asyncio.to_thread(self.complete, prompt, guided)
-            else:
-                raw = (await asyncio.to_thread(self.complete_batch, [(prompt, guided)]))[0]  # type: ignore[arg-type]
-        except Exception as exc:
-            raise _generation_error(exc) from exc
-        return self._finish(raw, prompt, constrained, start)
+        gen = self._make(await self._acall(prompt, guided), prompt, constrained, 0.0)
+        if self._needs_retry(gen):
+            retry = await asyncio.to_thread(self.guided, source, constrained, retry=True)
+            gen = self._make(await self._acall(prompt, retry), prompt, constrained, 0.0, retried=True)
+        gen.generation_ms = (time.perf_counter() - start) * 1000
+        return gen
 
+    # -- many questions ----------------------------------------------------------------------------
     def generate_many(self, requests: Sequence[tuple[Source, str]], *, constrained: bool = True) -> list[Generation]:
         """Many questions in one model call when a batch callable exists (continuous batching makes
-        that far faster than one by one); ``generation_ms`` is then the batch's wall time."""
+        that far faster than one by one); ``generation_ms`` is then the batch's wall time (plus the
+        retry batch's for the questions that needed one)."""
         if self.complete_batch is None:
             return [self.generate(s, q, constrained=constrained) for s, q in requests]
-        prompts = [(self.prompt(s, q), self.guided(s, constrained)) for s, q in requests]
+        prompts = [self.prompt(s, q) for s, q in requests]
         start = time.perf_counter()
+        raws = self._batch([(p, self.guided(s, constrained)) for p, (s, _) in zip(prompts, requests, strict=True)])
+        gens = [self._make(raw, p, constrained, 0.0) for raw, p in zip(raws, prompts, strict=True)]
+        first_ms = (time.perf_counter() - start) * 1000
+        for g in gens:
+            g.generation_ms = first_ms
+        redo = [i for i, g in enumerate(gens) if self._needs_retry(g)]
+        if redo:
+            start = time.perf_counter()
+            raws = self._batch([(prompts[i], self.guided(requests[i][0], constrained, retry=True)) for i in redo])
+            retry_ms = (time.perf_counter() - start) * 1000
+            for i, raw in zip(redo, raws, strict=True):
+                gens[i] = self._make(raw, prompts[i], constrained, first_ms + retry_ms, retried=True)
+        return gens
+
+    def _batch(self, requests: list[tuple[str, Guided]]) -> list[str]:
         try:
-            raws = self.complete_batch(prompts)
+            return self.complete_batch(requests)  # type: ignore[misc]
         except Exception as exc:
             raise _generation_error(exc) from exc
-        return [self._finish(raw, p, constrained, start) for raw, (p, _) in zip(raws, prompts, strict=True)]
 
 
 def _generation_error(exc: Exception) -> Exception:
     if isinstance(exc, Text2SQLError):
         return exc
     return GenerationError(f"the model call failed: {type(exc).__name__}: {exc}")
-
-
-def _run_sync(coro: Awaitable[str]) -> str:
-    return asyncio.run(coro)  # type: ignore[arg-type]
 
 
 # -- model-call factories ------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from integrations.text2sql.schema import Schema, quote_ident
 
@@ -37,7 +37,7 @@ from integrations.text2sql.schema import Schema, quote_ident
 class GrammarOptions:
     """Knobs of :func:`sql_grammar`; the defaults suit SmolLM-class models on small schemas."""
 
-    dialect: str = "sqlite"
+    dialect: str | None = None  # None: the schema's (SQLite for a plain mapping)
     max_depth: int = 1  # subquery nesting: 1 allows one level (IN, EXISTS, scalar, FROM (...))
     max_select_items: int = 8
     max_alias_chars: int = 24  # output column aliases (AS name); a looping model otherwise never stops
@@ -53,6 +53,22 @@ class GrammarOptions:
     # work grow with the number of tables, so big schemas fall back to all-columns everywhere.
     table_scopes: bool | None = None
     table_scope_limit: int = 12
+    # False: no parentheses, CASE or CAST, and function/aggregate arguments are plain column/literal
+    # arithmetic, so expressions cannot nest. With ``max_string_chars`` set this makes every
+    # sentence short: the shape of :meth:`compact`.
+    nested_expressions: bool = True
+    max_string_chars: int | None = None  # None: unbounded (faster masks; see lexical())
+
+    @classmethod
+    def compact(cls, **overrides: object) -> GrammarOptions:
+        """A small grammar whose every sentence is short: the retry when a model ran out of tokens
+        under the full grammar (a loop in a long SELECT list). One level, few items, no nesting."""
+        values: dict[str, object] = dict(
+            max_depth=0, max_select_items=4, max_alias_chars=16, max_joins=2, max_conditions=3,
+            max_in_values=5, max_group_by=2, max_order_by=2, nested_expressions=False, max_string_chars=40,
+        )
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
 
 
 # SQLite's scalar functions by arity: (name, min_args, max_args). Date functions are SQLite's own
@@ -159,7 +175,10 @@ class _Builder:
         # String contents are unbounded on purpose: a bounded repetition of an alternation makes
         # xgrammar's per-token mask about 10x slower inside strings (measured), and models do not
         # loop there. Output aliases are bounded: small models do loop there (a_per_b_per_b_per_b...).
-        r.add("string", "\"'\" ([^'\\r\\n] | \"''\")* \"'\"")
+        if o.max_string_chars is None:
+            r.add("string", "\"'\" ([^'\\r\\n] | \"''\")* \"'\"")
+        else:
+            r.add("string", f"\"'\" [^'\\r\\n]{{0,{o.max_string_chars}}} \"'\"")
         r.add("number", '[0-9]{1,15} ("." [0-9]{1,8})?')
         r.add("int", "[0-9]{1,9}")
         r.add(
@@ -213,10 +232,13 @@ class _Builder:
         o, r, kw = self.o, self.r, self.kw
         sub = depth < o.max_depth
         plain = self.expr_family(scope, depth, False) if agg else s  # aggregate arguments: no aggregates
+        nested = o.nested_expressions
         # Conditions: OR of ANDs of optionally negated predicates.
         r.add(f"cond_{s}", _rep(f"conj_{s}", f"sp {kw('OR')} sp", o.max_conditions))
         r.add(f"conj_{s}", _rep(f"pred_{s}", f"sp {kw('AND')} sp", o.max_conditions))
-        preds = [f"({kw('NOT')} sp)? val_{s} pred_tail_{s}?", f"({kw('NOT')} sp)? lp cond_{s} rp"]
+        preds = [f"({kw('NOT')} sp)? val_{s} pred_tail_{s}?"]
+        if nested:
+            preds.append(f"({kw('NOT')} sp)? lp cond_{s} rp")
         if sub:
             preds.append(f"({kw('NOT')} sp)? {kw('EXISTS')} ows lp query_{depth + 1} rp")
         r.add(f"pred_{s}", _alts(preds))
@@ -234,31 +256,41 @@ class _Builder:
             ]),
         )
         # Values: sums of products of signed atoms.
-        r.add(f"val_{s}", _rep(f"term_{s}", "ows add_op ows", 6))
-        r.add(f"term_{s}", _rep(f"factor_{s}", "ows mul_op ows", 4))
+        r.add(f"val_{s}", _rep(f"term_{s}", "ows add_op ows", 6 if nested else 3))
+        r.add(f"term_{s}", _rep(f"factor_{s}", "ows mul_op ows", 4 if nested else 2))
         r.add(f"factor_{s}", f'"-"? atom_{s}')
-        atoms = [self.column_ref(scope, depth), "literal", f"func_{s}", f"lp val_{s} rp", f"case_{s}", f"cast_{s}"]
+        colref = self.column_ref(scope, depth)
+        atoms = [colref, "literal", f"func_{s}"]
+        if nested:
+            atoms += [f"lp val_{s} rp", f"case_{s}", f"cast_{s}"]
         if agg:
             atoms.append(f"agg_{s}")
         if sub:
             atoms.append(f"lp query1_{depth + 1} rp")
         r.add(f"atom_{s}", _alts(atoms))
+        # Arguments: any value when nesting is on, else flat arithmetic over columns and literals.
+        arg = f"val_{s}"
+        if not nested:
+            arg = r.add(f"arg_{scope}_{depth}", _rep(f"(\"-\"? ({colref} | literal))", "ows add_op ows", 3)
+                        .replace(" add_op ", " (add_op | mul_op) "))
         funcs = []
         for name, lo, hi in self.functions:
-            args = f"val_{s}" + (f" (comma val_{s}){{{lo - 1},{hi - 1}}}" if hi > 1 else "")
+            args = arg + (f" (comma {arg}){{{lo - 1},{hi - 1}}}" if hi > 1 else "")
             funcs.append(f"{kw(name)} lp {args} rp")
         r.add(f"func_{s}", _alts(funcs))
-        r.add(
-            f"case_{s}",
-            f"{kw('CASE')} (sp {kw('WHEN')} sp cond_{s} sp {kw('THEN')} sp val_{s}){{1,4}}"
-            f" (sp {kw('ELSE')} sp val_{s})? sp {kw('END')}",
-        )
-        r.add(f"cast_{s}", f"{kw('CAST')} lp val_{s} sp {kw('AS')} sp ({_alts(kw(t) for t in _CAST_TYPES)}) rp")
+        if nested:
+            r.add(
+                f"case_{s}",
+                f"{kw('CASE')} (sp {kw('WHEN')} sp cond_{s} sp {kw('THEN')} sp val_{s}){{1,4}}"
+                f" (sp {kw('ELSE')} sp val_{s})? sp {kw('END')}",
+            )
+            r.add(f"cast_{s}", f"{kw('CAST')} lp val_{s} sp {kw('AS')} sp ({_alts(kw(t) for t in _CAST_TYPES)}) rp")
         if agg:
+            agg_arg = f"val_{plain}" if nested else arg
             distinct = f"({kw('DISTINCT')} sp)?"
             aggs = [f"{kw('COUNT')} lp \"*\" rp"]
-            aggs += [f"{kw(a)} lp {distinct} val_{plain} rp" for a in _AGGREGATES]
-            aggs.append(f"{kw('GROUP_CONCAT')} lp val_{plain} (comma string)? rp")
+            aggs += [f"{kw(a)} lp {distinct} {agg_arg} rp" for a in _AGGREGATES]
+            aggs.append(f"{kw('GROUP_CONCAT')} lp {agg_arg} (comma string)? rp")
             r.add(f"agg_{s}", _alts(aggs))
         return s
 
@@ -272,7 +304,10 @@ class _Builder:
         a = self.expr_family(scope, depth, True)
         p = self.expr_family(scope, depth, False)
         r.add(f"items_{key}", _rep(f"item_{key}", "comma", o.max_select_items))
-        r.add(f"item_{key}", f'"*" | (table_name | alias) ".*" | item1_{key}')
+        star_of = "(table_name | alias)"
+        if scope != "all":  # a single-table query can only star its own table
+            star_of = f"({ebnf_literal(quote_ident(self.table_names[int(scope[1:])]))} | alias)"
+        r.add(f"item_{key}", f'"*" | {star_of} ".*" | item1_{key}')
         r.add(f"item1_{key}", f"val_{a} (sp {kw('AS')} sp out_alias)?")
         r.add(f"where_{key}", f"sp {kw('WHERE')} sp cond_{p}")
         r.add(
@@ -333,15 +368,15 @@ def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOp
     """The EBNF text for ``SamplingParams(guided={"grammar": ...})``.
 
     ``schema`` is a :class:`Schema` or a plain ``{table: [columns]}`` mapping. The grammar's
-    dialect follows the schema's unless ``options`` says otherwise.
+    dialect (which functions exist) follows the schema's unless ``options`` names one.
     """
+    opts = options or GrammarOptions()
     if isinstance(schema, Schema):
         tables: Mapping[str, Sequence[str]] = schema.columns_by_table()
-        if options is None:
-            options = GrammarOptions(dialect=schema.dialect)
+        dialect = opts.dialect or schema.dialect
     else:
-        tables = schema
-    opts = options or GrammarOptions()
+        tables, dialect = schema, opts.dialect or "sqlite"
+    opts = replace(opts, dialect=dialect)
     b = _Builder(tables, opts)
     b.r.add("root", f"query_0 ({_alts(ebnf_literal(t) for t in opts.terminators)})")
     b.lexical()

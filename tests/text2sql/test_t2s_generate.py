@@ -118,6 +118,33 @@ def test_constrained_output_cut_by_max_tokens_is_not_run(shop):
     assert res.ok  # free decoding ends at stop strings, which the engine strips
 
 
+def test_a_looping_model_gets_one_retry_under_the_compact_grammar(shop):
+    source, _ = shop
+    grammars = []
+
+    def looping(prompt, guided):
+        grammars.append(guided["grammar"])
+        if guided["grammar"] == source.grammar():  # full grammar: cut by max_tokens inside a long list
+            return "SELECT name, name, name, name, name, name, name, name"
+        return "SELECT name FROM products;"
+
+    res = ask(source, "q", SQLGenerator(looping))
+    assert res.ok and res.sql == "SELECT name FROM products" and res.rows
+    assert grammars[0] == source.grammar() and grammars[1] != grammars[0]
+    assert len(grammars[1]) < len(grammars[0])  # the compact grammar: no nesting, few items
+    assert res.to_dict()["retried"]
+
+    batch_calls = []
+
+    def looping_batch(requests):
+        batch_calls.append(len(requests))
+        return [looping(p, g) for p, g in requests]
+
+    gens = SQLGenerator(complete_batch=looping_batch).generate_many([(source, "a"), (source, "b")])
+    assert batch_calls == [2, 2] and all(g.retried and not g.truncated for g in gens)
+    assert not SQLGenerator(looping, retry_truncated=False).generate(source, "q").retried
+
+
 def test_batches_go_to_the_model_at_once(shop):
     source, _ = shop
     calls = []
