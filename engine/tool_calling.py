@@ -367,7 +367,7 @@ def _arguments_ebnf(schema_json: str) -> str:
 def _tool_tag(tool: FunctionTool, index: int) -> dict[str, Any]:
     param = f"tools[{index}].function.parameters"
     try:
-        ebnf = _arguments_ebnf(json.dumps(tool.parameters, sort_keys=True))
+        ebnf = _arguments_ebnf(json.dumps(tool.parameters))  # key order kept: the grammar follows it
     except Exception as exc:  # xgrammar refuses schema features it cannot turn into a grammar
         raise InvalidRequestError(f"{param}: the parameters schema of {tool.name!r} is not supported: {exc}",
                                   param) from exc
@@ -543,8 +543,8 @@ class _ArgsScanner:
 class ToolCallParser:
     """Splits streamed model text into content and tool calls, fed one delta at a time.
 
-    Text that could be the start of `<tool_call>` is held back until it is known not to be, so no
-    raw tag reaches a client; arguments stream as the model writes them. Content is the text
+    Text that could be the start of `<tool_call>` is held back until it is known not to be (and
+    dropped if the text ends there), so no raw tag reaches a client; arguments stream as the model writes them. Content is the text
     outside the call blocks with leading and trailing whitespace removed (trailing whitespace is
     held until more content follows). `parse_tool_calls` runs this same machine on a whole text,
     so streamed and non-streamed results agree by construction, whatever the chunking."""
@@ -617,9 +617,11 @@ class ToolCallParser:
                     self._content(buf[:at], events)
                     self._buf, self._state = buf[at + len(TOOL_CALL_OPEN):], "head"
                     continue
-                keep = 0 if final else _held_prefix(buf, TOOL_CALL_OPEN)
+                # A trailing "<tool_c" is held; at the end it is dropped, not flushed: there it is
+                # almost surely a call cut off by max_tokens, and raw tag text must not leak.
+                keep = _held_prefix(buf, TOOL_CALL_OPEN)
                 self._content(buf[: len(buf) - keep], events)
-                self._buf = buf[len(buf) - keep:]
+                self._buf = "" if final else buf[len(buf) - keep:]
                 break
             if self._state == "head":
                 m = _HEAD_RE.match(buf)
