@@ -1,0 +1,204 @@
+"""Jobs without a model: schema migration of an old database, batch input validation, the webhook
+allow-list and signature, and the gate that keeps jobs below interactive requests."""
+
+import asyncio
+import ipaddress
+import json
+import sqlite3
+import time
+
+import openai
+import pytest
+from sqlalchemy import select
+
+from gateway.db import Database
+from gateway.jobs.batches import parse_input
+from gateway.jobs.gate import PRIORITY_BATCH, PRIORITY_RESPONSE, JobGate
+from gateway.jobs.webhooks import WebhookPolicy, WebhookRefused, sign
+from gateway.migrations import LATEST
+from gateway.settings import Settings
+from gateway.tables.responses import StoredResponse
+
+# The schema as first released (version 1), before versions were recorded.
+V1_SCHEMA = """
+CREATE TABLE api_keys (id INTEGER NOT NULL, name VARCHAR(200) NOT NULL, key_hash VARCHAR(64) NOT NULL,
+    created_at DATETIME NOT NULL, revoked BOOLEAN NOT NULL, PRIMARY KEY (id));
+CREATE UNIQUE INDEX ix_api_keys_key_hash ON api_keys (key_hash);
+CREATE TABLE responses (id VARCHAR(64) NOT NULL, created_at DATETIME NOT NULL, model VARCHAR(200) NOT NULL,
+    status VARCHAR(32) NOT NULL, previous_response_id VARCHAR(64), conversation JSON NOT NULL, body JSON NOT NULL,
+    PRIMARY KEY (id));
+CREATE INDEX ix_responses_previous_response_id ON responses (previous_response_id);
+INSERT INTO responses VALUES ('resp_old', '2025-01-01 00:00:00', 'm', 'completed', NULL, '[]', '{"id": "resp_old"}');
+"""
+
+
+async def test_migrates_a_version_1_database(tmp_path):
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(V1_SCHEMA)
+    for _ in range(2):  # the second start finds nothing to do
+        db = Database(str(path))
+        await db.create_all()
+        async with db.sessions() as session:
+            old = await session.scalar(select(StoredResponse).where(StoredResponse.id == "resp_old"))
+            assert old is not None and old.background is False and old.request is None
+        await db.dispose()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(LATEST,)]
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(responses)")}
+        assert {"background", "request"} <= columns
+        indexes = {r[1] for r in conn.execute("PRAGMA index_list(responses)")}
+        assert "ix_responses_status" in indexes
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"files", "file_contents", "batches", "batch_lines", "batch_results", "webhook_deliveries",
+                "idempotency_keys"} <= tables
+
+
+async def test_a_new_database_is_created_at_the_latest_version_and_a_newer_one_is_refused(tmp_path):
+    db = Database(str(tmp_path / "new.db"))
+    await db.create_all()
+    await db.dispose()
+    with sqlite3.connect(tmp_path / "new.db") as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(LATEST,)]
+        conn.execute("UPDATE schema_version SET version = ?", (LATEST + 1,))
+    db = Database(str(tmp_path / "new.db"))
+    with pytest.raises(RuntimeError, match="newer than this sllm"):
+        await db.create_all()
+    await db.dispose()
+
+
+# -- batch input validation ---------------------------------------------------------------------------
+def _line(custom_id="a", url="/v1/chat/completions", body=None, **extra) -> str:
+    body = body if body is not None else {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    return json.dumps({"custom_id": custom_id, "method": "POST", "url": url, "body": body, **extra})
+
+
+def test_parse_input_reports_each_bad_line_with_its_number():
+    text = "\n".join([
+        _line("a"),
+        "{not json",
+        _line("b", url="/v1/embeddings"),
+        _line("a"),  # duplicate custom_id
+        _line("c", body={"messages": []}),
+        _line("d", body={"prompt": "x", "stream": True}, url="/v1/completions"),
+        _line("e", body={"prompt": "x", "model": "gpt-4o"}, url="/v1/completions"),
+        json.dumps({"custom_id": "f", "method": "GET", "url": "/v1/completions", "body": {"prompt": "x"}}),
+        json.dumps({"custom_id": "g", "url": "/v1/completions", "body": {"prompt": "x"}}),
+        "",  # blank lines are skipped, and still counted
+        _line("h", body={"prompt": "ok"}, url="/v1/completions"),
+    ])
+    rows, errors = parse_input(text.encode(), "smol", 1000)
+    by_line = {e.line: e for e in errors}
+    assert by_line[2].code == "invalid_json_line" and by_line[2].message.startswith("line 2: ")
+    assert by_line[3].code == "invalid_url" and "/v1/embeddings" in by_line[3].message
+    assert by_line[4].code == "duplicate_custom_id" and "line 1" in by_line[4].message
+    assert by_line[5].code == "invalid_body" and by_line[5].param == "body.messages"
+    assert by_line[6].code == "unsupported_parameter" and by_line[6].param == "body.stream"
+    assert by_line[7].code == "model_not_found"
+    assert by_line[8].code == "invalid_method"
+    assert by_line[9].code == "invalid_request" and by_line[9].param == "method"
+    assert set(by_line) == {2, 3, 4, 5, 6, 7, 8, 9}
+    assert [r["line"] for r in rows][-1] == 11
+
+
+def test_parse_input_limits():
+    assert parse_input(b"\n\n", "m", 10)[1][0].code == "empty_file"
+    assert parse_input(b"\xff\xfe", "m", 10)[1][0].code == "invalid_file_encoding"
+    many = "\n".join(_line(str(i)) for i in range(4)).encode()
+    assert parse_input(many, "m", 3)[1][-1].code == "too_many_lines"
+    rows, errors = parse_input(many, "m", 4)
+    assert not errors and [r["custom_id"] for r in rows] == ["0", "1", "2", "3"]
+
+
+# -- webhooks ------------------------------------------------------------------------------------------
+def _policy(*allow: str, secret: str | None = "whsec_c2VjcmV0LWtleS0xMjM0NTY=") -> WebhookPolicy:
+    return WebhookPolicy(Settings(webhook_secret=secret, webhook_allow_hosts=list(allow)))
+
+
+@pytest.mark.parametrize("url, allow, reason", [
+    ("http://127.0.0.1:9/x", [], "not enabled"),
+    ("http://169.254.169.254/latest/meta-data", ["example.com"], "allow-list"),
+    ("http://169.254.169.254/latest/meta-data", ["169.254.0.0/16"], "metadata"),
+    ("http://[fe80::1]/", ["localhost"], "allow-list"),
+    ("http://metadata.google.internal/", ["metadata.google.internal"], "metadata host"),
+    ("http://10.0.0.5/", ["example.com"], "allow-list"),
+    ("http://evil.example.org/", ["example.com", "*.example.com"], "allow-list"),
+    ("ftp://example.com/", ["example.com"], "http"),
+    ("http://user:pw@example.com/", ["example.com"], "credentials"),
+    ("http://localhost:8080/hook", ["*.localhost"], "allow-list"),
+])
+async def test_webhook_urls_refused(url, allow, reason):
+    policy = _policy(*allow) if allow else _policy(secret=None)
+    with pytest.raises(WebhookRefused, match=reason):
+        await policy.resolve(url)
+
+
+async def test_webhook_urls_allowed_and_address_rules():
+    host, address = await _policy("127.0.0.1").resolve("http://127.0.0.1:9/hook")
+    assert str(address) == "127.0.0.1"
+    host, address = await _policy("localhost").resolve("http://localhost:9/hook")  # exact name: internal ok
+    assert address.is_loopback
+    wildcard = _policy("*.example.com")
+    wildcard.check_address("a.example.com", ipaddress.ip_address("93.184.215.14"))
+    with pytest.raises(WebhookRefused, match="internal address"):  # a wildcard may not reach inside
+        wildcard.check_address("a.example.com", ipaddress.ip_address("192.168.1.10"))
+    with pytest.raises(WebhookRefused, match="link-local"):
+        _policy("hooks.example.com").check_address("hooks.example.com",
+                                                   ipaddress.ip_address("169.254.1.1"))
+
+
+def test_webhook_signature_verifies_with_the_openai_sdk():
+    secret = "whsec_c2VjcmV0LWtleS0xMjM0NTY="
+    body = json.dumps({"id": "evt_1", "object": "event", "created_at": int(time.time()), "type": "batch.completed",
+                       "data": {"id": "batch_1"}})
+    ts = int(time.time())
+    headers = {"webhook-id": "evt_1", "webhook-timestamp": str(ts), "webhook-signature": sign(secret, "evt_1", ts, body)}
+    client = openai.OpenAI(api_key="x", base_url="http://127.0.0.1:9")
+    event = client.webhooks.unwrap(body, headers, secret=secret)
+    assert event.type == "batch.completed" and event.data.id == "batch_1"
+    with pytest.raises(openai.InvalidWebhookSignatureError):
+        client.webhooks.verify_signature(body + " ", headers, secret=secret)
+
+
+# -- the gate --------------------------------------------------------------------------------------------
+async def test_gate_serves_responses_first_and_backs_off_while_interactive_requests_run():
+    interactive = {"n": 0}
+    gate = JobGate(lambda: interactive["n"], lambda: {"kv_usage": 0.1}, concurrency=2, concurrency_busy=1,
+                   quiet_s=0.05, poll_s=0.005)
+    order: list[str] = []
+
+    async def take(name: str, priority: int) -> None:
+        await gate.acquire(priority)
+        order.append(name)
+
+    await take("b0", PRIORITY_BATCH)
+    await take("b1", PRIORITY_BATCH)  # 2 in the engine: the limit
+    waiting = [asyncio.create_task(take("b2", PRIORITY_BATCH))]
+    await asyncio.sleep(0.01)
+    waiting.append(asyncio.create_task(take("r0", PRIORITY_RESPONSE)))
+    await asyncio.sleep(0.02)
+    assert order == ["b0", "b1"]
+    interactive["n"] = 1  # an interactive request arrives: the limit drops to 1
+    gate.release()
+    await asyncio.sleep(0.03)
+    assert order == ["b0", "b1"] and gate.in_engine == 1
+    interactive["n"] = 0
+    await asyncio.sleep(0.02)  # still within quiet_s of the last interactive request
+    assert gate.in_engine == 1
+    await asyncio.sleep(0.1)
+    assert order == ["b0", "b1", "r0"]  # the response jumped the queue
+    gate.release()
+    await asyncio.wait_for(asyncio.gather(*waiting), 1)
+    assert order[-1] == "b2"
+    await gate.close()
+
+
+async def test_gate_waits_while_the_kv_cache_is_nearly_full():
+    stats = {"kv_usage": 0.95}
+    gate = JobGate(lambda: 0, lambda: stats, concurrency=4, concurrency_busy=1, quiet_s=0, poll_s=0.005)
+    task = asyncio.create_task(gate.acquire())
+    await asyncio.sleep(0.03)
+    assert not task.done()
+    stats["kv_usage"] = 0.5
+    await asyncio.wait_for(task, 1)
+    await gate.close()
