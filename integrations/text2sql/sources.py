@@ -173,17 +173,11 @@ class Source:
         engine = self.engine
         try:
             schema = introspect(engine, schema=self.db_schema)
-        except BadSourceURL:
+        except BadSourceURL:  # raised by the read-only creator (a missing SQLite file); SQLAlchemy passes it on
             raise
         except sa.exc.DBAPIError as exc:
-            orig = getattr(exc, "orig", exc)
-            raise SourceUnavailable(f"cannot read the schema of {self.name!r}: {orig}") from None
-        except Exception as exc:  # a wrapped BadSourceURL from the creator, or a driver error
-            cause = exc.__cause__ or exc.__context__
-            if isinstance(exc, sa.exc.StatementError) and isinstance(exc.orig, BadSourceURL):
-                raise exc.orig from None
-            if isinstance(cause, BadSourceURL):
-                raise cause from None
+            raise SourceUnavailable(f"cannot read the schema of {self.name!r}: {exc.orig}") from None
+        except (sa.exc.SQLAlchemyError, OSError) as exc:
             raise SourceUnavailable(f"cannot read the schema of {self.name!r}: {exc}") from None
         if not schema.tables:
             raise SourceUnavailable(f"source {self.name!r} ({self.redacted_url()}) has no tables")
