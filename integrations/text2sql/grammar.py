@@ -26,6 +26,7 @@ Design choices that keep a small model on track:
 from __future__ import annotations
 
 import json
+import string
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -106,7 +107,7 @@ def ebnf_literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-class _Rules:
+class EBNFRules:
     """An ordered rule set; the first rule added is emitted first (``root``)."""
 
     def __init__(self) -> None:
@@ -122,6 +123,75 @@ class _Rules:
 
     def text(self) -> str:
         return "\n".join(f"{name} ::= {body}" for name, body in self._rules.items()) + "\n"
+
+
+def _char_class(chars: Iterable[str]) -> str:
+    """A character class with runs written as ranges: [0-9A-Z_a-z]."""
+    codes = sorted({ord(c) for c in chars})
+    parts, i = [], 0
+    while i < len(codes):
+        j = i
+        while j + 1 < len(codes) and codes[j + 1] == codes[j] + 1:
+            j += 1
+        lo, hi = chr(codes[i]), chr(codes[j])
+        parts.append(lo if i == j else f"{lo}{hi}" if j == i + 1 else f"{lo}-{hi}")
+        i = j + 1
+    return "[" + "".join(parts) + "]"
+
+
+# Words an alias must not be because SQLite would read them as syntax there. The full
+# SQL_KEYWORDS list would be safe too but triples the grammar (every excluded word is a trie path).
+ALIAS_KEYWORDS = frozenset(
+    """all and as asc between by case cast collate cross current_date current_time current_timestamp desc
+    distinct else end escape except exists false from full glob group having in inner intersect into is
+    isnull join left like limit natural not notnull null offset on or order outer regexp right select
+    then true union using when where window with""".split()
+)
+
+
+def identifier_excluding(rules: EBNFRules, name: str, first: str, rest: str, max_len: int,
+                         excluded: Iterable[str]) -> str:
+    """Adds rule ``name``: identifiers ``first rest{0,max_len-1}`` except the ``excluded`` words,
+    compared case-insensitively (SQL keywords). EBNF has no set difference, so this walks a trie of
+    the excluded words: off the trie any character may follow; on it, a word may not end where an
+    excluded word ends."""
+    trie: dict = {}
+    for word in excluded:
+        if 0 < len(word) <= max_len and word[0] in first.lower() + first.upper():
+            node = trie
+            for ch in word.lower():
+                node = node.setdefault(ch, {})
+            node[""] = {}  # end-of-word marker
+
+    def free(remaining: int) -> str:
+        return f"{_char_class(rest)}{{0,{remaining}}}" if remaining > 0 else ""
+
+    def build(node: dict, rule: str, depth: int, alphabet: str) -> str:
+        remaining = max_len - depth - 1  # characters that may follow the next one
+        alts = []
+        on_trie = [c for c in node if c]
+        off = [c for c in alphabet if c.lower() not in on_trie]
+        if off:
+            alts.append(f"{_char_class(off)} {free(remaining)}".strip())
+        for i, ch in enumerate(sorted(on_trie)):
+            cased = sorted({ch, ch.upper()} & set(alphabet))
+            child = node[ch]
+            child_rule = f"{rule}_{i}"
+            ends_ok = "" not in child
+            if remaining > 0 and any(c for c in child):
+                build(child, child_rule, depth + 1, rest)
+                tail = f"{child_rule}{'?' if ends_ok else ''}"
+            elif remaining > 0:  # a leaf: anything may follow, and must if the word is excluded
+                tail = free(remaining) if ends_ok else f"{_char_class(rest)}{{1,{remaining}}}"
+            else:
+                tail = ""
+                if not ends_ok:
+                    continue  # the excluded word itself, and nothing can follow: drop it
+            alts.append(f"{_char_class(cased)} {tail}".strip())
+        rules.add(rule, _alts(alts))
+        return rule
+
+    return build(trie, name, 0, first)
 
 
 def _alts(items: Iterable[str]) -> str:
@@ -150,7 +220,7 @@ class _Builder:
         self.tables = {t: list(cols) for t, cols in tables.items() if cols}
         self.table_names = sorted(self.tables)
         self.o = opts
-        self.r = _Rules()
+        self.r = EBNFRules()
         self.functions = _PORTABLE_FUNCTIONS + (_SQLITE_FUNCTIONS if opts.dialect == "sqlite" else ())
         scoped = opts.table_scopes
         self.scoped = scoped if scoped is not None else len(self.table_names) <= opts.table_scope_limit
@@ -186,8 +256,11 @@ class _Builder:
             _alts(["string", "number", self.kw("NULL"), self.kw("TRUE"), self.kw("FALSE"),
                    self.kw("CURRENT_DATE"), self.kw("CURRENT_TIMESTAMP")]),
         )
-        r.add("alias", "[a-z] [a-z0-9_]{0,3}")
-        r.add("out_alias", f"[a-zA-Z_] [a-zA-Z0-9_]{{0,{o.max_alias_chars - 1}}}")
+        # Aliases are identifiers that are not SQL keywords ("AS and" or "and.name" would not parse).
+        identifier_excluding(r, "alias", string.ascii_lowercase, string.ascii_lowercase + string.digits + "_",
+                             4, ALIAS_KEYWORDS)
+        identifier_excluding(r, "out_alias", string.ascii_letters + "_", string.ascii_letters + string.digits + "_",
+                             o.max_alias_chars, ALIAS_KEYWORDS)
         all_columns = sorted({c for cols in self.tables.values() for c in cols})
         owners = Counter(c for cols in self.tables.values() for c in set(cols))
         r.add("table_name", _alts(ebnf_literal(quote_ident(t)) for t in self.table_names))
@@ -199,7 +272,7 @@ class _Builder:
         for i, t in enumerate(self.table_names):
             r.add(f"cols_t{i}", _alts(ebnf_literal(quote_ident(c)) for c in self.tables[t]))
         r.add("cmp_op", _alts(ebnf_literal(op) for op in ("=", "!=", "<>", "<=", ">=", "<", ">")))
-        r.add("add_op", _alts(ebnf_literal(op) for op in ("+", "-", "||")))
+        r.add("add_op", _alts(ebnf_literal(op) for op in ("+", "||")))  # "-" is apart: see minus_tail
         r.add("mul_op", _alts(ebnf_literal(op) for op in ("*", "/", "%")))
         r.add("direction", f"sp ({self.kw('ASC')} | {self.kw('DESC')})")
         r.add("limit", f"sp {self.kw('LIMIT')} sp int (sp {self.kw('OFFSET')} sp int)?")
@@ -256,8 +329,12 @@ class _Builder:
             ]),
         )
         # Values: sums of products of signed atoms.
-        r.add(f"val_{s}", _rep(f"term_{s}", "ows add_op ows", 6 if nested else 3))
-        r.add(f"term_{s}", _rep(f"factor_{s}", "ows mul_op ows", 4 if nested else 2))
+        # A binary minus is followed by a space or by an unsigned term: "a--1" would start a comment.
+        r.add(f"val_{s}", f"term_{s} (ows add_op ows term_{s} | ows \"-\" sp term_{s} | ows \"-\" uterm_{s})"
+                          f"{{0,{5 if nested else 2}}}")
+        product = f"(ows mul_op ows factor_{s}){{0,{3 if nested else 1}}}"
+        r.add(f"term_{s}", f"factor_{s} {product}")
+        r.add(f"uterm_{s}", f"atom_{s} {product}")
         r.add(f"factor_{s}", f'"-"? atom_{s}')
         colref = self.column_ref(scope, depth)
         atoms = [colref, "literal", f"func_{s}"]
@@ -271,8 +348,9 @@ class _Builder:
         # Arguments: any value when nesting is on, else flat arithmetic over columns and literals.
         arg = f"val_{s}"
         if not nested:
-            arg = r.add(f"arg_{scope}_{depth}", _rep(f"(\"-\"? ({colref} | literal))", "ows add_op ows", 3)
-                        .replace(" add_op ", " (add_op | mul_op) "))
+            simple = f"({colref} | literal)"
+            arg = r.add(f"arg_{scope}_{depth}", f"\"-\"? {simple} (ows (add_op | mul_op) ows \"-\"? {simple}"
+                                                f" | ows \"-\" (sp \"-\"?)? {simple}){{0,2}}")
         funcs = []
         for name, lo, hi in self.functions:
             args = arg + (f" (comma {arg}){{{lo - 1},{hi - 1}}}" if hi > 1 else "")

@@ -8,7 +8,13 @@ import pytest
 import xgrammar as xgr
 
 from integrations.text2sql.dataset import load_eval, schema_names
-from integrations.text2sql.grammar import GrammarOptions, sql_grammar
+from integrations.text2sql.grammar import (
+    EBNFRules,
+    GrammarOptions,
+    identifier_excluding,
+    matches_grammar,
+    sql_grammar,
+)
 from integrations.text2sql.sources import demo_source
 
 
@@ -82,6 +88,12 @@ def test_grammar_only_knows_the_schema(matchers):
     # In a join, a bare name several tables share is ambiguous; qualified it is fine.
     assert not matchers("shop", "SELECT name FROM customers AS cu JOIN cities AS c ON cu.city_id = c.city_id;")
     assert matchers("shop", "SELECT c.name, email FROM customers AS cu JOIN cities AS c ON cu.city_id = c.city_id;")
+    # Nothing the grammar allows turns into a comment or a keyword where a name belongs.
+    assert not matchers("shop", "SELECT price--1 FROM products;")
+    assert matchers("shop", "SELECT price - -1, price-1 FROM products;")
+    assert not matchers("shop", "SELECT name AS from FROM products;")
+    assert not matchers("shop", "SELECT and.name FROM customers AS and JOIN cities AS c ON 1 = 1;")
+    assert matchers("shop", "SELECT name AS fromage FROM products;")
     # Aggregates are not allowed in WHERE.
     assert not matchers("shop", "SELECT name FROM products WHERE COUNT(*) > 1;")
     assert matchers("shop", "SELECT category FROM products GROUP BY category HAVING COUNT(*) > 1;")
@@ -117,6 +129,30 @@ def test_odd_names_are_quoted_and_dialects_differ():
     assert "JULIANDAY" not in sql_grammar(tables, GrammarOptions(dialect="postgresql"))
     with pytest.raises(ValueError):
         sql_grammar({})
+
+
+def test_identifier_excluding_keywords():
+    rules = EBNFRules()
+    rules.add("root", 'x ";"')
+    identifier_excluding(rules, "x", "abcdefghijklmnopqrstuvwxyz", "abcdefghijklmnopqrstuvwxyz0123456789_", 4,
+                         ["and", "as", "asc", "desc", "a"])
+    text = rules.text()
+    expected = {"b": 1, "a": 0, "an": 1, "and": 0, "ands": 1, "as": 0, "asc": 0, "ascx": 1, "asx": 1,
+                "desc": 0, "des": 1, "descx": 0, "z999": 1, "abcde": 0}
+    assert {w: int(matches_grammar(text, w + ";")) for w in expected} == expected
+
+
+def test_compact_grammar_is_a_small_subset():
+    schema = demo_source("shop").schema()
+    full, compact = sql_grammar(schema), sql_grammar(schema, GrammarOptions.compact())
+    assert len(compact) < len(full)
+    simple = "SELECT c.name, COUNT(*) AS n FROM customers AS cu JOIN cities AS c ON cu.city_id = c.city_id GROUP BY c.name;"
+    assert matches_grammar(compact, simple) and matches_grammar(full, simple)
+    for nested in ("SELECT name FROM customers WHERE customer_id IN (SELECT customer_id FROM orders);",
+                   "SELECT ROUND(AVG(price), 2) FROM products;",
+                   "SELECT name, email, tier, signup_date, city_id FROM customers;",
+                   "SELECT name FROM customers WHERE name = '" + "x" * 60 + "';"):
+        assert matches_grammar(full, nested) and not matches_grammar(compact, nested), nested
 
 
 def test_big_schemas_fall_back_to_one_scope():
