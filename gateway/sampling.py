@@ -25,6 +25,7 @@ def sampling_params(
     seed: int | None = None,
     presence_penalty: float = 0.0,
     frequency_penalty: float = 0.0,
+    guided: dict[str, Any] | None = None,
 ) -> SamplingParams:
     if req.logit_bias:
         raise APIError(400, "logit_bias is not supported by this server", param="logit_bias")
@@ -53,5 +54,6 @@ def sampling_params(
         stop_token_ids=req.stop_token_ids or [],
         include_stop_str_in_output=req.include_stop_str_in_output,
         skip_special_tokens=req.skip_special_tokens,
+        guided=guided,
         **extras,
     )

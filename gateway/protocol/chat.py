@@ -5,6 +5,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.protocol.common import (
+    GuidedExtras,
     JSONObject,
     Request,
     SamplingExtras,
@@ -31,7 +32,7 @@ class ChatMessage(Request):
     tool_call_id: str | None = None
 
 
-class ChatCompletionRequest(SamplingExtras):
+class ChatCompletionRequest(SamplingExtras, GuidedExtras):
     messages: list[ChatMessage] = Field(min_length=1)
     model: str | None = None
     frequency_penalty: float = 0.0
@@ -100,10 +101,26 @@ def _unset(v: Any) -> bool:
     return v is None
 
 
+class DeltaFunction(BaseModel):
+    name: str | None = Field(None, exclude_if=_unset)
+    arguments: str | None = Field(None, exclude_if=_unset)
+
+
+class DeltaToolCall(BaseModel):
+    """One streamed piece of a tool call: `id`, `type` and `function.name` in a call's first delta
+    (with empty `arguments`), then `function.arguments` fragments; `index` on every one."""
+
+    index: int
+    id: str | None = Field(None, exclude_if=_unset)
+    type: Literal["function"] | None = Field(None, exclude_if=_unset)
+    function: DeltaFunction
+
+
 class DeltaMessage(BaseModel):
-    # OpenAI sends only the keys a delta carries: role on the first chunk, then content.
+    # OpenAI sends only the keys a delta carries: role on the first chunk, then content or tool_calls.
     role: Literal["assistant"] | None = Field(None, exclude_if=_unset)
     content: str | None = Field(None, exclude_if=_unset)
+    tool_calls: list[DeltaToolCall] | None = Field(None, exclude_if=_unset)
 
 
 class ChatChunkChoice(BaseModel):

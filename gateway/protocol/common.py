@@ -61,6 +61,19 @@ class SamplingExtras(Request):
     logit_bias: dict[str, float] | None = None
 
 
+class GuidedExtras(Request):
+    """vLLM's structured-output extras, accepted in the body next to `response_format` (at most one
+    of them per request): `guided_json` (a JSON schema, or its text), `guided_regex`, `guided_grammar`
+    (xgrammar EBNF), `guided_choice` (one of these strings), or the newer `structured_outputs`
+    object with the same keys (`json`, `regex`, `grammar`, `choice`, `json_object`)."""
+
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_grammar: str | None = None
+    guided_choice: list[str] | None = None
+    structured_outputs: dict[str, Any] | None = None
+
+
 class ModelCard(BaseModel):
     id: str
     object: str = "model"

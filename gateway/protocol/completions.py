@@ -5,6 +5,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from gateway.protocol.common import (
+    GuidedExtras,
+    JSONObject,
     SamplingExtras,
     StreamOptions,
     UsageInfo,
@@ -15,7 +17,7 @@ from gateway.protocol.common import (
 MAX_N = 16
 
 
-class CompletionRequest(SamplingExtras):
+class CompletionRequest(SamplingExtras, GuidedExtras):
     model: str | None = None
     prompt: str | list[str] | list[int] | list[list[int]]
     best_of: int | None = Field(None, ge=1, le=MAX_N)
@@ -30,6 +32,7 @@ class CompletionRequest(SamplingExtras):
     stream: bool = False
     stream_options: StreamOptions | None = None
     suffix: str | None = None
+    response_format: JSONObject | None = None
     temperature: float = 1.0
     top_p: float = 1.0
     user: str | None = None

@@ -1,6 +1,6 @@
 """`/v1/responses` shapes: the request, the Response object, and its streaming events."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -9,12 +9,17 @@ from gateway.protocol.common import JSONObject, Request, SamplingExtras, now, ra
 
 
 class InputItem(Request):
-    """A message item (`type` may be left out); other item types arrive with the tools issue."""
+    """A message item (`type` may be left out), a `function_call` the model made earlier (`call_id`,
+    `name`, `arguments`) or a `function_call_output` answering one (`call_id`, `output`)."""
 
     model_config = ConfigDict(extra="allow")
     type: str = "message"
     role: Literal["user", "assistant", "system", "developer"] | None = None
     content: str | list[ContentPart] | None = None
+    call_id: str | None = None
+    name: str | None = None
+    arguments: str | None = None
+    output: str | list[ContentPart] | None = None
 
 
 class TextFormat(Request):
@@ -63,6 +68,21 @@ class OutputMessage(BaseModel):
     content: list[OutputText] = Field(default_factory=list)
 
 
+class FunctionCallItem(BaseModel):
+    """An output item: the model calls a function; the client answers with a `function_call_output`
+    input item carrying the same `call_id`."""
+
+    type: Literal["function_call"] = "function_call"
+    id: str = Field(default_factory=lambda: random_id("fc_"))
+    call_id: str
+    name: str
+    arguments: str = ""
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+
+
+OutputItem = Annotated[OutputMessage | FunctionCallItem, Field(discriminator="type")]
+
+
 class InputTokensDetails(BaseModel):
     cached_tokens: int = 0
 
@@ -97,7 +117,7 @@ class ResponseObject(BaseModel):
     instructions: str | None = None
     max_output_tokens: int | None = None
     model: str
-    output: list[OutputMessage] = Field(default_factory=list)
+    output: list[OutputItem] = Field(default_factory=list)
     parallel_tool_calls: bool = True
     previous_response_id: str | None = None
     reasoning: JSONObject = Field(default_factory=lambda: {"effort": None, "summary": None})
@@ -114,7 +134,7 @@ class ResponseObject(BaseModel):
 
     @property
     def output_text(self) -> str:
-        return "".join(c.text for m in self.output for c in m.content)
+        return "".join(c.text for m in self.output if isinstance(m, OutputMessage) for c in m.content)
 
 
 class DeletedResponse(BaseModel):
@@ -139,7 +159,7 @@ class OutputItemEvent(Event):
     """response.output_item.added / done."""
 
     output_index: int = 0
-    item: OutputMessage
+    item: OutputItem
 
 
 class ContentPartEvent(Event):
@@ -167,6 +187,21 @@ class TextDoneEvent(Event):
     content_index: int = 0
     text: str
     logprobs: list[JSONObject] = Field(default_factory=list)
+
+
+class FunctionCallArgumentsDeltaEvent(Event):
+    type: Literal["response.function_call_arguments.delta"] = "response.function_call_arguments.delta"
+    item_id: str
+    output_index: int = 0
+    delta: str
+
+
+class FunctionCallArgumentsDoneEvent(Event):
+    type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
+    item_id: str
+    output_index: int = 0
+    name: str
+    arguments: str
 
 
 class ErrorEvent(Event):

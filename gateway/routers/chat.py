@@ -1,12 +1,14 @@
 """`POST /v1/chat/completions`: messages through the model's chat template, `n` samples, logprobs,
-streamed as `chat.completion.chunk`s."""
+tool calls and structured output (gateway/tools.py), streamed as `chat.completion.chunk`s."""
 
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
 
 from engine import AsyncEngine, RequestOutput
+from engine.tool_calling import ToolCallParser, parse_tool_calls
 from gateway import chat_template
+from gateway import tools as tooling
 from gateway.deps import Engine, State, check_model
 from gateway.errors import APIError
 from gateway.generation import Generation
@@ -25,7 +27,6 @@ from gateway.protocol.common import now, random_id
 from gateway.sampling import sampling_params
 from gateway.sse import openai_stream, sse_response
 from gateway.state import ServerState
-from gateway.unsupported import reject_tools
 from gateway.usage import usage_of
 
 router = APIRouter(prefix="/v1")
@@ -52,40 +53,41 @@ async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: Asyn
     """The endpoint itself, callable without HTTP: batch lines run through it with `request` None
     (and `stream` false, so the answer is a ChatCompletionResponse)."""
     model = check_model(state, body.model)
-    reject_tools(body.tools, body.tool_choice, body.response_format)
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
-    prompt = chat_template.render(engine.tokenizer, template_messages(body.messages), body.add_generation_prompt,
-                                  **(body.chat_template_kwargs or {}))
+    plan = tooling.plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls,
+                              tooling.structured_output(body.response_format, body))
+    prompt = tooling.render(engine.tokenizer, template_messages(body.messages), plan, body.add_generation_prompt,
+                            **(body.chat_template_kwargs or {}))
     num_top = body.top_logprobs or 0
     params = sampling_params(
         body, n=body.n, max_tokens=body.max_completion_tokens or body.max_tokens,
         logprobs=num_top if body.logprobs else None, temperature=body.temperature, top_p=body.top_p,
         stop=body.stop, seed=body.seed, presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
+        frequency_penalty=body.frequency_penalty, guided=plan.guided,
     )
     gen = Generation(state, engine, request)
     await gen.start([prompt], params)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse_response(openai_stream(_stream(gen, body, model, include_usage)), gen.close)
+        return sse_response(openai_stream(_stream(gen, body, model, include_usage, plan.parses_calls)), gen.close)
 
     (final,) = await gen.finals()
-    choices = [
-        ChatChoice(
+    choices = []
+    for o in final.outputs:
+        content, calls = parse_tool_calls(o.text) if plan.parses_calls else (o.text, [])
+        choices.append(ChatChoice(
             index=o.index,
-            message=AssistantMessage(content=o.text),
+            message=AssistantMessage(content=content, tool_calls=[c.to_openai() for c in calls]),
             logprobs=chat_logprobs(o.logprobs or [], num_top) if body.logprobs else None,
-            finish_reason=o.finish_reason,
+            finish_reason=tooling.finish_reason(o.finish_reason, calls),
             stop_reason=o.stop_reason,
-        )
-        for o in final.outputs
-    ]
+        ))
     return ChatCompletionResponse(model=model, choices=choices, usage=usage_of([final]))
 
 
-async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, include_usage: bool
-                  ) -> AsyncIterator[str]:
+async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, include_usage: bool,
+                  parses_calls: bool = False) -> AsyncIterator[str]:
     rid, created = random_id("chatcmpl-"), now()
 
     def chunk(choices: list[ChatChunkChoice]) -> str:
@@ -96,16 +98,28 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, incl
         yield chunk([ChatChunkChoice(index=k, delta=DeltaMessage(role="assistant", content=""))])
     finished: set[int] = set()
     final: RequestOutput | None = None
+    # With tools offered, each choice's text goes through a parser: content and `delta.tool_calls`.
+    parsers = {k: ToolCallParser() for k in range(body.n)} if parses_calls else {}
     async for _, out in gen.outputs():
         for o in out.outputs:
             if o.index in finished:
                 continue
             lp = chat_logprobs(o.delta_logprobs, body.top_logprobs or 0) if body.logprobs and o.delta_logprobs else None
-            if o.delta_text or lp is not None:
+            if parses_calls:
+                parser = parsers[o.index]
+                events = parser.feed(o.delta_text) + (parser.finish() if o.finish_reason else [])
+                deltas = tooling.delta_messages(events)
+                if lp is not None and not deltas:
+                    deltas = [DeltaMessage()]
+                for j, delta in enumerate(deltas):
+                    yield chunk([ChatChunkChoice(index=o.index, delta=delta, logprobs=lp if j == 0 else None)])
+            elif o.delta_text or lp is not None:
                 yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(content=o.delta_text), logprobs=lp)])
             if o.finish_reason:
                 finished.add(o.index)
-                yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(), finish_reason=o.finish_reason,
+                called = parsers[o.index].tool_calls if parses_calls else []
+                yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(),
+                                             finish_reason=tooling.finish_reason(o.finish_reason, called),
                                              stop_reason=o.stop_reason)])
         if out.finished:
             final = out

@@ -1,5 +1,6 @@
 """`POST /v1/completions`: one engine request per prompt, `n` samples each (`best_of` keeps the
-n with the highest cumulative logprob), optional echo and logprobs, streamed or not."""
+n with the highest cumulative logprob), optional echo and logprobs, structured output as vLLM takes
+it (`response_format`, `guided_json|regex|grammar|choice`, `structured_outputs`), streamed or not."""
 
 from collections.abc import AsyncIterator
 
@@ -15,6 +16,7 @@ from gateway.protocol.completions import CompletionChoice, CompletionRequest, Co
 from gateway.sampling import sampling_params
 from gateway.sse import openai_stream, sse_response
 from gateway.state import ServerState
+from gateway.tools import structured_output
 from gateway.usage import usage_of
 
 router = APIRouter(prefix="/v1")
@@ -66,7 +68,7 @@ async def run_completion(body: CompletionRequest, state: ServerState, engine: As
     params = sampling_params(
         body, n=best_of, max_tokens=body.max_tokens, logprobs=logprobs, temperature=body.temperature,
         top_p=body.top_p, stop=body.stop, seed=body.seed, presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
+        frequency_penalty=body.frequency_penalty, guided=structured_output(body.response_format, body),
     )
     gen = Generation(state, engine, request)
     await gen.start(prompts, params)

@@ -3,7 +3,11 @@ Responses API over the chat path; `background: true` queues it as a job (gateway
 
 The conversation so far (the previous response's, then this input) goes through the chat template;
 `instructions` are a system message for this turn only, as OpenAI defines them. Stored responses
-keep their conversation, so `previous_response_id` continues it in one lookup."""
+keep their conversation, so `previous_response_id` continues it in one lookup.
+
+Function tools (`{"type": "function", "name", "parameters"}`) and `text.format` go through
+gateway/tools.py like Chat Completions' tools and `response_format`; calls come back as
+`function_call` output items, answered by `function_call_output` input items."""
 
 from collections.abc import AsyncIterator
 
@@ -12,7 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sse_starlette import ServerSentEvent
 
 from engine import AsyncEngine, RequestOutput
+from engine.tool_calling import ContentDelta, ToolCallParser, ToolCallStart, parse_tool_calls
 from gateway import chat_template
+from gateway import tools as tooling
 from gateway.deps import Session, State, check_model, get_engine
 from gateway.errors import APIError, as_api_error
 from gateway.generation import Generation
@@ -23,8 +29,12 @@ from gateway.protocol.responses import (
     DeletedResponse,
     ErrorEvent,
     Event,
+    FunctionCallArgumentsDeltaEvent,
+    FunctionCallArgumentsDoneEvent,
+    FunctionCallItem,
     IncompleteDetails,
     InputItem,
+    OutputItem,
     OutputItemEvent,
     OutputMessage,
     OutputText,
@@ -39,7 +49,6 @@ from gateway.sampling import sampling_params
 from gateway.sse import sse_response
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
-from gateway.unsupported import reject_tools
 from gateway.usage import usage_of
 
 router = APIRouter(prefix="/v1")
@@ -48,8 +57,26 @@ router = APIRouter(prefix="/v1")
 def _input_messages(items: str | list[InputItem]) -> list[dict]:
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
-    messages = []
+    messages: list[dict] = []
     for i, item in enumerate(items):
+        if item.type == "function_call":
+            if not item.call_id or not item.name:
+                raise APIError(400, f"input[{i}]: a function_call item needs call_id and name", param=f"input[{i}]")
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments or "{}"}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":  # one assistant turn: its text, then its calls
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            continue
+        if item.type == "function_call_output":
+            if not item.call_id:
+                raise APIError(400, f"input[{i}]: a function_call_output item needs call_id",
+                               param=f"input[{i}].call_id")
+            messages.append({"role": "tool", "tool_call_id": item.call_id,
+                             "content": chat_template.content_text(item.output, f"input[{i}].output")})
+            continue
         if item.type != "message" or item.role is None:
             raise APIError(400, f"input[{i}]: items of type {item.type!r} are not supported yet",
                            param=f"input[{i}]", code="unsupported_parameter")
@@ -70,14 +97,21 @@ async def _previous_conversation(session: AsyncSession, response_id: str | None)
     return list(stored.conversation)
 
 
-def _finish(resp: ResponseObject, message: OutputMessage, final: RequestOutput) -> None:
+def _finish(resp: ResponseObject, message: OutputMessage, final: RequestOutput,
+            items: list[OutputItem] | None = None) -> None:
+    """`items`: the output already split into a message and function calls (tools offered);
+    otherwise the whole text is `message`."""
     o = final.outputs[0]
-    message.content = [OutputText(text=o.text)]
     truncated = o.finish_reason == "length"
-    message.status = "incomplete" if truncated else "completed"
+    if items is None:
+        message.content = [OutputText(text=o.text)]
+        items = [message]
+    for item in items:
+        item.status = "completed"
+    items[-1].status = "incomplete" if truncated else "completed"
     resp.status = "incomplete" if truncated else "completed"
     resp.incomplete_details = IncompleteDetails(reason="max_output_tokens") if truncated else None
-    resp.output = [message]
+    resp.output = items
     u = usage_of([final])
     resp.usage = ResponseUsage(input_tokens=u.prompt_tokens, output_tokens=u.completion_tokens,
                                total_tokens=u.total_tokens)
@@ -87,7 +121,7 @@ def _finish(resp: ResponseObject, message: OutputMessage, final: RequestOutput) 
 async def _store(state: ServerState, resp: ResponseObject, conversation: list[dict]) -> None:
     if not resp.store:
         return
-    conversation = conversation + [{"role": "assistant", "content": resp.output_text}]
+    conversation = conversation + [_assistant_turn(resp)]
     async with state.db.sessions() as session:
         if resp.background:  # its row exists since it was queued; unless cancelled meanwhile, it ends here
             await background.finish(session, resp, conversation)
@@ -98,15 +132,31 @@ async def _store(state: ServerState, resp: ResponseObject, conversation: list[di
         await session.commit()
 
 
+def _assistant_turn(resp: ResponseObject) -> dict:
+    """The response as a chat message of the stored conversation, its calls included."""
+    turn: dict = {"role": "assistant", "content": resp.output_text}
+    calls = [{"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+             for item in resp.output if isinstance(item, FunctionCallItem)]
+    if calls:
+        turn["tool_calls"] = calls
+    return turn
+
+
+def _text_format(body: ResponsesRequest) -> dict | None:
+    return body.text.format.model_dump(exclude_none=True) if body.text and body.text.format else None
+
+
+def tool_plan(body: ResponsesRequest) -> tooling.ToolPlan:
+    """Tools, tool_choice and text.format checked (a 400 naming the field) and turned into a constraint."""
+    return tooling.plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls,
+                              tooling.structured_output(_text_format(body), format_param="text.format"))
+
+
 def check_request(state: ServerState, body: ResponsesRequest) -> str:
     """What is refused before any work (the served model's name otherwise); background
     submission checks the same before it queues."""
     model = check_model(state, body.model)
-    reject_tools(body.tools, body.tool_choice, None)
-    fmt = body.text.format.type if body.text and body.text.format else "text"
-    if fmt != "text":
-        raise APIError(400, f"text.format {fmt!r} is not supported by this server yet", param="text.format",
-                       code="unsupported_parameter")
+    tool_plan(body)
     return model
 
 
@@ -116,6 +166,8 @@ def response_object(body: ResponsesRequest, model: str) -> ResponseObject:
         previous_response_id=body.previous_response_id, store=body.store, temperature=body.temperature,
         top_p=body.top_p, user=body.user, metadata=body.metadata or {}, background=body.background,
         parallel_tool_calls=body.parallel_tool_calls if body.parallel_tool_calls is not None else True,
+        tools=body.tools or [], tool_choice=body.tool_choice if body.tool_choice is not None else "auto",
+        text={"format": _text_format(body) or {"type": "text"}},
     )
 
 
@@ -136,24 +188,98 @@ async def run_response(body: ResponsesRequest, state: ServerState, engine: Async
     model = check_request(state, body)
     conversation = await _previous_conversation(session, body.previous_response_id) + _input_messages(body.input)
     turn = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + conversation
-    prompt = chat_template.render(engine.tokenizer, turn)
+    plan = tool_plan(body)
+    prompt = tooling.render(engine.tokenizer, turn, plan)
     params = sampling_params(body, n=1, max_tokens=body.max_output_tokens, logprobs=None,
-                             temperature=body.temperature, top_p=body.top_p)
+                             temperature=body.temperature, top_p=body.top_p, guided=plan.guided)
     resp = response_object(body, model)
     if queued is not None:
         resp.id, resp.created_at, resp.background = queued.id, queued.created_at, True
     gen = Generation(state, engine, request)
     await gen.start([prompt], params)
     if body.stream:
-        return sse_response(_stream(state, gen, resp, conversation), gen.close)
+        return sse_response(_stream(state, gen, resp, conversation, plan.parses_calls), gen.close)
     (final,) = await gen.finals()
-    _finish(resp, OutputMessage(), final)
+    _finish(resp, OutputMessage(), final, _output_items(final.outputs[0].text) if plan.parses_calls else None)
     await _store(state, resp, conversation)
     return resp
 
 
-async def _stream(state: ServerState, gen: Generation, resp: ResponseObject, conversation: list[dict]
-                  ) -> AsyncIterator[ServerSentEvent]:
+def _output_items(text: str) -> list[OutputItem]:
+    """A whole output with tools offered: its text (if any) as a message, then one item per call."""
+    content, calls = parse_tool_calls(text)
+    items: list[OutputItem] = []
+    if content or not calls:
+        items.append(OutputMessage(content=[OutputText(text=content or "")]))
+    items += [FunctionCallItem(call_id=c.id, name=c.name, arguments=c.arguments) for c in calls]
+    return items
+
+
+class _StreamedItems:
+    """Output items as they stream: a message opened at the first text (or at once, without tools),
+    a `function_call` item per call with its arguments as deltas, each closed when the next opens
+    or the output ends."""
+
+    def __init__(self) -> None:
+        self.items: list[OutputItem] = []
+        self._open: OutputItem | None = None
+        self._text: list[str] = []
+
+    @property
+    def _index(self) -> int:
+        return len(self.items) - 1
+
+    def open_message(self) -> list[Event]:
+        message = OutputMessage()
+        self.items.append(message)
+        self._open, self._text = message, []
+        return [OutputItemEvent(type="response.output_item.added", output_index=self._index, item=message),
+                ContentPartEvent(type="response.content_part.added", item_id=message.id, output_index=self._index,
+                                 part=OutputText())]
+
+    def text(self, delta: str) -> list[Event]:
+        events = [] if isinstance(self._open, OutputMessage) else self._close("completed") + self.open_message()
+        self._text.append(delta)
+        assert self._open is not None
+        return events + [TextDeltaEvent(item_id=self._open.id, output_index=self._index, delta=delta)]
+
+    def feed(self, ev) -> list[Event]:
+        """One parser event (engine/tool_calling.py) to stream events."""
+        if isinstance(ev, ContentDelta):
+            return self.text(ev.text)
+        if isinstance(ev, ToolCallStart):
+            events = self._close("completed")
+            call = FunctionCallItem(call_id=ev.id, name=ev.name, status="in_progress")
+            self.items.append(call)
+            self._open = call
+            return events + [OutputItemEvent(type="response.output_item.added", output_index=self._index, item=call)]
+        call = self._open
+        assert isinstance(call, FunctionCallItem)
+        call.arguments += ev.delta
+        return [FunctionCallArgumentsDeltaEvent(item_id=call.id, output_index=self._index, delta=ev.delta)]
+
+    def finish(self, truncated: bool) -> list[Event]:
+        events = [] if self.items else self.open_message()  # an empty answer is still one message
+        return events + self._close("incomplete" if truncated else "completed")
+
+    def _close(self, status) -> list[Event]:
+        item, self._open = self._open, None
+        if item is None:
+            return []
+        item.status = status
+        done = OutputItemEvent(type="response.output_item.done", output_index=self._index, item=item)
+        if isinstance(item, FunctionCallItem):
+            return [FunctionCallArgumentsDoneEvent(item_id=item.id, output_index=self._index, name=item.name,
+                                                   arguments=item.arguments), done]
+        part = OutputText(text="".join(self._text))
+        item.content = [part]
+        return [TextDoneEvent(item_id=item.id, output_index=self._index, text=part.text),
+                ContentPartEvent(type="response.content_part.done", item_id=item.id, output_index=self._index,
+                                 part=part), done]
+
+
+async def _stream(state: ServerState, gen: Generation, resp: ResponseObject, conversation: list[dict],
+                  parses_calls: bool = False) -> AsyncIterator[ServerSentEvent]:
     seq = 0
 
     def event(e: Event) -> ServerSentEvent:
@@ -162,24 +288,30 @@ async def _stream(state: ServerState, gen: Generation, resp: ResponseObject, con
         seq += 1
         return ServerSentEvent(data=e.model_dump_json(), event=e.type)
 
-    message = OutputMessage()
+    items = _StreamedItems()
+    parser = ToolCallParser() if parses_calls else None
     yield event(ResponseLifecycleEvent(type="response.created", response=resp))
     yield event(ResponseLifecycleEvent(type="response.in_progress", response=resp))
     try:
-        yield event(OutputItemEvent(type="response.output_item.added", item=message))
-        yield event(ContentPartEvent(type="response.content_part.added", item_id=message.id, part=OutputText()))
+        if parser is None:
+            for e in items.open_message():
+                yield event(e)
         final = None
         async for _, out in gen.outputs():
             delta = out.outputs[0].delta_text
-            if delta:
-                yield event(TextDeltaEvent(item_id=message.id, delta=delta))
+            if parser is None:
+                if delta:
+                    for e in items.text(delta):
+                        yield event(e)
+            else:
+                for ev in parser.feed(delta) + (parser.finish() if out.finished else []):
+                    for e in items.feed(ev):
+                        yield event(e)
             final = out
         assert final is not None and final.finished
-        _finish(resp, message, final)
-        part = message.content[0]
-        yield event(TextDoneEvent(item_id=message.id, text=part.text))
-        yield event(ContentPartEvent(type="response.content_part.done", item_id=message.id, part=part))
-        yield event(OutputItemEvent(type="response.output_item.done", item=message))
+        for e in items.finish(final.outputs[0].finish_reason == "length"):
+            yield event(e)
+        _finish(resp, OutputMessage(), final, items.items)
         await _store(state, resp, conversation)
         # Always `response.completed` (a truncated answer says status "incomplete" inside it): the SDKs'
         # stream helpers and LangChain wait for that event to close the stream.

@@ -51,8 +51,14 @@ USER = [{"role": "user", "content": "hi"}]
     ({"messages": USER, "top_logprobs": 3}, "top_logprobs"),
     ({"messages": USER, "stop_token_ids": [10**9]}, "stop_token_ids"),
     ({"messages": USER, "logit_bias": {"1": 5}}, "logit_bias"),
-    ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-    ({"messages": USER, "response_format": {"type": "json_object"}}, "response_format"),
+    ({"messages": USER, "tools": [{"type": "function", "function": {"name": "no spaces"}}]},
+     "tools[0].function.name"),
+    ({"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]},
+     "tools[0].function.parameters"),
+    ({"messages": USER, "tool_choice": "required"}, "tool_choice"),
+    ({"messages": USER, "response_format": {"type": "xml"}}, "response_format.type"),
+    ({"messages": USER, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"a": {"type": "nonsense"}}}}}}, "response_format.json_schema.schema"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/a.png"}}]}]},
      "messages[0].content[0]"),
 ])
@@ -124,9 +130,11 @@ def test_unknown_route_and_response_are_404(server, client):
 
 def test_responses_bad_requests_are_400(client):
     for kw in ({"input": "hi", "max_output_tokens": 0},
-               {"input": "hi", "tools": [{"type": "function", "name": "f"}]},
-               {"input": "hi", "text": {"format": {"type": "json_object"}}},
-               {"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
+               {"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": {"type": "string"}}]},
+               {"input": "hi", "tools": [{"type": "web_search"}]},
+               {"input": "hi", "text": {"format": {"type": "yaml"}}},
+               {"input": [{"type": "function_call_output", "output": "x"}]},
+               {"input": [{"type": "item_reference", "id": "x"}]},
                {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "http://x"}]}]},
                {"input": 5}):
         with pytest.raises(openai.BadRequestError):

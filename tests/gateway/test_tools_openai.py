@@ -1,0 +1,224 @@
+"""Tool calling and structured output over HTTP with the official openai client: every tool_choice
+mode gives calls that parse and match their schema, streamed calls equal non-streamed ones for the
+same seed, `parse()` returns the pydantic object, vLLM's guided extras work on /v1/completions, the
+Responses API returns and accepts function calls, and bad tools or formats are 400s naming the field.
+
+Token budgets are small on purpose (the suite runs on two CPU cores); constrained decoding makes even
+a cut-short answer a prefix of something valid."""
+
+import json
+import re
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel
+
+from tests.gateway.server import MODEL, run_server
+
+pytestmark = pytest.mark.default_model
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"},
+                                            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+           "required": ["city"]}
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Current weather for a city.",
+                                      "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": ADD}},
+]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+ASK = [{"role": "user", "content": "What's the weather in Seoul?"}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with run_server(tmp_path_factory.mktemp("tools-openai")) as s:
+        yield s
+        s.assert_no_leak()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0)
+
+
+def _check_calls(calls) -> None:
+    for call in calls:
+        assert re.fullmatch(r"call_[0-9a-f]{24}", call.id) and call.type == "function"
+        assert isinstance(call.function.arguments, str)
+        jsonschema.validate(json.loads(call.function.arguments), SCHEMAS[call.function.name])
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "add"}}],
+                         ids=["required", "named"])
+def test_forced_calls_parse_and_match_the_schema(client, choice):
+    r = client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, tool_choice=choice,
+                                       parallel_tool_calls=False, max_tokens=48, temperature=0)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1
+    _check_calls(c.message.tool_calls)
+    if isinstance(choice, dict):
+        assert c.message.tool_calls[0].function.name == "add"
+    assert not c.message.content  # the call block is not echoed as text
+
+
+@pytest.mark.parametrize("choice", ["auto", "none"])
+def test_auto_and_none_never_leak_tags(client, choice):
+    r = client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, tool_choice=choice, max_tokens=12,
+                                       temperature=0)
+    c = r.choices[0]
+    assert "<tool_call>" not in (c.message.content or "")
+    _check_calls(c.message.tool_calls or [])
+    if choice == "none":
+        assert not c.message.tool_calls and c.finish_reason in ("stop", "length")
+
+
+def _sse(server, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{server.base_url}/chat/completions", json=body, timeout=120) as resp:
+        assert resp.status_code == 200
+        lines = [line[len("data: "):] for line in resp.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_streamed_calls_equal_plain_ones_for_a_seed(server, client):
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Add 17 and 25."}], "tools": TOOLS,
+            "tool_choice": "required", "parallel_tool_calls": False, "max_tokens": 48, "temperature": 1.0, "seed": 11}
+    plain = client.chat.completions.create(**body)
+    chunks = _sse(server, {**body, "stream": True})
+    calls: dict[int, dict] = {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            assert "<tool_call>" not in (choice["delta"].get("content") or "")
+            for item in choice["delta"].get("tool_calls", []):
+                assert "index" in item
+                if item["index"] not in calls:  # a call's first delta: id, type and name
+                    assert item["id"].startswith("call_") and item["type"] == "function"
+                    assert item["function"]["name"] and item["function"]["arguments"] == ""
+                    calls[item["index"]] = {"name": item["function"]["name"], "arguments": ""}
+                else:  # then only argument fragments
+                    assert set(item) == {"index", "function"} and set(item["function"]) == {"arguments"}
+                    calls[item["index"]]["arguments"] += item["function"]["arguments"]
+    finish = [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c["finish_reason"]]
+    assert finish == [plain.choices[0].finish_reason]
+    expected = [{"name": t.function.name, "arguments": t.function.arguments} for t in plain.choices[0].message.tool_calls]
+    assert [calls[i] for i in sorted(calls)] == expected and expected
+    # Each complete call parses and matches its tool's schema (a last one may be cut by max_tokens).
+    complete = expected if finish == ["tool_calls"] else expected[:-1]
+    for call in complete:
+        jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+
+
+def test_tool_history_is_accepted(client):
+    """A second turn: the assistant's call and the tool's answer in the input, as agents send them."""
+    messages = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Seoul"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 degrees."},
+    ]
+    r = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=8, temperature=0)
+    assert r.choices[0].message.content is not None or r.choices[0].message.tool_calls
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+def test_parse_returns_the_pydantic_object(client):
+    parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
+    r = parse(model=MODEL, messages=[{"role": "user", "content": "Alice is 30 years old. Extract the person."}],
+              response_format=Person, max_tokens=32, temperature=0)
+    person = r.choices[0].message.parsed
+    assert isinstance(person, Person) and person.name
+
+
+def test_json_object_is_an_object(client):
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Give me a JSON object."}],
+                                       response_format={"type": "json_object"}, max_tokens=24, temperature=0)
+    text = r.choices[0].message.content
+    assert text.startswith("{")
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(text), dict)
+
+
+def test_completions_take_vllm_guided_extras(client):
+    def complete(prompt, max_tokens, **extra):
+        r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                      extra_body=extra)
+        return r.choices[0]
+
+    assert complete("The sky is", 4, guided_choice=["blue", "green"]).text in ("blue", "green")
+    assert re.fullmatch(r"\d{3}", complete("Three digits:", 6, guided_regex=r"\d{3}").text)
+    age = complete("Alice is 30. As JSON:", 24, guided_json={"type": "object", "properties": {
+        "age": {"type": "integer"}}, "required": ["age"]})
+    assert age.finish_reason == "stop" and isinstance(json.loads(age.text)["age"], int)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    fmt = complete("Is water wet? JSON:", 12,
+                   response_format={"type": "json_schema", "json_schema": {"name": "yes", "schema": schema}})
+    jsonschema.validate(json.loads(fmt.text), schema)
+
+
+def _error(resp: httpx.Response) -> dict:
+    assert resp.status_code == 400, resp.text
+    return resp.json()["error"]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), [
+    ("chat/completions", {"messages": ASK, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "wrong"}}}}}]},
+     "tools[0].function.parameters"),
+    ("chat/completions", {"messages": ASK, "tools": TOOLS, "tool_choice": {"type": "function",
+                                                                          "function": {"name": "nope"}}}, "tool_choice"),
+    ("chat/completions", {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"name": "bad name"}}},
+     "response_format.json_schema.name"),
+    ("completions", {"prompt": "x", "guided_regex": "("}, "guided_regex"),
+    ("completions", {"prompt": "x", "guided_json": "{not json"}, "guided_json"),
+    ("completions", {"prompt": "x", "guided_choice": ["a"], "guided_regex": "a"}, "guided_choice"),
+    ("completions", {"prompt": "x", "guided_grammar": "root ::= "}, "guided_grammar"),
+    ("responses", {"input": "hi", "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": 3}}}},
+     "text.format.schema"),
+])
+def test_bad_tools_and_formats_are_400s_naming_the_field(server, path, body, param):
+    err = _error(httpx.post(f"{server.base_url}/{path}", json=body))
+    assert err["param"] == param and err["type"] == "invalid_request_error" and err["message"]
+
+
+RESPONSES_TOOL = {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
+                  "parameters": WEATHER}
+
+
+def test_responses_function_call_round_trip(client):
+    first = client.responses.create(model=MODEL, input="What's the weather in Seoul?", tools=[RESPONSES_TOOL],
+                                    tool_choice="required", parallel_tool_calls=False, max_output_tokens=48,
+                                    temperature=0)
+    (call,) = [item for item in first.output if item.type == "function_call"]
+    assert call.name == "get_weather" and call.call_id.startswith("call_") and call.status == "completed"
+    jsonschema.validate(json.loads(call.arguments), WEATHER)
+    # The answer goes back as a function_call_output item; continuing from the stored response works too.
+    second = client.responses.create(
+        model=MODEL, previous_response_id=first.id, tools=[RESPONSES_TOOL], max_output_tokens=8, temperature=0,
+        input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 degrees."}])
+    assert second.status in ("completed", "incomplete") and second.output[0].type == "message"
+    assert client.responses.retrieve(first.id).output[-1].type == "function_call"
+
+
+def test_responses_stream_function_call_events(client):
+    with client.responses.stream(model=MODEL, input="Add 2 and 3.", tools=[RESPONSES_TOOL, {
+            "type": "function", "name": "add", "parameters": ADD}], tool_choice={"type": "function", "name": "add"},
+            max_output_tokens=48, temperature=0) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+    types = [e.type for e in events]
+    added = next(e for e in events if e.type == "response.output_item.added")
+    assert added.item.type == "function_call" and added.item.name == "add"
+    deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert done.arguments == deltas and done.item_id == added.item.id
+    assert types.index("response.function_call_arguments.done") < types.index("response.output_item.done")
+    assert types[-1] == "response.completed"
+    (call,) = final.output
+    assert call.type == "function_call" and json.loads(call.arguments) == json.loads(deltas)
+    jsonschema.validate(json.loads(deltas), ADD)
