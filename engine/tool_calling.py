@@ -18,7 +18,7 @@ import logging
 import re
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Literal
 
@@ -539,7 +539,6 @@ class _ArgsScanner:
         return start, i - start, False
 
 
-@dataclass
 class ToolCallParser:
     """Splits streamed model text into content and tool calls, fed one delta at a time.
 
@@ -549,14 +548,15 @@ class ToolCallParser:
     held until more content follows). `parse_tool_calls` runs this same machine on a whole text,
     so streamed and non-streamed results agree by construction, whatever the chunking."""
 
-    _buf: str = ""
-    _state: Literal["text", "head", "args", "tail"] = "text"
-    _pending_ws: str = ""
-    _content_started: bool = False
-    _scanner: _ArgsScanner = field(default_factory=_ArgsScanner)
-    _names: list[str] = field(default_factory=list)
-    _ids: list[str] = field(default_factory=list)
-    _args: list[list[str]] = field(default_factory=list)
+    def __init__(self) -> None:
+        self._buf = ""  # text received but not yet emitted or discarded
+        self._state: Literal["text", "head", "args", "tail"] = "text"
+        self._pending_ws = ""  # content whitespace held until more content follows
+        self._content_started = False
+        self._scanner = _ArgsScanner()
+        self._names: list[str] = []
+        self._ids: list[str] = []
+        self._args: list[list[str]] = []
 
     @property
     def tool_calls(self) -> list[ToolCall]:
