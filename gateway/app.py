@@ -14,10 +14,11 @@ from gateway.deps import require_api_key
 from gateway.errors import install_error_handlers
 from gateway.jobs.runner import JobRunner
 from gateway.middleware import RequestContextMiddleware
-from gateway.routers import batches, chat, completions, files, health, models, responses, tokenize
+from gateway.routers import batches, chat, completions, files, health, models, responses, text2sql, tokenize
 from gateway.settings import LOOPBACK_HOSTS, Settings
 from gateway.state import ServerState
 from gateway.tables.api_keys import any_active_key
+from gateway.text2sql import Text2SQL
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,12 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
         loader = asyncio.create_task(_load_engine(state)) if state.engine is None else None
         state.jobs = JobRunner(state)
         state.jobs.start()  # resumes queued and interrupted jobs once the engine is ready
+        state.text2sql = Text2SQL(state)
+        await state.text2sql.start()  # demo sources registered; due schedules run once the engine is ready
         try:
             yield
         finally:
+            await state.text2sql.stop()
             await state.jobs.stop()
             if loader is not None:
                 await asyncio.gather(loader, return_exceptions=True)
@@ -61,7 +65,8 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
     app.state.sllm = state
     install_error_handlers(app)
     secured = [Depends(require_api_key)]
-    for router in (models.router, completions.router, chat.router, responses.router, files.router, batches.router):
+    for router in (models.router, completions.router, chat.router, responses.router, files.router, batches.router,
+                   text2sql.router):
         app.include_router(router, dependencies=secured)
     app.include_router(tokenize.router, dependencies=secured)
     app.include_router(health.router)

@@ -21,6 +21,7 @@ class ServerState:
     db_has_keys: bool = False
     started_at: int = field(default_factory=now)  # the model card's `created`
     jobs: Any = None  # gateway.jobs.runner.JobRunner: batches and background responses
+    text2sql: Any = None  # gateway.text2sql.Text2SQL: sources, asking, and the schedules' scheduler
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:

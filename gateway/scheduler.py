@@ -1,0 +1,193 @@
+"""The scheduler inside the server: text-to-SQL questions asked on a cron, each run stored.
+
+A schedule stores `next_run_at`. Every tick the scheduler claims the schedules due by `now()`:
+in one transaction it moves `next_run_at` to the cron's next time after now and adds a `running`
+run for the due time it claimed. So:
+- a schedule whose time passed while the server was down runs once at the next start, not once
+  per missed time, and then waits for its next time after now;
+- a due time runs at most once, whatever restarts and races (the update checks the old
+  `next_run_at`, and the run table has a unique (schedule, due time) constraint);
+- a run cut short by a stop is not run again: the next start marks it failed ("interrupted").
+Runs go through the job gate (below interactive requests), then POST their result to the
+schedule's webhook through the jobs' webhook sender (signed, retried, deliveries are rows).
+
+Cron expressions are evaluated in UTC. `now()` is the clock: tests fast-forward it by patching
+`gateway.scheduler.now`. One scheduler per database, as for the job runner."""
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from croniter import croniter
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+
+from gateway.state import ServerState
+from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
+
+log = logging.getLogger(__name__)
+
+TICK_S = 1.0  # the longest the scheduler sleeps before it looks at the clock again
+
+RunSchedule = Callable[[Text2SQLSchedule], Awaitable[tuple[str, dict | None, dict | None]]]
+
+
+def now() -> float:
+    """The scheduler's clock (Unix seconds); patched by tests to fast-forward time."""
+    return time.time()
+
+
+def check_cron(expr: str) -> str | None:
+    """Why `expr` is not a cron expression we take, or None: five fields (minute hour day month
+    weekday) or a macro such as @hourly, @daily."""
+    expr = expr.strip()
+    fields = expr.split()
+    if not (len(fields) == 5 or (len(fields) == 1 and expr.startswith("@"))):
+        return f"{expr!r} is not a five-field cron expression (minute hour day-of-month month day-of-week)"
+    if not croniter.is_valid(expr):
+        return f"{expr!r} is not a valid cron expression"
+    return None
+
+
+def next_after(expr: str, t: float) -> float:
+    """The first time the cron matches strictly after `t`."""
+    return croniter(expr.strip(), datetime.fromtimestamp(t, UTC)).get_next(datetime).timestamp()
+
+
+class Scheduler:
+    def __init__(self, state: ServerState, run: RunSchedule):
+        self.state = state
+        self.run = run
+        self._wake = asyncio.Event()
+        self._main: asyncio.Task | None = None
+        self._runs: set[asyncio.Task] = set()
+
+    def start(self) -> None:
+        self._main = asyncio.create_task(self._loop(), name="sllm-text2sql-scheduler")
+
+    def wake(self) -> None:
+        """Looks at the schedules now (one was added or changed)."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        tasks = [t for t in [self._main, *self._runs] if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while self.state.engine is None:  # runs need the model; schedules are rows meanwhile
+            if self.state.load_error is not None:
+                log.error("scheduled text-to-SQL runs will not run: the model failed to load")
+                return
+            await asyncio.sleep(0.1)
+        await self.recover()
+        while True:
+            self._wake.clear()
+            try:
+                await self.run_due()
+                wait = await self._seconds_to_next()
+            except Exception:
+                log.exception("the text-to-SQL scheduler failed a tick; it tries again")
+                wait = TICK_S
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=max(0.01, wait))
+            except TimeoutError:
+                pass
+
+    async def _seconds_to_next(self) -> float:
+        async with self.state.db.sessions() as session:
+            soonest = await session.scalar(select(func.min(Text2SQLSchedule.next_run_at)))
+        return TICK_S if soonest is None else min(TICK_S, soonest - now())
+
+    async def recover(self) -> int:
+        """Marks runs left `running` by a stop as failed; returns how many."""
+        async with self.state.db.sessions() as session:
+            result = await session.execute(update(Text2SQLRun).where(Text2SQLRun.status == "running").values(
+                status="failed", finished_at=now(),
+                error={"code": "interrupted", "message": "the server stopped during this run; it is not run again"}))
+            await session.commit()
+        if result.rowcount:
+            log.warning("%d scheduled text-to-SQL runs were interrupted by a stop", result.rowcount)
+        return result.rowcount
+
+    async def run_due(self) -> list[str]:
+        """Claims every schedule due by now() and starts its run; returns the new runs' ids."""
+        t = now()
+        async with self.state.db.sessions() as session:
+            due = (await session.scalars(select(Text2SQLSchedule).where(Text2SQLSchedule.next_run_at <= t)
+                                         .order_by(Text2SQLSchedule.next_run_at))).all()
+        started = []
+        for schedule in due:
+            run_id = await self._claim(schedule, t)
+            if run_id is not None:
+                started.append(run_id)
+                task = asyncio.create_task(self._execute(run_id, schedule), name=f"text2sql-run:{run_id}")
+                self._runs.add(task)
+                task.add_done_callback(self._runs.discard)
+        return started
+
+    async def _claim(self, schedule: Text2SQLSchedule, t: float) -> str | None:
+        run = Text2SQLRun(id=f"t2srun_{uuid.uuid4().hex}", schedule_id=schedule.id,
+                          scheduled_for=schedule.next_run_at, started_at=t, status="running")
+        async with self.state.db.sessions() as session:
+            moved = await session.execute(update(Text2SQLSchedule).where(
+                Text2SQLSchedule.id == schedule.id, Text2SQLSchedule.next_run_at == schedule.next_run_at,
+            ).values(next_run_at=next_after(schedule.cron, t), last_run_at=t))
+            if not moved.rowcount:  # deleted, or claimed by someone else meanwhile
+                return None
+            session.add(run)
+            try:
+                await session.commit()
+            except IntegrityError:
+                return None
+        log.info("text-to-SQL schedule %s: run %s for %s", schedule.id, run.id,
+                 datetime.fromtimestamp(run.scheduled_for, UTC).isoformat())
+        return run.id
+
+    async def wait_idle(self) -> None:
+        """Waits for the runs under way (tests)."""
+        while self._runs:
+            await asyncio.gather(*list(self._runs), return_exceptions=True)
+
+    async def _execute(self, run_id: str, schedule: Text2SQLSchedule) -> None:
+        gate = self.state.jobs.gate if self.state.jobs is not None else None
+        if gate is not None:
+            from gateway.jobs.gate import PRIORITY_BATCH
+
+            await gate.acquire(PRIORITY_BATCH)
+        try:
+            status, result, error = await self.run(schedule)
+        except asyncio.CancelledError:
+            raise  # stopped: the next start marks it interrupted
+        except Exception as exc:
+            log.exception("scheduled run %s failed", run_id)
+            status, result, error = "failed", None, {"code": "internal_error", "message": str(exc)}
+        finally:
+            if gate is not None:
+                gate.release()
+        async with self.state.db.sessions() as session:
+            await session.execute(update(Text2SQLRun).where(Text2SQLRun.id == run_id).values(
+                status=status, result=result, error=error, finished_at=now()))
+            if schedule.webhook_url:
+                self._notify(session, schedule, run_id, status, result, error)
+            await session.commit()
+        if schedule.webhook_url and self.state.jobs is not None:
+            self.state.jobs.webhook_sender.wake.set()
+
+    @staticmethod
+    def _notify(session, schedule: Text2SQLSchedule, run_id: str, status: str, result: dict | None,
+                error: dict | None) -> None:
+        """Queues the webhook in the run's own transaction: a finished run never forgets to tell."""
+        from gateway.tables.webhooks import WebhookDelivery
+
+        event_id = f"evt_{uuid.uuid4().hex}"
+        payload = {"id": event_id, "object": "event", "created_at": int(time.time()),
+                   "type": f"text2sql.run.{status}",
+                   "data": {"id": run_id, "schedule_id": schedule.id, "status": status, "result": result,
+                            "error": error}}
+        session.add(WebhookDelivery(id=event_id, url=schedule.webhook_url, payload=json.dumps(payload)))

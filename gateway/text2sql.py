@@ -1,0 +1,234 @@
+"""Text-to-SQL inside the gateway: sources stored in the gateway's database, questions answered on
+the server's engine, and the scheduler that asks them on a cron.
+
+The core (`integrations/text2sql/`) knows nothing about HTTP or our database. Here:
+- its `SourceRegistry` runs over a `FunctionSourceStore` whose callables are transactions on the
+  gateway's database (table `text2sql_sources`); the registry's methods block (they introspect
+  databases), so they run in worker threads, and the store hands each database call back to the
+  event loop;
+- generation goes through `async_engine_complete` over the server's AsyncEngine, wrapped so each
+  model call is a `Generation`: admission and abort on disconnect for a client's question, the job
+  path (no admission; the job gate instead) for a scheduled one;
+- the core's errors become API errors: unknown source 404, bad URL 400, unsafe SQL 400, duplicate
+  409. A generated query that is merely wrong (unknown column, cut short) is not an error: it comes
+  back with `valid: false` and the reason, as an answer to show.
+
+The demo databases (`integrations.text2sql.dataset`) are registered at start as `demo_<schema>` if
+absent, so the API answers out of the box."""
+
+import asyncio
+import logging
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from fastapi import Request
+from sqlalchemy import delete, select
+
+from engine import AsyncEngine, RequestOutput, SamplingParams
+from gateway.errors import APIError, as_api_error
+from gateway.generation import Generation
+from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timings
+from gateway.state import ServerState
+from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
+from integrations.text2sql.ask import AskResult, aask, arun_sql
+from integrations.text2sql.errors import (
+    ExecutionError,
+    QueryTimeout,
+    SourceUnavailable,
+    Text2SQLError,
+    UnknownSource,
+    UnsafeSQL,
+)
+from integrations.text2sql.generate import DEFAULT_MAX_TOKENS, SQLGenerator, async_engine_complete
+from integrations.text2sql.registry import FunctionSourceStore, SourceRegistry
+from integrations.text2sql.sources import Source, SourceSpec
+
+log = logging.getLogger(__name__)
+
+DEMO_SCHEMAS = ("shop", "hr", "school", "library", "delivery")
+T = TypeVar("T")
+
+
+def api_error(exc: Text2SQLError, param: str | None = None) -> APIError:
+    """The core's error as an API error: its status hint and its code, in OpenAI's error shape."""
+    return APIError(exc.status, exc.message, param=param, code=exc.code)
+
+
+class _EngineCalls:
+    """What `async_engine_complete` calls (`generate_full`), as a gateway Generation."""
+
+    def __init__(self, state: ServerState, engine: AsyncEngine, request: Request | None):
+        self.state, self.engine, self.request = state, engine, request
+
+    async def generate_full(self, prompt: str, params: SamplingParams, request_id: str | None = None) -> RequestOutput:
+        gen = Generation(self.state, self.engine, self.request)
+        await gen.start([prompt], params)
+        (final,) = await gen.finals()
+        return final
+
+
+def result_body(result: AskResult, model: str | None) -> AskResponse:
+    d = result.to_dict()
+    err = result.error
+    # Valid SQL that failed only while running (a timeout, a runtime error) is still valid SQL.
+    valid = err is None or isinstance(err, QueryTimeout | ExecutionError)
+    return AskResponse(
+        model=model, source=result.source, question=result.question, sql=result.sql, valid=valid,
+        validation_error=None if valid else err.message, executed=result.executed, columns=d["columns"],
+        rows=d["rows"], row_count=d["row_count"], truncated=d["truncated"], constrained=result.constrained,
+        retried=d.get("retried", False), error=AskError(**err.to_dict()) if err else None,
+        timings=Timings(**{k: v for k, v in d["timings"].items() if k in Timings.model_fields}),
+    )
+
+
+class Text2SQL:
+    def __init__(self, state: ServerState):
+        self.state = state
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self.registry = SourceRegistry(FunctionSourceStore(self._load, self._save, self._delete, self._names))
+        from gateway.scheduler import Scheduler
+
+        self.scheduler = Scheduler(state, self.run_schedule)
+
+    async def start(self) -> None:
+        self._loop, self._loop_thread = asyncio.get_running_loop(), threading.get_ident()
+        try:
+            await self.register_demos()
+        except Exception:  # the API still works for registered sources
+            log.exception("the text-to-SQL demo databases could not be registered")
+        self.scheduler.start()
+
+    async def stop(self) -> None:
+        await self.scheduler.stop()
+
+    # -- the registry's store: each call a transaction, run on the event loop -----------------------
+    def _on_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._loop is None or threading.get_ident() == self._loop_thread:
+            coro.close()
+            raise RuntimeError("the source store is called from worker threads only (asyncio.to_thread)")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _load(self, name: str) -> SourceSpec | None:
+        return self._on_loop(self.load_spec(name))
+
+    def _save(self, spec: SourceSpec) -> None:
+        self._on_loop(self._asave(spec))
+
+    def _delete(self, name: str) -> bool:
+        return self._on_loop(self._adelete(name))
+
+    def _names(self) -> list[str]:
+        return self._on_loop(self._anames())
+
+    async def load_spec(self, name: str) -> SourceSpec | None:
+        async with self.state.db.sessions() as session:
+            row = await session.get(Text2SQLSource, name)
+            return SourceSpec(row.name, row.url, row.description, row.db_schema) if row else None
+
+    async def _asave(self, spec: SourceSpec) -> None:
+        async with self.state.db.sessions() as session:
+            await session.merge(Text2SQLSource(name=spec.name, url=spec.url, description=spec.description,
+                                               db_schema=spec.db_schema))
+            await session.commit()
+
+    async def _adelete(self, name: str) -> bool:
+        async with self.state.db.sessions() as session:
+            result = await session.execute(delete(Text2SQLSource).where(Text2SQLSource.name == name))
+            await session.commit()
+            return bool(result.rowcount)
+
+    async def _anames(self) -> list[str]:
+        async with self.state.db.sessions() as session:
+            return list((await session.scalars(select(Text2SQLSource.name).order_by(Text2SQLSource.name))).all())
+
+    # -- sources -------------------------------------------------------------------------------------
+    async def register_demos(self) -> None:
+        from integrations.text2sql.dataset import demo_database
+
+        for schema in DEMO_SCHEMAS:
+            name = f"demo_{schema}"
+            path = await asyncio.to_thread(demo_database, schema)  # (re)built into the cache if missing
+            if await self.load_spec(name) is None:
+                await self._asave(SourceSpec(name, f"sqlite:///{path}", f"demo database {schema!r}"))
+
+    async def register(self, name: str, url: str, description: str = "", *, db_schema: str | None = None,
+                       replace: bool = False) -> Source:
+        """Opens and introspects the database first, so a URL that cannot work is refused now (400)."""
+        try:
+            return await asyncio.to_thread(self.registry.register, name, url, description, replace=replace,
+                                           db_schema=db_schema, check=True)
+        except SourceUnavailable as exc:  # reachable or not, it cannot be registered as it is
+            raise APIError(400, exc.message, param="url", code=exc.code) from None
+        except Text2SQLError as exc:
+            raise api_error(exc, "url" if exc.status == 400 else "name") from None
+
+    async def source(self, name: str, param: str = "source") -> Source:
+        try:
+            return await asyncio.to_thread(self.registry.get, name)
+        except Text2SQLError as exc:
+            raise api_error(exc, param) from None
+
+    async def sources(self) -> list[Source]:
+        return await asyncio.to_thread(self.registry.list)
+
+    async def unregister(self, name: str) -> None:
+        async with self.state.db.sessions() as session:
+            used = (await session.scalars(select(Text2SQLSchedule.id).where(Text2SQLSchedule.source == name))).all()
+        if used:
+            raise APIError(409, f"source {name!r} is used by schedules {', '.join(used)}; delete them first",
+                           param="name", code="source_in_use")
+        try:
+            await asyncio.to_thread(self.registry.unregister, name)
+        except UnknownSource as exc:
+            raise api_error(exc, "name") from None
+
+    @staticmethod
+    async def describe(source: Source, with_schema: bool = False) -> SourceObject:
+        try:
+            return SourceObject(**await asyncio.to_thread(source.to_dict, with_schema))
+        except Text2SQLError as exc:
+            raise api_error(exc, "name") from None
+
+    # -- asking --------------------------------------------------------------------------------------
+    async def ask(self, engine: AsyncEngine | None, source_name: str, *, question: str | None = None,
+                  sql: str | None = None, execute: bool = True, max_rows: int = 100, constrained: bool = True,
+                  max_tokens: int | None = None, timeout_s: float = 5.0, request: Request | None = None
+                  ) -> AskResult:
+        """`question` through the model (which needs `engine`), or `sql` as given. Unsafe SQL is a 400
+        (and never reaches the database: the validator refuses it, the read-only connection too)."""
+        source = await self.source(source_name)
+        try:
+            if sql is not None:
+                result = await arun_sql(source, sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s,
+                                        question=question)
+            else:
+                assert engine is not None and question is not None
+                complete = async_engine_complete(_EngineCalls(self.state, engine, request),
+                                                 max_tokens=max_tokens or DEFAULT_MAX_TOKENS)
+                result = await aask(source, question, SQLGenerator(acomplete=complete), constrained=constrained,
+                                    execute=execute, max_rows=max_rows, timeout_s=timeout_s)
+        except Text2SQLError as exc:
+            raise api_error(exc) from None
+        if isinstance(result.error, UnsafeSQL):
+            where = "the given SQL" if sql is not None else f"the generated SQL ({result.sql!r})"
+            raise APIError(400, f"{where} was refused: {result.error.message}. Only a single read-only SELECT "
+                           "is ever run.", param="sql" if sql is not None else "question", code=result.error.code)
+        return result
+
+    async def run_schedule(self, schedule: Text2SQLSchedule) -> tuple[str, dict | None, dict | None]:
+        """One scheduled run: (status, result body, error)."""
+        from gateway.deps import get_engine
+
+        try:
+            engine = get_engine(self.state)
+            result = await self.ask(engine, schedule.source, question=schedule.question, execute=schedule.execute,
+                                    max_rows=schedule.max_rows, constrained=schedule.constrained)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            err = as_api_error(exc)
+            return "failed", None, {"code": err.code or err.info.type, "message": err.message}
+        body = result_body(result, engine.served_model_name).model_dump(mode="json")
+        return ("completed" if result.error is None else "failed"), body, body["error"]
