@@ -47,10 +47,13 @@ def _pick_source(source: str | None, url: str | None, demo: str | None):
     return _registry().get(source)  # type: ignore[arg-type]
 
 
-def _load_llm(model: str, max_num_seqs: int = 128):
+def _load_llm(model: str, max_num_seqs: int = 128, num_threads: int | None = None):
     from engine import LLM
 
-    return LLM(model=model, max_num_seqs=max_num_seqs)
+    return LLM(model=model, max_num_seqs=max_num_seqs, num_threads=num_threads)
+
+
+THREADS_OPT = typer.Option(None, "--num-threads", help="torch CPU threads (1 is faster on a busy shared CPU)")
 
 
 SOURCE_OPT = typer.Option(None, "--source", "-s", help="A registered source name")
@@ -70,6 +73,7 @@ def ask(
     unconstrained: bool = typer.Option(False, "--unconstrained", help="Free decoding (no SQL grammar)"),
     model: str = typer.Option("default", envvar="SLLM_MODEL"),
     max_tokens: int = typer.Option(192),
+    num_threads: int | None = THREADS_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
 ):
     """Generate SQL for QUESTION, validate it, and run it read-only."""
@@ -79,7 +83,7 @@ def ask(
     try:
         src = _pick_source(source, url, demo)
         src.schema()  # fail on a broken source before loading the model
-        llm = _load_llm(model)
+        llm = _load_llm(model, num_threads=num_threads)
         gen = SQLGenerator(llm_complete(llm, max_tokens=max_tokens))
         res = ask_fn(src, question, gen, constrained=not unconstrained, execute=execute,
                      max_rows=max_rows, timeout_s=timeout)
@@ -195,6 +199,7 @@ def eval_cmd(
     model: str = typer.Option("default", envvar="SLLM_MODEL"),
     max_tokens: int = typer.Option(192),
     max_num_seqs: int = typer.Option(128),
+    num_threads: int | None = THREADS_OPT,
     latency_samples: int = typer.Option(5, help="Single asks timed per mode for the p50 latency (0: skip)"),
     json_out: Path | None = typer.Option(None, "--json-out", help="Write the per-question records here"),
 ):
@@ -208,7 +213,7 @@ def eval_cmd(
         items = items[:limit]
     mode_list = [m.strip() for m in modes.split(",") if m.strip()]
     start = time.perf_counter()
-    llm = _load_llm(model, max_num_seqs)
+    llm = _load_llm(model, max_num_seqs, num_threads)
     load_s = time.perf_counter() - start
     gen = SQLGenerator(llm_complete(llm, max_tokens=max_tokens),
                        complete_batch=llm_complete_batch(llm, max_tokens=max_tokens))

@@ -9,6 +9,7 @@ import hashlib
 import json
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from engine import LLM, AsyncEngine
@@ -34,8 +35,13 @@ INJECTIONS = [
 
 
 @pytest.fixture(scope="module")
-def llm() -> LLM:
-    return LLM(model="default", num_kv_blocks=512)
+def llm():
+    # One intra-op thread: on a busy shared CPU, two OpenMP threads that spin-wait for each other
+    # made these tests 10-20x slower (measured); one thread costs little on an idle machine.
+    # torch's thread count is process-wide, so it is restored for the modules that run after.
+    threads = torch.get_num_threads()
+    yield LLM(model="default", num_kv_blocks=512, num_threads=1)
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture()
