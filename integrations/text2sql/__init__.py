@@ -22,7 +22,7 @@ _EXPORTS = {
     "Generation": "generate", "SQLGenerator": "generate", "extract_sql": "generate", "llm_complete": "generate",
     "llm_complete_batch": "generate", "async_engine_complete": "generate", "openai_complete": "generate",
     "openai_acomplete": "generate",
-    "GrammarOptions": "grammar", "sql_grammar": "grammar",
+    "GrammarOptions": "grammar", "sql_grammar": "grammar", "matches_grammar": "grammar",
     "FunctionSourceStore": "registry", "JsonFileSourceStore": "registry", "MemorySourceStore": "registry",
     "SourceRegistry": "registry", "SourceStore": "registry",
     "Schema": "schema", "introspect": "schema",

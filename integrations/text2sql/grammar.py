@@ -127,7 +127,9 @@ class EBNFRules:
 
 def _char_class(chars: Iterable[str]) -> str:
     """A character class with runs written as ranges: [0-9A-Z_a-z]."""
-    codes = sorted({ord(c) for c in chars})
+    chars = set(chars)
+    assert all(c.isalnum() or c == "_" for c in chars), "only identifier characters need no escaping"
+    codes = sorted(ord(c) for c in chars)
     parts, i = [], 0
     while i < len(codes):
         j = i
