@@ -47,6 +47,8 @@ FORBIDDEN_FUNCTIONS = frozenset({
 })
 
 _TRAILING = re.compile(r"[\s;]+$")
+# SQLAlchemy backend names that sqlglot spells differently; unknown ones parse as generic SQL.
+_SQLGLOT_DIALECTS = {"postgresql": "postgres", "mssql": "tsql", "mariadb": "mysql", "sqlite": "sqlite"}
 _LOG = logging.getLogger(__name__)
 
 
@@ -80,13 +82,25 @@ def _function_name(node: exp.Func) -> str:
     return node.sql_name().lower()
 
 
+def sqlglot_dialect(dialect: str | None) -> str | None:
+    """sqlglot's name for a SQLAlchemy backend name (None: sqlglot's generic dialect)."""
+    if not dialect:
+        return None
+    name = _SQLGLOT_DIALECTS.get(dialect, dialect)
+    try:
+        sqlglot.Dialect.get_or_raise(name)
+    except ValueError:
+        return None
+    return name
+
+
 def _parse(sql: str, dialect: str) -> list[exp.Expression]:
     # sqlglot logs a warning when it falls back to a generic Command; the verdict below covers it.
     logger = logging.getLogger("sqlglot")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        return [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+        return [s for s in sqlglot.parse(sql, read=sqlglot_dialect(dialect)) if s is not None]
     finally:
         logger.setLevel(level)
 

@@ -157,3 +157,10 @@ def test_generic_sqlalchemy_runner(shop):
     with pytest.raises(UnsafeSQL):
         execute._run_sqlalchemy(source, "DELETE FROM cities", 3, 5.0, False)
     assert digest(path) == before
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "mysql", "mssql", "mariadb", "duckdb", "nosuchdialect"])
+def test_validator_speaks_sqlalchemy_dialect_names(dialect):
+    assert validate_sql("SELECT a FROM t WHERE b = 1", dialect).ok
+    assert not validate_sql("WITH d AS (DELETE FROM t RETURNING *) SELECT * FROM d", dialect).ok
+    assert not validate_sql("DROP TABLE t", dialect).ok
