@@ -27,8 +27,10 @@ class SourceObject(BaseModel):
     url: str  # redacted
     dialect: str
     description: str = ""
-    tables: dict[str, list[str]] | None = None
-    ddl: str | None = None
+    # With the schema (one source's GET, and its registration): tables and columns, and the DDL the
+    # model is prompted with.
+    tables: dict[str, list[str]] | None = Field(None, exclude_if=lambda v: v is None)
+    ddl: str | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class SourceList(BaseModel):

@@ -15,11 +15,12 @@ from tests.gateway.server import MODEL, run_server
 
 pytestmark = pytest.mark.default_model
 
-# Tests whose tool call does not fit in 24 tokens get room for one. Not all of them: given room under
-# tool_choice "any" (required) with parallel calls allowed, the 135M model writes the same call again,
-# and test_tool_calling asserts exactly one call (24 tokens end it after the first).
-NEEDS_TOOLS = ["test_bind_runnables_as_tools", "test_tool_choice", "test_unicode_tool_call_integration"]
-TOOL_MAX_TOKENS = 64
+# Tests whose tool call or JSON object does not fit in 24 tokens get room for one. Not all of them: given
+# room under tool_choice "any" (required) with parallel calls allowed, the 135M model writes the same
+# call again, and test_tool_calling asserts exactly one call (24 tokens end it after the first).
+NEEDS_ROOM = ["test_bind_runnables_as_tools", "test_tool_choice", "test_unicode_tool_call_integration",
+              "test_json_mode"]
+ROOM_MAX_TOKENS = 64
 
 _LOOPS = ("SmolLM2-135M at temperature 0 repeats itself inside the joke's first string until max_tokens "
           "(the JSON is valid up to the cut, but never completes)")
@@ -67,8 +68,8 @@ class TestSllmChatOpenAI(ChatModelIntegrationTests):
         """The base fixture, with room for a whole tool call or JSON object in the tests that need one."""
         extra = getattr(request, "param", None) or {}
         params = {**self.standard_chat_model_params, **self.chat_model_params, **extra}
-        if request.node.originalname in NEEDS_TOOLS:
-            params["max_tokens"] = TOOL_MAX_TOKENS
+        if request.node.originalname in NEEDS_ROOM:
+            params["max_tokens"] = ROOM_MAX_TOKENS
         return self.chat_model_class(**params)
 
     @property
