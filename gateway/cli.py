@@ -33,7 +33,7 @@ def serve(
         16, "--job-concurrency", envvar="SLLM_JOB_CONCURRENCY",
         help="Batch lines and background responses in the engine at once while no interactive request runs"),
     job_concurrency_busy: int = typer.Option(
-        2, "--job-concurrency-busy", envvar="SLLM_JOB_CONCURRENCY_BUSY",
+        1, "--job-concurrency-busy", envvar="SLLM_JOB_CONCURRENCY_BUSY",
         help="The same while interactive requests run: jobs yield the engine to them"),
     max_file_bytes: int = typer.Option(100 * 1024 * 1024, "--max-file-bytes", envvar="SLLM_MAX_FILE_BYTES",
                                        help="Largest file /v1/files accepts"),

@@ -32,7 +32,7 @@ class Settings(BaseModel):
     # Jobs (batches, background responses): how many of their requests the engine holds at once,
     # when no interactive request is in flight and when one is (or was, within job_quiet_s).
     job_concurrency: int = Field(16, ge=1)
-    job_concurrency_busy: int = Field(2, ge=0)
+    job_concurrency_busy: int = Field(1, ge=0)
     job_quiet_s: float = Field(0.5, ge=0)
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=1)
     max_batch_lines: int = Field(50_000, ge=1)

@@ -4,9 +4,10 @@ The engine schedules every request alike, so priority lives here: a job's reques
 background response) enters the engine only through this gate, which holds at most
 `job_concurrency` of them there at once, and only `job_concurrency_busy` while any interactive
 request is in flight (or was within `job_quiet_s`, so a conversation's next turn finds the engine
-still quiet). It also waits while the KV cache is nearly full, so a job never makes an interactive
-request queue for blocks. Waiters are served by priority (background responses before batch lines),
-then in arrival order."""
+still quiet). A job request also waits while anything waits in the engine's queue, so an interactive
+request never queues behind more than one job prompt to prefill (the engine's queue is FIFO), and
+while the KV cache is nearly full, so it never makes an interactive request queue for blocks.
+Waiters are served by priority (background responses before batch lines), then in arrival order."""
 
 import asyncio
 import heapq
@@ -47,9 +48,14 @@ class JobGate:
             return self.concurrency_busy
         return self.concurrency
 
-    def _kv_full(self) -> bool:
-        stats = self._stats()
-        return stats is not None and stats.get("kv_usage", 0.0) >= KV_HIGH_WATER
+    def _engine_has_room(self) -> bool:
+        try:
+            stats = self._stats()
+        except RuntimeError:  # read while the engine's thread changed its queues: look again next poll
+            return False
+        if stats is None:
+            return True
+        return stats.get("num_waiting", 0) == 0 and stats.get("kv_usage", 0.0) < KV_HIGH_WATER
 
     async def acquire(self, priority: int = PRIORITY_BATCH) -> None:
         fut = asyncio.get_running_loop().create_future()
@@ -80,7 +86,7 @@ class JobGate:
         while self._waiters:
             while self._waiters and self._waiters[0][2].done():  # cancelled waiters
                 heapq.heappop(self._waiters)
-            if self._waiters and self.in_engine < self.limit() and not self._kv_full():
+            if self._waiters and self.in_engine < self.limit() and self._engine_has_room():
                 _, _, fut = heapq.heappop(self._waiters)
                 self.in_engine += 1
                 fut.set_result(None)

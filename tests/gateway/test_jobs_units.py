@@ -193,12 +193,15 @@ async def test_gate_serves_responses_first_and_backs_off_while_interactive_reque
     await gate.close()
 
 
-async def test_gate_waits_while_the_kv_cache_is_nearly_full():
-    stats = {"kv_usage": 0.95}
+async def test_gate_waits_while_the_engine_queue_is_not_empty_or_the_kv_cache_nearly_full():
+    stats = {"kv_usage": 0.95, "num_waiting": 0}
     gate = JobGate(lambda: 0, lambda: stats, concurrency=4, concurrency_busy=1, quiet_s=0, poll_s=0.005)
     task = asyncio.create_task(gate.acquire())
     await asyncio.sleep(0.03)
     assert not task.done()
-    stats["kv_usage"] = 0.5
+    stats.update(kv_usage=0.5, num_waiting=1)
+    await asyncio.sleep(0.03)
+    assert not task.done()
+    stats["num_waiting"] = 0
     await asyncio.wait_for(task, 1)
     await gate.close()
