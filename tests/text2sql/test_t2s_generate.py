@@ -192,3 +192,24 @@ def test_run_sql_reports_instead_of_raising(shop):
     res = run_sql(source, "SELEC name FROM customers")
     assert not res.ok and not res.validation.ok and res.error.code in ("invalid_sql", "unsafe_sql")
     assert res.to_dict()["error"]["message"]
+
+
+def test_evaluation_machinery_scores_gold_sql_perfectly():
+    """A model that answers with the gold SQL must score 100% in both modes; one that answers
+    with the wrong query must score 0% accuracy but still count as valid and executable."""
+    from integrations.text2sql.dataset import load_eval
+    from integrations.text2sql.evaluate import evaluate
+
+    items = load_eval()[:12]
+    gold = {render_prompt(schema_ddl(i.schema), i.question): i.sql for i in items}
+    perfect = SQLGenerator(lambda prompt, guided: gold[prompt] + ";")
+    report = evaluate(perfect, items, ["constrained", "unconstrained"], latency_samples=1)
+    for mode in report.modes:
+        assert (mode.valid, mode.executable, mode.matched) == (12, 12, 12), mode
+        assert mode.p50_ask_ms is not None and set(mode.by_lang) == {"ko", "en"}
+    assert "100.0%" in report.table()
+    wrong = SQLGenerator(lambda prompt, guided: "SELECT 1;")
+    mode = evaluate(wrong, items, ["constrained"], latency_samples=0).modes[0]
+    assert (mode.valid, mode.executable, mode.matched) == (12, 12, 0)
+    with pytest.raises(ValueError):
+        evaluate(wrong, items, ["beam"])
