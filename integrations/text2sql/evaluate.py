@@ -60,6 +60,7 @@ class EvalRecord:
     executable: bool
     match: bool
     error: str | None = None
+    retried: bool = False  # cut by max_tokens under the full grammar, answered under the compact one
 
 
 @dataclass
@@ -71,6 +72,7 @@ class ModeReport:
     matched: int
     batch_s: float  # wall time of generating all n outputs in one batch
     p50_ask_ms: float | None = None  # median latency of one full ask (generate + validate + run)
+    retried: int = 0
     by_lang: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -103,14 +105,14 @@ class EvalReport:
 
     def table(self) -> str:
         head = (f"{'mode':<14}{'n':>5}{'valid SQL':>12}{'executable':>12}{'exec acc':>10}"
-                f"{'  ko acc':>9}{'  en acc':>9}{'batch s':>9}{'p50 ask ms':>12}")
+                f"{'  ko acc':>9}{'  en acc':>9}{'batch s':>9}{'p50 ask ms':>12}{'retried':>9}")
         lines = [head, "-" * len(head)]
         for m in self.modes:
             lang = {k: (v["matched"] / v["n"] if v["n"] else 0.0) for k, v in m.by_lang.items()}
             p50 = f"{m.p50_ask_ms:.0f}" if m.p50_ask_ms is not None else "-"
             lines.append(
                 f"{m.mode:<14}{m.n:>5}{m.valid_rate:>12.1%}{m.executable_rate:>12.1%}{m.exec_accuracy:>10.1%}"
-                f"{lang.get('ko', 0):>9.1%}{lang.get('en', 0):>9.1%}{m.batch_s:>9.1f}{p50:>12}"
+                f"{lang.get('ko', 0):>9.1%}{lang.get('en', 0):>9.1%}{m.batch_s:>9.1f}{p50:>12}{m.retried:>9}"
             )
         return "\n".join(lines)
 
@@ -160,11 +162,13 @@ def evaluate(
             report.valid += valid
             report.executable += executable
             report.matched += match
+            report.retried += gen.retried
             lang = report.by_lang.setdefault(item.lang, {"n": 0, "matched": 0})
             lang["n"] += 1
             lang["matched"] += match
             records.append(EvalRecord(item.id, item.schema, item.lang, mode, item.question, item.sql, res.sql,
-                                      valid, executable, match, res.error.message if res.error else None))
+                                      valid, executable, match, res.error.message if res.error else None,
+                                      gen.retried))
         if latency_samples > 0:
             say(f"{mode}: timing {latency_samples} single asks")
             lat = []
