@@ -35,6 +35,9 @@ def serve(
     job_concurrency_busy: int = typer.Option(
         1, "--job-concurrency-busy", envvar="SLLM_JOB_CONCURRENCY_BUSY",
         help="The same while interactive requests run: jobs yield the engine to them"),
+    job_quiet_s: float = typer.Option(
+        3.0, "--job-quiet-s", envvar="SLLM_JOB_QUIET_S",
+        help="Seconds after the last interactive request before jobs take --job-concurrency again"),
     max_file_bytes: int = typer.Option(100 * 1024 * 1024, "--max-file-bytes", envvar="SLLM_MAX_FILE_BYTES",
                                        help="Largest file /v1/files accepts"),
     webhook_secret: str | None = typer.Option(
@@ -61,7 +64,8 @@ def serve(
         num_kv_blocks=num_kv_blocks, max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=json.loads(speculative_config) if speculative_config else None,
-        job_concurrency=job_concurrency, job_concurrency_busy=job_concurrency_busy, max_file_bytes=max_file_bytes,
+        job_concurrency=job_concurrency, job_concurrency_busy=job_concurrency_busy, job_quiet_s=job_quiet_s,
+        max_file_bytes=max_file_bytes,
         webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         **({"db": db} if db else {}),
     )

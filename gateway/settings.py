@@ -33,7 +33,7 @@ class Settings(BaseModel):
     # when no interactive request is in flight and when one is (or was, within job_quiet_s).
     job_concurrency: int = Field(16, ge=1)
     job_concurrency_busy: int = Field(1, ge=0)
-    job_quiet_s: float = Field(0.5, ge=0)
+    job_quiet_s: float = Field(3.0, ge=0)
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=1)
     max_batch_lines: int = Field(50_000, ge=1)
     # Webhooks: refused unless a secret and an allow-list of hosts are configured.

@@ -72,6 +72,7 @@ def bench_jobs(
     max_num_seqs: int = typer.Option(32, "--max-num-seqs"),
     job_concurrency: int = typer.Option(16, "--job-concurrency"),
     job_concurrency_busy: int = typer.Option(1, "--job-concurrency-busy"),
+    job_quiet_s: float = typer.Option(3.0, "--job-quiet-s"),
     scenarios: str = typer.Option("none,gated,ungated", "--scenarios"),
     repeat: int = typer.Option(1, "--repeat", help="Rounds over the scenarios, interleaved; numbers pool the rounds"),
     seed: int = typer.Option(0, "--seed"),
@@ -84,7 +85,8 @@ def bench_jobs(
                 batch_max_tokens=batch_max_tokens, seed=seed)
     print(f"interactive: {num_requests} streaming completions, Poisson {request_rate}/s, {max_tokens} tokens each; "
           f"batch: {batch_lines} lines of {batch_max_tokens} tokens; --max-num-seqs {max_num_seqs}, "
-          f"--job-concurrency {job_concurrency}, --job-concurrency-busy {job_concurrency_busy} (gated)")
+          f"--job-concurrency {job_concurrency}, --job-concurrency-busy {job_concurrency_busy} (gated), "
+          f"--job-quiet-s {job_quiet_s}")
     names = scenarios.split(",")
     pooled: dict[str, tuple[list[float], list[float], list[str]]] = {n: ([], [], []) for n in names}
     for round_ in range(repeat):
@@ -92,6 +94,7 @@ def bench_jobs(
             busy = job_concurrency if name == "ungated" else job_concurrency_busy
             os.environ["SLLM_JOB_CONCURRENCY"] = str(job_concurrency)
             os.environ["SLLM_JOB_CONCURRENCY_BUSY"] = str(busy)
+            os.environ["SLLM_JOB_QUIET_S"] = str(job_quiet_s)
             with sllm_server(model, max_num_seqs) as (url, served):
                 summary, note = asyncio.run(_scenario(name, url, served, prompts, {**args, "seed": seed + round_}))
             ttft, tpot = summary.ttfts(), summary.tpots()
