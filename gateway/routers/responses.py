@@ -94,7 +94,11 @@ async def _previous_conversation(session: AsyncSession, response_id: str | None)
     if stored.status not in ("completed", "incomplete"):  # a background response not done (or failed)
         raise APIError(400, f"Previous response with id '{response_id}' is {stored.status}: only a finished "
                        "response can be continued.", param="previous_response_id", code="previous_response_not_ready")
-    return list(stored.conversation)
+    conversation = list(stored.conversation)
+    # End the read: the session's pooled connection must not stay held while the answer generates
+    # (more such requests than the pool's connections, interactive or jobs, would starve the rest).
+    await session.commit()
+    return conversation
 
 
 def _finish(resp: ResponseObject, message: OutputMessage, final: RequestOutput,

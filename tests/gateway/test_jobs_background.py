@@ -62,6 +62,19 @@ def test_background_response_polls_to_the_synchronous_answer(client, receiver):
     assert event.type == f"response.{done.status}" and event.data.id == done.id
 
 
+def test_a_running_response_holds_no_database_connection(server, client):
+    first = client.responses.create(model=MODEL, input="Hi", max_output_tokens=2)
+    long = client.responses.create(model=MODEL, input="Go on, at length.", previous_response_id=first.id,
+                                   max_output_tokens=400, background=True, extra_body={"ignore_eos": True})
+    deadline = time.monotonic() + 30
+    while client.responses.retrieve(long.id).status == "queued":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.2)  # generating now, after reading its previous response
+    assert server.state.db.engine.pool.checkedout() == 0
+    assert client.responses.cancel(long.id).status == "cancelled"
+
+
 def test_cancel_a_background_response(server, client):
     queued = client.responses.create(model=MODEL, input="Tell me a very long story.", max_output_tokens=400,
                                      temperature=0, background=True, extra_body={"ignore_eos": True})
