@@ -112,6 +112,7 @@ async def cancel(state: ServerState, session: AsyncSession, response_id: str) ->
         if cancelled:
             assert state.jobs is not None
             state.jobs.cancel_response(response_id)  # aborts its engine request, if it runs
+            state.jobs.webhook_sender.wake.set()
             return resp
         await session.refresh(row)
     if row.status == "cancelled":  # cancelling twice answers the same

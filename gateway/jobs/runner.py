@@ -52,6 +52,7 @@ class BatchJob:
                 log.warning("batch %s paused: the engine is unavailable; it resumes at the next start", self.batch_id)
                 return
             await batches.finalize(self.state, self.batch_id)
+            self.runner.webhook_sender.wake.set()  # its webhook, if any, goes now rather than at the next poll
         finally:
             if self._dispatcher is not None:
                 self._dispatcher.cancel()
@@ -199,6 +200,7 @@ class JobRunner:
                     await responses.run_background(self.state, response_id)
                 finally:
                     self.gate.release()
+                self.webhook_sender.wake.set()
             finally:
                 self._responses.pop(response_id, None)
 
