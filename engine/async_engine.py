@@ -53,12 +53,14 @@ class AsyncEngine:
     def stats(self) -> dict[str, Any]:
         e = self.engine
         bm = e.block_manager
-        running = e.scheduler.running
+        # Snapshots first: the step thread mutates these lists while the event loop reads them.
+        running = list(e.scheduler.running)
+        waiting = list(e.scheduler.waiting)
         return {
             "num_running": len(running),
-            "num_waiting": e.num_waiting,
+            "num_waiting": len(waiting),
             "num_requests_running": len({s.request_id for s in running}),
-            "num_requests_waiting": len({s.request_id for s in e.scheduler.waiting} - {s.request_id for s in running}),
+            "num_requests_waiting": len({s.request_id for s in waiting} - {s.request_id for s in running}),
             "kv_usage": bm.usage,
             "num_free_blocks": bm.num_free_blocks,
             "num_blocks": bm.num_blocks,
