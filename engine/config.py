@@ -1,6 +1,6 @@
 """Engine settings, named after vLLM's where a name exists (`max_num_seqs`, `max_model_len`, ...)."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 Scheduling = Literal["continuous", "static", "dynamic"]
@@ -29,7 +29,6 @@ class EngineConfig:
     speculative_config: dict[str, Any] | None = None
     seed: int = 0
     num_threads: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.block_size not in (1, 2, 4, 8, 16, 32, 64, 128):

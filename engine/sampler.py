@@ -35,8 +35,8 @@ def _filter(logits: torch.Tensor, top_k: int, top_p: float, min_p: float) -> tor
         logits = logits.masked_fill(logits < kth, NEG_INF)
     if top_p < 1.0:
         sorted_logits, order = torch.sort(logits, descending=True)
-        cum = sorted_logits.softmax(-1).cumsum(-1)
-        drop = cum - sorted_logits.softmax(-1) >= top_p  # keep the smallest prefix reaching top_p
+        sorted_probs = sorted_logits.softmax(-1)
+        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p  # keep the smallest prefix reaching top_p
         logits = logits.masked_fill(torch.zeros_like(drop).scatter(0, order, drop), NEG_INF)
     if min_p > 0.0:
         probs = logits.softmax(-1)

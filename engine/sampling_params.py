@@ -27,7 +27,6 @@ class SamplingParams:
     min_tokens: int = 0
     ignore_eos: bool = False
     logprobs: int | None = None
-    prompt_logprobs: None = None
     skip_special_tokens: bool = True
     # Grammar-constrained decoding: {"json_schema": ...} | {"json_object": True} | {"regex": ...} |
     # {"grammar": ...} | {"structural_tag": ...}; compiled by the engine's guided-decoding backend.
