@@ -58,11 +58,12 @@ def run_hf(folder: Path, prompts: list[str], batch: int, max_tokens: int) -> Row
     return Row("hf", batch, len(prompts), produced, time.perf_counter() - t0)
 
 
-def run_engine(llm, prompts: list[str], max_num_seqs: int, max_tokens: int, speculative: bool = False) -> Row:
+def run_engine(llm, prompts: list[str], max_num_seqs: int, max_tokens: int, system: str = "sllm") -> Row:
     from engine import SamplingParams
 
     engine = llm.engine
     engine.config.max_num_seqs = max_num_seqs
+    engine.block_manager.reset_prefix_cache()  # every row starts cold, whatever ran before it
     params = SamplingParams(temperature=0, max_tokens=max_tokens)
     bytes_per_block = engine.runner.bytes_per_block
     bytes_per_token = bytes_per_block / engine.config.block_size
@@ -81,19 +82,19 @@ def run_engine(llm, prompts: list[str], max_num_seqs: int, max_tokens: int, spec
     seconds = time.perf_counter() - t0
     engine.block_manager.check_no_leak()
     extra = ""
-    spec = getattr(engine, "spec_stats", None)
-    if speculative and spec:
+    spec = engine.spec_stats
+    if spec:
         extra = f"acceptance {spec.get('acceptance_rate', 0):.2f}"
-    return Row("sllm", max_num_seqs, len(prompts), produced, seconds, peak_used / 2**20, peak_reserved / 2**20, extra)
+    return Row(system, max_num_seqs, len(prompts), produced, seconds, peak_used / 2**20, peak_reserved / 2**20, extra)
 
 
 def _print(rows: list[Row], title: str) -> None:
     print(f"\n## {title}")
-    print(f"{'system':<6} {'batch':>5} {'prompts':>7} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'KV peak MiB':>11} {'reserved MiB':>12}")
+    print(f"{'system':<9} {'batch':>5} {'prompts':>7} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'KV peak MiB':>11} {'reserved MiB':>12}")
     for r in rows:
         kv = f"{r.peak_kv_mib:11.1f}" if r.peak_kv_mib is not None else f"{'':>11}"
         res = f"{r.reserved_kv_mib:12.1f}" if r.reserved_kv_mib is not None else f"{'':>12}"
-        print(f"{r.system:<6} {r.batch:>5} {r.prompts:>7} {r.output_tokens:>7} {r.seconds:8.1f} {r.tok_s:8.1f} {kv} {res} {r.extra}")
+        print(f"{r.system:<9} {r.batch:>5} {r.prompts:>7} {r.output_tokens:>7} {r.seconds:8.1f} {r.tok_s:8.1f} {kv} {res} {r.extra}")
 
 
 def _ratios(rows: list[Row]) -> dict[str, float]:
@@ -106,6 +107,10 @@ def _ratios(rows: list[Row]) -> dict[str, float]:
         ours1 = [r for r in ours if r.batch == 1]
         if hf1 and ours1:
             out["batch1"] = ours1[0].tok_s / hf1[0].tok_s
+    plain = {r.batch: r.tok_s for r in ours}
+    for r in rows:
+        if r.system == "sllm+spec" and r.batch in plain:
+            out[f"spec_vs_plain@{r.batch}"] = r.tok_s / plain[r.batch]
     return out
 
 
@@ -117,10 +122,11 @@ def _plot(results: dict[str, list[Row]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
     for ax, (title, rows) in zip(axes[0], results.items(), strict=True):
-        for system, style in (("hf", "o--"), ("sllm", "s-")):
+        labels = {"hf": "HF transformers (static)", "sllm": "sllm (continuous)", "sllm+spec": "sllm + speculative"}
+        for system, style in (("hf", "o--"), ("sllm", "s-"), ("sllm+spec", "^-")):
             pts = sorted((r.batch, r.tok_s) for r in rows if r.system == system)
             if pts:
-                ax.plot(*zip(*pts, strict=True), style, label="HF transformers (static)" if system == "hf" else "sllm (continuous)")
+                ax.plot(*zip(*pts, strict=True), style, label=labels[system])
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size / max_num_seqs")
         ax.set_ylabel("output tokens/s")
@@ -140,15 +146,18 @@ def bench_offline(
     limit: int | None = typer.Option(None, help="Prompts for the batched runs (default: all)"),
     batch1_limit: int = typer.Option(8, help="Prompts for batch-1 runs (they are slow on both sides)"),
     variants: str = typer.Option("raw,chat", help="raw prompts, chat-template prompts, or both"),
-    speculative: str | None = typer.Option(None, "--speculative", help="speculative_config JSON for our engine"),
+    speculative: str | None = typer.Option(
+        None, "--speculative", help="speculative_config JSON: our engine also runs with it, beside the plain engine"
+    ),
     plot: Path | None = typer.Option(None, "--plot", help="Write tokens/s against batch size as a PNG"),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the rows as JSON"),
 ):
     """HF static batching versus our continuous batching on the text-to-SQL prompt set."""
     from engine import LLM
 
-    spec = json.loads(speculative) if speculative else None
-    llm = LLM(model=model, speculative_config=spec)
+    llm = LLM(model=model)
+    # A second engine over the same weights files, so speculation is compared with no speculation in one run.
+    llm_spec = LLM(model=model, speculative_config=json.loads(speculative)) if speculative else None
     folder = llm.engine.model_path
     results: dict[str, list[Row]] = {}
     for variant in [v.strip() for v in variants.split(",") if v.strip()]:
@@ -159,8 +168,12 @@ def bench_offline(
             gc.collect()
             _print(rows[-1:], f"{variant}: HF batch {b}")
         for n in [int(x) for x in max_num_seqs.split(",") if x]:
-            rows.append(run_engine(llm, prompts[:batch1_limit] if n == 1 else prompts, n, max_tokens, bool(spec)))
+            subset = prompts[:batch1_limit] if n == 1 else prompts
+            rows.append(run_engine(llm, subset, n, max_tokens))
             _print(rows[-1:], f"{variant}: sllm max_num_seqs {n}")
+            if llm_spec is not None:
+                rows.append(run_engine(llm_spec, subset, n, max_tokens, "sllm+spec"))
+                _print(rows[-1:], f"{variant}: sllm+spec max_num_seqs {n}")
         title = f"{variant} prompts, max_tokens={max_tokens}, greedy"
         _print(rows, title)
         r = _ratios(rows)

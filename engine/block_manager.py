@@ -44,6 +44,14 @@ class BlockManager:
     def usage(self) -> float:
         return 1.0 - self.num_free_blocks / self.num_blocks
 
+    def reset_prefix_cache(self) -> None:
+        """Forgets every cached block that no sequence holds (benchmarks start cold; vLLM has the same)."""
+        for block_id in self.free_ids:
+            block = self.blocks[block_id]
+            if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
+                del self.hash_to_block[block.hash]
+            block.hash = block.token_ids = None
+
     def _take(self, block_id: int | None = None) -> int:
         if block_id is None:
             block_id, _ = self.free_ids.popitem(last=False)

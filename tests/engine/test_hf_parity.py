@@ -70,6 +70,10 @@ def test_prefix_cache_hits(tiny):
     assert llm.engine.block_manager.prefix_hits >= 3 * 32
     assert [o.outputs[0].token_ids for o in first + rest] == expected
     llm.engine.block_manager.check_no_leak()
+    llm.engine.block_manager.reset_prefix_cache()
+    again = llm.generate(prompts[1:2], params, use_tqdm=False)
+    assert again[0].metrics.cached_tokens == 0
+    assert again[0].outputs[0].token_ids == expected[1]
 
 
 @pytest.mark.parametrize("scheduling", ["static", "dynamic"])
