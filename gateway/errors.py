@@ -31,6 +31,7 @@ class APIError(Exception):
         status: int,
         message: str,
         *,
+        type: str | None = None,
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
@@ -38,13 +39,14 @@ class APIError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.type = type  # None: derived from the status; set when relaying another server's error
         self.param = param
         self.code = code
         self.headers = headers
 
     @property
     def info(self) -> ErrorInfo:
-        return ErrorInfo(message=self.message, type=_TYPES.get(self.status, "invalid_request_error"),
+        return ErrorInfo(message=self.message, type=self.type or _TYPES.get(self.status, "invalid_request_error"),
                          param=self.param, code=self.code)
 
 
