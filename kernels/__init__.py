@@ -1,5 +1,6 @@
 """Attention and fused ops. Every op has a plain torch reference (the contract, and the CPU path)
-and a Triton kernel (the CUDA path); `kernels.dispatch` picks one per call."""
+and a Triton kernel (the CUDA path); decode attention also has a C++ CPU kernel (`kernels.cpu`, built
+at first use). `kernels.dispatch` picks one per call."""
 
 from kernels.activation import silu_and_mul
 from kernels.attention import paged_attention, paged_decode_attention

@@ -1,0 +1,143 @@
+// The op: `torch.ops.sllm_cpu.paged_decode_attention`, decode attention (one query token per sequence)
+// read straight out of the paged KV cache through the block tables, with no gathered copy of K/V.
+// Parallel over (sequence, KV head) with at::parallel_for, so it follows torch.set_num_threads.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <string>
+#include <vector>
+
+#include "decode_attention.h"
+
+namespace sllm_cpu {
+namespace {
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// The code path `isa` ("auto", "avx512" or "generic") resolves to for head size `head_dim`.
+std::string resolve_isa(c10::string_view isa, int64_t head_dim) {
+  const bool avx512 = cpu_has_avx512() && head_dim % 16 == 0;
+  if (isa == "generic") return "generic";
+  if (isa == "avx512") {
+    TORCH_CHECK(avx512, "sllm_cpu: the AVX-512 path needs an AVX-512 CPU and a head size divisible by 16");
+    return "avx512";
+  }
+  TORCH_CHECK(isa == "auto", "sllm_cpu: isa must be auto, avx512 or generic, got ", std::string(isa));
+  return avx512 ? "avx512" : "generic";
+}
+
+KvType kv_type(const at::Tensor& cache) {
+  switch (cache.scalar_type()) {
+    case at::kFloat:
+      return KvType::F32;
+    case at::kBFloat16:
+      return KvType::BF16;
+    case at::kHalf:
+      return KvType::F16;
+    default:
+      TORCH_CHECK(false, "sllm_cpu: unsupported KV cache dtype ", cache.scalar_type());
+  }
+}
+
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
+                                  const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa) {
+  TORCH_CHECK(q.device().is_cpu() && k_cache.device().is_cpu() && v_cache.device().is_cpu(),
+              "sllm_cpu: CPU tensors only");
+  TORCH_CHECK(q.dim() == 3, "sllm_cpu: q must be [B, Hq, D]");
+  TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes(),
+              "sllm_cpu: caches must be [num_blocks, block_size, Hkv, D]");
+  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "sllm_cpu: K and V caches differ in dtype");
+  TORCH_CHECK(k_cache.stride(3) == 1 && v_cache.stride(3) == 1, "sllm_cpu: head_dim must be contiguous");
+  const int64_t batch = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
+  const int64_t num_blocks = k_cache.size(0), block_size = k_cache.size(1), num_kv_heads = k_cache.size(2);
+  TORCH_CHECK(k_cache.size(3) == head_dim, "sllm_cpu: q and cache head sizes differ");
+  TORCH_CHECK(num_q_heads % num_kv_heads == 0, "sllm_cpu: Hq must be a multiple of Hkv");
+  TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == batch, "sllm_cpu: block_tables must be [B, n]");
+  TORCH_CHECK(context_lens.numel() == batch, "sllm_cpu: context_lens must be [B]");
+
+  const std::string path = resolve_isa(isa, head_dim);
+  const at::Tensor tables = block_tables.to(at::kInt).contiguous();
+  const at::Tensor lens = context_lens.to(at::kInt).contiguous();
+  const int32_t* table_ptr = tables.data_ptr<int32_t>();
+  const int32_t* len_ptr = lens.data_ptr<int32_t>();
+  // Every block a task will read must exist: a bad table would otherwise read outside the cache.
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t used = (static_cast<int64_t>(len_ptr[b]) + block_size - 1) / block_size;
+    TORCH_CHECK(len_ptr[b] >= 0 && used <= tables.size(1), "sllm_cpu: context length ", len_ptr[b],
+                " exceeds the block table of sequence ", b);
+    for (int64_t j = 0; j < used; ++j) {
+      const int32_t blk = table_ptr[b * tables.size(1) + j];
+      TORCH_CHECK(blk >= 0 && blk < num_blocks, "sllm_cpu: block id ", blk, " out of range");
+    }
+  }
+  at::Tensor slopes;
+  if (alibi_slopes.has_value()) {
+    slopes = alibi_slopes->to(at::kFloat).contiguous();
+    TORCH_CHECK(slopes.numel() == num_q_heads, "sllm_cpu: alibi_slopes must be [Hq]");
+  }
+
+  // Scaling q once costs B*Hq*D multiplies instead of one per score.
+  const at::Tensor qf = (q.to(at::kFloat) * scale).contiguous();
+  at::Tensor out = at::empty({batch, num_q_heads, head_dim}, q.options().dtype(at::kFloat));
+
+  DecodeProblem p{};
+  p.q = qf.data_ptr<float>();
+  p.out = out.data_ptr<float>();
+  p.k_cache = k_cache.data_ptr();
+  p.v_cache = v_cache.data_ptr();
+  p.kv_type = kv_type(k_cache);
+  for (int i = 0; i < 3; ++i) {
+    p.k_strides[i] = k_cache.stride(i);
+    p.v_strides[i] = v_cache.stride(i);
+  }
+  p.block_tables = table_ptr;
+  p.block_table_stride = tables.size(1);
+  p.context_lens = len_ptr;
+  p.alibi_slopes = slopes.defined() ? slopes.data_ptr<float>() : nullptr;
+  p.num_q_heads = num_q_heads;
+  p.num_kv_heads = num_kv_heads;
+  p.head_dim = head_dim;
+  p.block_size = block_size;
+
+  const auto task = path == "avx512" ? decode_task_avx512 : decode_task_generic;
+  const int64_t group = num_q_heads / num_kv_heads;
+  const int64_t scratch_floats = group * block_size + 2 * block_size * head_dim + group * head_dim + 3 * group;
+  at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(scratch_floats);
+    float* f = buf.data();
+    Scratch s{};
+    s.scores = f;
+    s.k_rows = s.scores + group * block_size;
+    s.v_rows = s.k_rows + block_size * head_dim;
+    s.acc = s.v_rows + block_size * head_dim;
+    s.row_max = s.acc + group * head_dim;
+    s.row_sum = s.row_max + group;
+    s.alpha = s.row_sum + group;
+    for (int64_t i = begin; i < end; ++i) task(p, i / num_kv_heads, i % num_kv_heads, s);
+  });
+  return out.to(q.scalar_type());
+}
+
+std::string best_isa(int64_t head_dim) { return resolve_isa("auto", head_dim); }
+
+}  // namespace
+}  // namespace sllm_cpu
+
+TORCH_LIBRARY(sllm_cpu, m) {
+  m.def(
+      "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
+      "Tensor context_lens, float scale, Tensor? alibi_slopes=None, str isa='auto') -> Tensor");
+  m.def("best_isa(int head_dim) -> str", &sllm_cpu::best_isa);
+}
+
+TORCH_LIBRARY_IMPL(sllm_cpu, CPU, m) { m.impl("paged_decode_attention", &sllm_cpu::paged_decode_attention); }

@@ -1,0 +1,48 @@
+// Paged decode attention on the CPU: the problem description shared by the op (decode_attention.cpp)
+// and the per-ISA task bodies (decode_task_generic.cpp, decode_task_avx512.cpp).
+//
+// This header includes no torch headers on purpose: the AVX-512 translation unit compiles everything
+// after its includes for AVX-512, and any inline library function it instantiated could be merged by
+// the linker with the generic copy and then crash on a CPU without AVX-512.
+#pragma once
+
+#include <cstdint>
+
+namespace sllm_cpu {
+
+enum class KvType { F32, BF16, F16 };
+
+struct DecodeProblem {
+  const float* q;  // [B, Hq, D], already multiplied by the softmax scale
+  float* out;      // [B, Hq, D]
+  const void* k_cache;  // logical [num_blocks, block_size, Hkv, D], any strides with unit last stride
+  const void* v_cache;
+  KvType kv_type;
+  int64_t k_strides[3];  // block, slot, head (elements)
+  int64_t v_strides[3];
+  const int32_t* block_tables;  // [B, max_blocks]
+  int64_t block_table_stride;
+  const int32_t* context_lens;  // [B]
+  const float* alibi_slopes;    // [Hq] or nullptr
+  int64_t num_q_heads;
+  int64_t num_kv_heads;
+  int64_t head_dim;
+  int64_t block_size;
+};
+
+// Per-thread work buffers, sized by the op for one (sequence, KV head) task.
+struct Scratch {
+  float* scores;  // [group, block_size]: scores, then probabilities, of the current block
+  float* k_rows;  // [block_size, D]: the current K block in fp32 when the cache is not fp32
+  float* v_rows;  // [block_size, D]
+  float* acc;     // [group, D]: running sum of probability-weighted V rows
+  float* row_max;  // [group]: running max of the scores
+  float* row_sum;  // [group]: running sum of exp(score - row_max)
+  float* alpha;    // [group]: rescale factor of acc for the current block
+};
+
+// Attention of one sequence's query heads that share KV head `kv_head`; writes their output rows.
+void decode_task_generic(const DecodeProblem& p, int64_t seq, int64_t kv_head, const Scratch& s);
+void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, const Scratch& s);
+
+}  // namespace sllm_cpu

@@ -1,0 +1,167 @@
+"""The C++ CPU decode attention kernel (kernels/cpu) against the torch reference.
+
+Like the Triton tests, every case reads caches whose unowned slots hold NaN, so a kernel that touches
+a slot outside a sequence's context fails. Both code paths are checked where the CPU allows: the
+AVX-512 one and the plain C++ one that CPUs without AVX-512 (or head sizes not divisible by 16) use."""
+
+import logging
+import os
+
+import pytest
+import torch
+from kernel_helpers import alibi_slopes, paged_cache, rel_err
+
+import kernels
+from kernels.attention import paged_attention_ref, paged_decode_attention_ref
+from kernels.cpu import best_isa, build, cpu_kernels_available, paged_decode_attention_cpu
+from kernels.dispatch import use_cpu_kernels
+
+if os.environ.get("SLLM_CPU_KERNELS") == "0":
+    pytest.skip("C++ CPU kernels disabled by SLLM_CPU_KERNELS=0", allow_module_level=True)
+
+# fp32 accumulates in the same precision as the reference, in another order; bf16/fp16 differ by the
+# final rounding of the output (the reference also rounds K/V to the query dtype first).
+TOL = {torch.float32: 2e-6, torch.bfloat16: 2e-2, torch.float16: 2e-3}
+NUM_KV_HEADS = 3
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    # A compiler is part of the supported setup: a failed build is a failure here, not a skip.
+    assert cpu_kernels_available(), "the C++ CPU kernels failed to build; see the logged warning"
+
+
+def _isas(head_dim: int) -> list:
+    avx = pytest.param(
+        "avx512",
+        marks=pytest.mark.skipif(best_isa(64) != "avx512", reason="this CPU has no AVX-512"),
+    )
+    return [avx, "generic"] if head_dim % 16 == 0 else ["generic"]
+
+
+def head_major(cache: torch.Tensor) -> torch.Tensor:
+    """The engine's layout: [Hkv, blocks, block_size, D] storage under the logical cache view."""
+    return cache.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
+
+
+def _run_case(isa, dtype, block_size, group, head_dim, lens, alibi, layout, seed):
+    gen = torch.Generator().manual_seed(seed)
+    k_cache, v_cache, k_dirty, v_dirty, block_tables = paged_cache(
+        lens, block_size, NUM_KV_HEADS, head_dim, dtype, gen
+    )
+    if layout == "head_major":
+        k_dirty, v_dirty = head_major(k_dirty), head_major(v_dirty)
+    num_q_heads = NUM_KV_HEADS * group
+    q = torch.randn(len(lens), num_q_heads, head_dim, generator=gen).to(dtype)
+    context_lens = torch.tensor(lens, dtype=torch.int32)
+    slopes = alibi_slopes(num_q_heads) if alibi else None
+    scale = head_dim**-0.5
+    out = paged_decode_attention_cpu(q, k_dirty, v_dirty, block_tables, context_lens, scale, slopes, isa=isa)
+    ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale, slopes)
+    assert out.dtype == dtype and out.shape == ref.shape
+    err = rel_err(out, ref)
+    assert err < TOL[dtype], f"relative error {err:.3g} >= {TOL[dtype]}"
+
+
+@pytest.mark.parametrize("isa", _isas(64))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("block_size", [8, 16])
+@pytest.mark.parametrize("group", [1, 3], ids=["mha", "gqa3"])
+@pytest.mark.parametrize("alibi", [False, True], ids=["rope", "alibi"])
+@pytest.mark.parametrize("layout", ["head_major", "token_major"])
+def test_decode_matches_reference(isa, dtype, block_size, group, alibi, layout):
+    # Ragged lengths: one token; exactly one block; one past a block; several blocks plus a ragged tail.
+    lens = [1, block_size, block_size + 1, 3 * block_size - 5, 150]
+    _run_case(isa, dtype, block_size, group, 64, lens, alibi, layout, seed=block_size * 10 + group)
+
+
+@pytest.mark.parametrize("head_dim", [32, 128, 40])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_decode_other_head_sizes_and_fp16(head_dim, dtype):
+    """Head sizes that take the AVX-512 64-wide loop with and without a 16-wide remainder, one that
+    AVX-512 cannot take at all (40, generic path), and the fp16 cache conversion."""
+    for isa in ["auto", "generic"]:
+        _run_case(isa, dtype, 16, 2, head_dim, [7, 16, 70], True, "head_major", seed=head_dim)
+
+
+def test_auto_picks_avx512_only_for_head_sizes_divisible_by_16():
+    assert best_isa(40) == "generic"
+    assert best_isa(64) in ("avx512", "generic")
+
+
+def test_the_thread_count_does_not_change_the_result():
+    gen = torch.Generator().manual_seed(3)
+    lens = [5, 200, 33, 64, 1, 90, 17]
+    k_cache, v_cache, _, _, block_tables = paged_cache(lens, 16, NUM_KV_HEADS, 64, torch.float32, gen)
+    q = torch.randn(len(lens), 9, 64, generator=gen)
+    ctx = torch.tensor(lens, dtype=torch.int32)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, ctx, 0.125)
+        torch.set_num_threads(2)
+        two = paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, ctx, 0.125)
+    finally:
+        torch.set_num_threads(threads)
+    # Each (sequence, KV head) task runs whole on one thread, so the split cannot change a bit.
+    assert torch.equal(one, two)
+
+
+def test_dispatch_uses_the_kernel_for_cpu_tensors_and_mixed_batches():
+    gen = torch.Generator().manual_seed(4)
+    ctx = [20, 1, 37, 45]
+    q_lens = [20, 1, 1, 8]  # a prompt, two decode rows, a chunk after a cached prefix
+    k_cache, v_cache, k_dirty, v_dirty, block_tables = paged_cache(ctx, 16, NUM_KV_HEADS, 64, torch.float32, gen)
+    q = torch.randn(sum(q_lens), 9, 64, generator=gen)
+    starts = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    context_lens = torch.tensor(ctx, dtype=torch.int32)
+    assert use_cpu_kernels(q)
+    out = kernels.paged_attention(q, k_cache, v_cache, block_tables, starts, context_lens, 0.125)
+    ref = paged_attention_ref(q, k_cache, v_cache, block_tables, starts, context_lens, 0.125)
+    assert rel_err(out, ref) < TOL[torch.float32]
+    # The decode rows alone through the public decode entry point, on the NaN-poisoned cache.
+    rows = torch.tensor([20, 21])
+    out = kernels.paged_decode_attention(q[rows], k_dirty, v_dirty, block_tables[1:3], context_lens[1:3], 0.125)
+    assert rel_err(out, ref[rows]) < TOL[torch.float32]
+
+
+def test_bad_block_table_is_an_error_not_a_wild_read():
+    gen = torch.Generator().manual_seed(5)
+    k_cache, v_cache, _, _, block_tables = paged_cache([20], 16, 1, 64, torch.float32, gen)
+    q = torch.randn(1, 1, 64)
+    bad = block_tables.clone()
+    bad[0, 1] = k_cache.shape[0]
+    with pytest.raises(RuntimeError, match="out of range"):
+        paged_decode_attention_cpu(q, k_cache, v_cache, bad, torch.tensor([20]), 0.125)
+    with pytest.raises(RuntimeError, match="exceeds the block table"):
+        paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, torch.tensor([33]), 0.125)
+
+
+def test_disabled_by_environment(monkeypatch):
+    monkeypatch.setenv("SLLM_CPU_KERNELS", "0")
+    assert build._load_or_disable() is False
+
+
+def test_a_failed_build_logs_one_warning_and_falls_back(monkeypatch, caplog):
+    def no_compiler() -> None:
+        raise RuntimeError("C++ compiler 'c++' not found (apt install g++)\nmore detail")
+
+    monkeypatch.delenv("SLLM_CPU_KERNELS", raising=False)
+    monkeypatch.setattr(build, "_load", no_compiler)
+    with caplog.at_level(logging.WARNING, logger="kernels.cpu.build"):
+        assert build._load_or_disable() is False
+    (record,) = caplog.records
+    assert "not found" in record.getMessage() and "more detail" not in record.getMessage()
+
+
+def test_library_name_follows_the_sources(monkeypatch, tmp_path):
+    name = build.library_name()
+    assert name.startswith("sllm_cpu_") and name == build.library_name()
+    src = tmp_path / "csrc"
+    src.mkdir()
+    for f in build.SOURCES + build.HEADERS:
+        (src / f).write_bytes((build.CSRC / f).read_bytes())
+    monkeypatch.setattr(build, "CSRC", src)
+    assert build.library_name() == name
+    (src / build.SOURCES[0]).write_bytes((src / build.SOURCES[0]).read_bytes() + b"\n// changed\n")
+    assert build.library_name() != name
