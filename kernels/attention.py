@@ -8,12 +8,15 @@ Shapes: q [T, Hq, D] packed over sequences; `query_start_loc` [B+1] (cu_seqlens 
 `context_lens` [B] = tokens in the cache for each sequence after this step (new ones included), so the
 i-th query token of sequence b sits at position context_lens[b] - q_len[b] + i and is causal.
 GQA: Hq is a multiple of Hkv; query head h reads KV head h // (Hq // Hkv).
-`alibi_slopes` [Hq] adds -slope * (query_pos - key_pos) to the scores (ALiBi) instead of RoPE."""
+`alibi_slopes` [Hq] adds -slope * (query_pos - key_pos) to the scores (ALiBi) instead of RoPE.
+
+The torch functions here are the contract. The public `paged_attention` / `paged_decode_attention` run
+Triton on CUDA tensors and the C++ kernel of `kernels.cpu` on CPU tensors when it built."""
 
 import torch
 import torch.nn.functional as F
 
-from kernels.cpu.attention import paged_decode_attention_cpu
+from kernels.cpu.attention import paged_attention_cpu, paged_decode_attention_cpu
 from kernels.dispatch import use_cpu_kernels, use_triton
 
 
@@ -98,27 +101,18 @@ def paged_attention_ref(
     alibi_slopes: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Variable-length causal attention for a packed batch; see the module docstring."""
-    return _paged_attention(
-        q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes,
-        paged_decode_attention_ref,
-    )  # fmt: skip
-
-
-def _paged_attention(
-    q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes, decode_fn
-) -> torch.Tensor:
-    """The varlen loop, with the decode rows (one query token) of a mixed batch sent to `decode_fn`
-    together, so the CPU path can hand them to its C++ kernel."""
     starts = query_start_loc.tolist()
     q_lens = [starts[i + 1] - starts[i] for i in range(len(starts) - 1)]
     if all(n == 1 for n in q_lens):
-        return decode_fn(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes)
+        return paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes)
     out = torch.empty_like(q)
     decode = [i for i, n in enumerate(q_lens) if n == 1]
     if decode:
         idx = torch.tensor(decode, device=q.device)
         rows = torch.tensor([starts[i] for i in decode], device=q.device)
-        out[rows] = decode_fn(q[rows], k_cache, v_cache, block_tables[idx], context_lens[idx], scale, alibi_slopes)
+        out[rows] = paged_decode_attention_ref(
+            q[rows], k_cache, v_cache, block_tables[idx], context_lens[idx], scale, alibi_slopes
+        )
     ctx_lens = context_lens.tolist()
     for i, n in enumerate(q_lens):
         if n > 1:
@@ -147,8 +141,5 @@ def paged_attention(q, k_cache, v_cache, block_tables, query_start_loc, context_
             q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes
         )
     if use_cpu_kernels(q):
-        return _paged_attention(
-            q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes,
-            paged_decode_attention_cpu,
-        )  # fmt: skip
+        return paged_attention_cpu(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes)
     return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes)

@@ -1,8 +1,8 @@
-"""Paged decode attention through the C++ CPU kernel (`csrc/decode_attention.cpp`).
+"""Paged attention through the C++ CPU decode kernel (`csrc/decode_attention.cpp`).
 
-Same contract as `kernels.attention.paged_decode_attention_ref`, but K/V are read in place through the
-block tables (no gathered copy), with an online softmax, one pass over each K/V row for all the query
-heads of a GQA group, and at::parallel_for over (sequence, KV head)."""
+Same contracts as `kernels.attention.paged_decode_attention_ref` and `paged_attention_ref`, but K/V
+are read in place through the block tables (no gathered copy), with an online softmax, one pass over
+each K/V row for all the query heads of a GQA group, and at::parallel_for over (sequence, KV head)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,30 @@ def best_isa(head_dim: int) -> str:
     """The path "auto" picks on this CPU for this head size."""
     cpu_kernels_available()
     return torch.ops.sllm_cpu.best_isa(head_dim)
+
+
+def paged_attention_cpu(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    alibi_slopes: torch.Tensor | None = None,
+    isa: str = "auto",
+) -> torch.Tensor:
+    """Varlen causal attention (prefill, chunks, decode rows) as one decode problem per query token.
+
+    Token i of a sequence with n new tokens and context c sits at position c - n + i, so it is a decode
+    query over the first c - n + i + 1 slots of its sequence's blocks. Each query token re-reads its
+    sequence's K/V, but from L2 (one head of a 600-token context is 150 KiB in fp32), and all tokens
+    of all sequences run in one parallel call: measured 1.3-3.7x faster than the gather + SDPA
+    reference from 8 to 2048 new tokens per sequence (one thread, SmolLM2's heads)."""
+    qsl = query_start_loc.long()
+    q_lens = qsl[1:] - qsl[:-1]
+    num_tokens = q.shape[0]
+    seq = torch.repeat_interleave(torch.arange(q_lens.numel()), q_lens, output_size=num_tokens)
+    offset = torch.arange(num_tokens) - qsl[:-1][seq]
+    lens = (context_lens.long()[seq] - q_lens[seq] + offset + 1).to(torch.int32)
+    return paged_decode_attention_cpu(q, k_cache, v_cache, block_tables[seq], lens, scale, alibi_slopes, isa)

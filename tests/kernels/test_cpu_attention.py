@@ -13,7 +13,13 @@ from kernel_helpers import alibi_slopes, paged_cache, rel_err
 
 import kernels
 from kernels.attention import paged_attention_ref, paged_decode_attention_ref
-from kernels.cpu import best_isa, build, cpu_kernels_available, paged_decode_attention_cpu
+from kernels.cpu import (
+    best_isa,
+    build,
+    cpu_kernels_available,
+    paged_attention_cpu,
+    paged_decode_attention_cpu,
+)
 from kernels.dispatch import use_cpu_kernels
 
 if os.environ.get("SLLM_CPU_KERNELS") == "0":
@@ -84,6 +90,37 @@ def test_decode_other_head_sizes_and_fp16(head_dim, dtype):
         _run_case(isa, dtype, 16, 2, head_dim, [7, 16, 70], True, "head_major", seed=head_dim)
 
 
+def _prefill_batch(block_size: int) -> list[tuple[int, int]]:
+    # (q_len, context_len): a decode row; a prompt of exactly one block; a ragged prompt; a sequence
+    # with no query this step; a chunk after a cached prefix ending on a block boundary; a long chunk
+    # after a ragged prefix.
+    return [(1, 20), (block_size, block_size), (37, 37), (0, 9), (20, 20 + 2 * block_size), (70, 100)]
+
+
+@pytest.mark.parametrize("isa", _isas(64))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("block_size", [8, 16])
+@pytest.mark.parametrize("alibi", [False, True], ids=["rope", "alibi"])
+def test_varlen_prefill_matches_reference(isa, dtype, block_size, alibi):
+    """Prefill, chunked prefill and decode rows in one packed batch, one decode query per token."""
+    gen = torch.Generator().manual_seed(block_size + 100 * alibi)
+    batch = _prefill_batch(block_size)
+    q_lens = [n for n, _ in batch]
+    ctx = [c for _, c in batch]
+    k_cache, v_cache, k_dirty, v_dirty, block_tables = paged_cache(ctx, block_size, NUM_KV_HEADS, 64, dtype, gen)
+    q = torch.randn(sum(q_lens), 3 * NUM_KV_HEADS, 64, generator=gen).to(dtype)
+    starts = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
+    context_lens = torch.tensor(ctx, dtype=torch.int32)
+    slopes = alibi_slopes(3 * NUM_KV_HEADS) if alibi else None
+    out = paged_attention_cpu(
+        q, head_major(k_dirty), head_major(v_dirty), block_tables, starts, context_lens, 0.125, slopes, isa=isa
+    )
+    ref = paged_attention_ref(q, k_cache, v_cache, block_tables, starts, context_lens, 0.125, slopes)
+    assert out.dtype == dtype
+    err = rel_err(out, ref)
+    assert err < TOL[dtype], f"relative error {err:.3g} >= {TOL[dtype]}"
+
+
 def test_auto_picks_avx512_only_for_head_sizes_divisible_by_16():
     assert best_isa(40) == "generic"
     assert best_isa(64) in ("avx512", "generic")
@@ -116,7 +153,7 @@ def test_dispatch_uses_the_kernel_for_cpu_tensors_and_mixed_batches():
     starts = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
     context_lens = torch.tensor(ctx, dtype=torch.int32)
     assert use_cpu_kernels(q)
-    out = kernels.paged_attention(q, k_cache, v_cache, block_tables, starts, context_lens, 0.125)
+    out = kernels.paged_attention(q, k_dirty, v_dirty, block_tables, starts, context_lens, 0.125)
     ref = paged_attention_ref(q, k_cache, v_cache, block_tables, starts, context_lens, 0.125)
     assert rel_err(out, ref) < TOL[torch.float32]
     # The decode rows alone through the public decode entry point, on the NaN-poisoned cache.
