@@ -21,6 +21,7 @@ class RequestRecord:
     queue_time: float | None = None
     spec_proposed: int = 0
     spec_accepted: int = 0
+    upstream: str | None = None  # the model's name when the request was forwarded to its upstream
     logged: bool = False
 
     def emit(self) -> None:
@@ -28,6 +29,8 @@ class RequestRecord:
             return
         self.logged = True
         parts = [f"{self.request_id} {self.method} {self.path} {self.status or '-'}"]
+        if self.upstream:
+            parts.append(f"upstream={self.upstream}")
         if self.prompt_tokens is not None:
             parts.append(f"prompt_tokens={self.prompt_tokens} completion_tokens={self.completion_tokens} "
                          f"cached_tokens={self.cached_tokens or 0}")

@@ -14,6 +14,7 @@ from gateway.deps import require_api_key
 from gateway.errors import install_error_handlers
 from gateway.jobs.runner import JobRunner
 from gateway.middleware import RequestContextMiddleware
+from gateway.registry import ModelRegistry
 from gateway.routers import batches, chat, completions, files, health, models, responses, text2sql, tokenize
 from gateway.settings import LOOPBACK_HOSTS, Settings
 from gateway.state import ServerState
@@ -23,20 +24,11 @@ from gateway.text2sql import Text2SQL
 log = logging.getLogger(__name__)
 
 
-async def _load_engine(state: ServerState) -> None:
-    try:
-        state.engine = await asyncio.to_thread(AsyncEngine, state.settings.engine_config())
-        log.info("serving %s (max_model_len=%d)", state.engine.served_model_name, state.engine.max_model_len)
-    except Exception as exc:
-        log.exception("the model failed to load")
-        state.load_error = str(exc)
-
-
 def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI:
-    """`engine`: an already-loaded engine to serve (tests, benchmarks); otherwise one is loaded from
-    `settings` at startup and shut down with the app."""
+    """`engine`: an already-loaded engine to serve as the first embedded model (tests, benchmarks);
+    otherwise every embedded model is loaded from `settings` at startup and shut down with the app."""
     state = ServerState(settings=settings, db=Database(settings.db), admission=Admission(settings.max_in_flight),
-                        engine=engine)
+                        models=ModelRegistry.from_settings(settings, engine))
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -45,7 +37,7 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
             state.db_has_keys = await any_active_key(session)
         if not state.auth_enabled and settings.host not in LOOPBACK_HOSTS:
             log.warning("serving on %s without API keys: anyone who can reach it can use it", settings.host)
-        loader = asyncio.create_task(_load_engine(state)) if state.engine is None else None
+        loader = asyncio.create_task(state.models.load(settings)) if state.models.loading else None
         state.jobs = JobRunner(state)
         state.jobs.start()  # resumes queued and interrupted jobs once the engine is ready
         state.text2sql = Text2SQL(state)
@@ -57,8 +49,7 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
             await state.jobs.stop()
             if loader is not None:
                 await asyncio.gather(loader, return_exceptions=True)
-                if state.engine is not None:
-                    state.engine.shutdown()
+            await state.models.aclose(keep=engine)  # a given engine is the caller's to stop
             await state.db.dispose()
 
     app = FastAPI(title="sllm", version="0.1.0", lifespan=lifespan)

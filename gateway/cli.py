@@ -5,8 +5,20 @@ import typer
 
 
 def serve(
-    model: str = typer.Option("default", "--model", envvar="SLLM_MODEL", help="'default', an HF folder or a .gguf"),
-    served_model_name: str | None = typer.Option(None, "--served-model-name", envvar="SLLM_SERVED_MODEL_NAME"),
+    ctx: typer.Context,
+    model: list[str] = typer.Option(
+        [], "--model", envvar="SLLM_MODEL",
+        help="'default', an HF folder or a .gguf; repeat to serve several (each its own engine and KV budget)"),
+    served_model_name: list[str] = typer.Option(
+        [], "--served-model-name", envvar="SLLM_SERVED_MODEL_NAME",
+        help="The name clients use for the --model at the same position"),
+    upstream: list[str] = typer.Option(
+        [], "--upstream", envvar="SLLM_UPSTREAM",
+        help="NAME=URL[,model=NAME_THERE][,api_key_env=VAR]: forward model NAME to an OpenAI-compatible server "
+             "(its /v1 URL); repeat with the same NAME to balance over several. With upstreams and no --model, "
+             "no embedded model is loaded"),
+    config: str | None = typer.Option(None, "--config", envvar="SLLM_CONFIG",
+                                      help="TOML or YAML file with these settings and a `models` list; flags win"),
     host: str = typer.Option("127.0.0.1", "--host", envvar="SLLM_HOST"),
     port: int = typer.Option(8000, "--port", envvar="SLLM_PORT"),
     api_key: list[str] = typer.Option(
@@ -48,29 +60,50 @@ def serve(
         help="Host a webhook may call: name, *.domain, IP or CIDR; repeat for several (the variable takes "
              "them space-separated)"),
 ):
-    """Serve the OpenAI-compatible API (under /v1) on the embedded engine."""
+    """Serve the OpenAI-compatible API (under /v1) on embedded engines and upstream servers."""
     import json
     import logging
 
     import uvicorn
+    from click.core import ParameterSource
+    from pydantic import ValidationError
 
     from gateway.app import create_app
+    from gateway.config_file import ConfigError, cli_models, load_config
     from gateway.settings import Settings
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = Settings(
-        model=model, served_model_name=served_model_name, host=host, port=port, api_keys=list(api_key),
+    flags = dict(
+        host=host, port=port, api_keys=list(api_key),
         max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,
         num_kv_blocks=num_kv_blocks, max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=json.loads(speculative_config) if speculative_config else None,
         job_concurrency=job_concurrency, job_concurrency_busy=job_concurrency_busy, job_quiet_s=job_quiet_s,
-        max_file_bytes=max_file_bytes,
-        webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
-        **({"db": db} if db else {}),
+        max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
+        db=db,
     )
+    param_of = {"api_keys": "api_key", "webhook_allow_hosts": "webhook_allow_host"}
+
+    def given(param: str) -> bool:
+        return ctx.get_parameter_source(param) not in (ParameterSource.DEFAULT, None)
+
+    try:
+        values = load_config(config) if config else {}
+        # A flag given on the command line (or by its variable) wins over the file; defaults do not.
+        values |= {k: v for k, v in flags.items() if (given(param_of.get(k, k)) or k not in values) and v is not None}
+        if model or served_model_name or upstream:
+            models = list(model) or ([] if upstream else ["default"])
+            if len(models) == 1 and not upstream:
+                values |= {"model": models[0], "served_model_name": (served_model_name or [None])[0], "models": []}
+            else:
+                values["models"] = cli_models(models, list(served_model_name), list(upstream))
+        settings = Settings(**values)
+    except (ConfigError, ValidationError, ValueError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Our access log replaces uvicorn's: one line per request with tokens and timings.
-    uvicorn.run(create_app(settings), host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+                access_log=False)
 
 
 def create_key(

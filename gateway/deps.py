@@ -1,4 +1,4 @@
-"""FastAPI dependencies: server state, the loaded engine, the model name, DB sessions, API keys."""
+"""FastAPI dependencies: server state, DB sessions, API keys; and the model a request names."""
 
 import hmac
 from collections.abc import AsyncIterator
@@ -20,25 +20,10 @@ def get_state(request: Request) -> ServerState:
 State = Annotated[ServerState, Depends(get_state)]
 
 
-def get_engine(state: State) -> AsyncEngine:
-    if state.engine is None:
-        why = f"the model failed to load: {state.load_error}" if state.load_error else "the model is loading"
-        raise APIError(503, why, code="model_not_ready", headers={"retry-after": "5"})
-    if not state.engine.is_running:
-        raise APIError(503, "the engine has stopped", code="engine_dead")
-    return state.engine
-
-
-Engine = Annotated[AsyncEngine, Depends(get_engine)]
-
-
-def check_model(state: ServerState, name: str | None) -> str:
-    """The served model's name; 404 for any other (an empty name means the one we serve)."""
-    served = state.model_name
-    if name and name != served:
-        raise APIError(404, f"The model `{name}` does not exist. This server serves `{served}`.",
-                       param="model", code="model_not_found")
-    return served
+def get_engine(state: ServerState, model: str | None = None) -> AsyncEngine:
+    """The embedded engine serving `model` (the default model when None); 404 for a name not served,
+    400 for an upstream model, 503 while it loads."""
+    return state.models.embedded_engine(model)
 
 
 async def db_session(state: State) -> AsyncIterator[AsyncSession]:

@@ -118,7 +118,7 @@ class Generation:
     async def _track(self, stream: AsyncIterator[RequestOutput]) -> AsyncIterator[RequestOutput]:
         last_token_time = None
         async for out in stream:
-            self.state.metrics.observe_output(out, last_token_time)
+            self.state.metrics.observe_output(out, last_token_time, self.engine.served_model_name)
             last_token_time = out.metrics.last_token_time
             if out.finished:
                 self._log_usage(out)

@@ -1,9 +1,11 @@
-"""Prometheus metrics with vLLM's names under the `sllm:` prefix.
+"""Prometheus metrics with vLLM's names under the `sllm:` prefix, every series labelled with its
+`model_name` (and, for upstream models, the `upstream` URL).
 
-Engine gauges and counters are read from `engine.stats()` at scrape time; per-request latencies
-are observed by the gateway from each request's engine-side timestamps."""
+Engine gauges and counters are read from each embedded engine's `stats()` at scrape time; upstream
+counters from each pool's snapshot; per-request latencies are observed by the gateway from each
+request's engine-side timestamps (for upstreams, the proxy's own clock)."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -17,52 +19,80 @@ LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0
 TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
+class _Families:
+    """Metric families built once per scrape, one sample per model (or per model and upstream)."""
+
+    def __init__(self, labels: list[str]):
+        self.labels = labels
+        self.families: dict[str, Metric] = {}
+
+    def add(self, kind, name: str, doc: str, labels: list[str], value: float) -> None:
+        family = self.families.get(name)
+        if family is None:
+            family = self.families[name] = kind(f"sllm:{name}", doc, labels=self.labels)
+        family.add_metric(labels, value)
+
+
 class EngineCollector(Collector):
-    def __init__(self, get_stats: Callable[[], dict[str, Any] | None], get_model: Callable[[], str]):
-        self._stats = get_stats
-        self._model = get_model
+    def __init__(self, models):
+        self._models = models  # gateway.registry.ModelRegistry
 
     def collect(self) -> Iterable[Metric]:
-        stats = self._stats()
-        if stats is None:  # still loading: nothing to report yet
-            return
-        m = [self._model()]
+        out = _Families(["model_name"])
+        for model in self._models.embedded:
+            if model.engine is not None:  # still loading: nothing to report yet
+                self._engine(out, model.name, model.engine.stats())
+        yield from out.families.values()
+        up = _Families(["model_name", "upstream"])
+        for model in self._models.upstreams:
+            for t in model.pool.snapshot():
+                labels = [model.name, t["url"]]
+                up.add(GaugeMetricFamily, "upstream_requests_outstanding", "Requests in flight to the upstream.",
+                        labels, t["outstanding"])
+                up.add(GaugeMetricFamily, "upstream_healthy", "1 while the upstream is in service, 0 while it "
+                        "is taken out after failures.", labels, float(bool(t["healthy"])))
+                up.add(CounterMetricFamily, "upstream_requests", "Requests sent to the upstream.", labels,
+                        t["requests"])
+                up.add(CounterMetricFamily, "upstream_failures", "Connection errors, timeouts and 502-504 answers "
+                        "from the upstream.", labels, t["failures"])
+                up.add(CounterMetricFamily, "upstream_retries", "Requests retried after an upstream failure.",
+                        labels, t.get("retries", 0))
+        yield from up.families.values()
 
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(f"sllm:{name}", doc, labels=["model_name"])
-            g.add_metric(m, value)
-            return g
+    @staticmethod
+    def _engine(out: _Families, model: str, stats: dict[str, Any]) -> None:
+        m = [model]
 
-        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(f"sllm:{name}", doc, labels=["model_name"])
-            c.add_metric(m, value)
-            return c
+        def gauge(name: str, doc: str, value: float) -> None:
+            out.add(GaugeMetricFamily, name, doc, m, value)
 
-        yield gauge("num_requests_running", "Sequences in the running batch.", stats["num_running"])
-        yield gauge("num_requests_waiting", "Sequences waiting to be scheduled.", stats["num_waiting"])
-        yield gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).", stats["kv_usage"])
-        yield gauge("num_free_kv_blocks", "KV cache blocks free.", stats["num_free_blocks"])
-        yield counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", stats["prefix_queries"])
-        yield counter("prefix_cache_hits", "Prompt tokens served from the prefix cache.", stats["prefix_hits"])
-        yield counter("num_preemptions", "Sequences preempted for lack of KV blocks.", stats["num_preemptions"])
-        yield counter("prompt_tokens", "Prefill tokens processed.", stats["prompt_tokens"])
-        yield counter("generation_tokens", "Tokens generated.", stats["generation_tokens"])
+        def counter(name: str, doc: str, value: float) -> None:
+            out.add(CounterMetricFamily, name, doc, m, value)
+
+        gauge("num_requests_running", "Sequences in the running batch.", stats["num_running"])
+        gauge("num_requests_waiting", "Sequences waiting to be scheduled.", stats["num_waiting"])
+        gauge("kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).", stats["kv_usage"])
+        gauge("num_free_kv_blocks", "KV cache blocks free.", stats["num_free_blocks"])
+        counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.", stats["prefix_queries"])
+        counter("prefix_cache_hits", "Prompt tokens served from the prefix cache.", stats["prefix_hits"])
+        counter("num_preemptions", "Sequences preempted for lack of KV blocks.", stats["num_preemptions"])
+        counter("prompt_tokens", "Prefill tokens processed.", stats["prompt_tokens"])
+        counter("generation_tokens", "Tokens generated.", stats["generation_tokens"])
         spec = stats.get("spec")
         if spec:
-            yield counter("spec_decode_num_draft_tokens", "Speculative draft tokens proposed.", spec["proposed"])
-            yield counter("spec_decode_num_accepted_tokens", "Draft tokens accepted by the target.", spec["accepted"])
-            yield counter("spec_decode_num_drafts", "Sequence-steps that verified drafts.", spec["verified_seqs"])
-            yield gauge("spec_decode_draft_acceptance_rate", "Accepted / proposed draft tokens.", spec["acceptance_rate"])
-            yield gauge("spec_decode_mean_accepted_length", "Tokens emitted per verified sequence-step.",
-                        spec["mean_accepted_length"])
+            counter("spec_decode_num_draft_tokens", "Speculative draft tokens proposed.", spec["proposed"])
+            counter("spec_decode_num_accepted_tokens", "Draft tokens accepted by the target.", spec["accepted"])
+            counter("spec_decode_num_drafts", "Sequence-steps that verified drafts.", spec["verified_seqs"])
+            gauge("spec_decode_draft_acceptance_rate", "Accepted / proposed draft tokens.", spec["acceptance_rate"])
+            gauge("spec_decode_mean_accepted_length", "Tokens emitted per verified sequence-step.",
+                  spec["mean_accepted_length"])
 
 
 class Metrics:
     """One registry per app, so several servers in one process (tests) never collide."""
 
-    def __init__(self, get_stats: Callable[[], dict[str, Any] | None], get_model: Callable[[], str]):
+    def __init__(self, models):
         self.registry = CollectorRegistry()
-        self.model = get_model
         labels = ["model_name"]
         r = self.registry
 
@@ -81,11 +111,18 @@ class Metrics:
                                          buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0), registry=r)
         self.success = Counter("sllm:request_success", "Finished sequences by finish reason.",
                                labels + ["finished_reason"], registry=r)
-        r.register(EngineCollector(get_stats, get_model))
+        self.upstream_ttfb = hist("upstream_time_to_first_byte_seconds",
+                                  "Time until an upstream model's stream opened (proxy clock).")
+        self.upstream_e2e = hist("upstream_request_latency_seconds",
+                                 "End-to-end latency of requests forwarded to an upstream model (proxy clock).")
+        r.register(EngineCollector(models))
 
-    def observe_output(self, out: RequestOutput, prev_last_token_time: float | None) -> None:
+    def observe_upstream(self, model: str, what: str, seconds: float) -> None:
+        (self.upstream_ttfb if what == "ttfb" else self.upstream_e2e).labels(model).observe(seconds)
+
+    def observe_output(self, out: RequestOutput, prev_last_token_time: float | None, model: str) -> None:
         """Called for every output the engine streams; latencies come from the engine's clock."""
-        m, model = out.metrics, self.model()
+        m = out.metrics
         new_tokens = max((len(o.delta_token_ids) for o in out.outputs), default=0)
         if prev_last_token_time is None and m.ttft is not None:
             self.ttft.labels(model).observe(m.ttft)

@@ -80,10 +80,7 @@ class Scheduler:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _loop(self) -> None:
-        while self.state.engine is None:  # runs need the model; schedules are rows meanwhile
-            if self.state.load_error is not None:
-                log.error("scheduled text-to-SQL runs will not run: the model failed to load")
-                return
+        while self.state.models.loading:  # runs need the models; schedules are rows meanwhile
             await asyncio.sleep(0.1)
         await self.recover()
         while True:

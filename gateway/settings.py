@@ -1,9 +1,12 @@
-"""Server settings: one pydantic model filled from `sllm serve` flags (each also an SLLM_* variable)."""
+"""Server settings: one pydantic model filled from `sllm serve` flags (each also an SLLM_* variable)
+or a configuration file (gateway/config_file.py), including the models served: embedded engines and
+upstream OpenAI-compatible servers."""
 
 import os
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 
@@ -12,6 +15,79 @@ def default_db_path() -> str:
     # Stored responses and API keys are data, not cache: they live beside other user data.
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return str(Path(base) / "sllm" / "sllm.db")
+
+
+class UpstreamURL(BaseModel):
+    """One upstream server of a model: its base URL (with /v1) and, if it differs, its own key or name."""
+
+    model_config = ConfigDict(extra="forbid")
+    url: str
+    api_key: str | None = None
+    api_key_env: str | None = None  # the key read from this environment variable (keeps it out of files)
+    model: str | None = None  # the model's name at this upstream
+
+    def key(self, default: str | None) -> str | None:
+        if self.api_key_env:
+            return os.environ.get(self.api_key_env)
+        return self.api_key or default
+
+
+class ModelEntry(BaseModel):
+    """One served model: embedded (`model`: 'default', an HF folder or a .gguf, run by our engine) or
+    upstream (`upstream`: one or more OpenAI-compatible servers; requests are forwarded). Engine
+    settings left out take the server-wide values; each embedded model has its own KV budget."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None  # the served name (required for upstreams; derived from `model` otherwise)
+    model: str | None = None
+    upstream: list[UpstreamURL] = Field(default_factory=list)
+    # Upstream options: the model's name there, the key for all its URLs, and the client's patience.
+    upstream_model: str | None = None
+    api_key: str | None = None
+    api_key_env: str | None = None
+    retries: int = Field(2, ge=0)
+    connect_timeout_s: float = Field(5.0, gt=0)
+    read_timeout_s: float = Field(600.0, gt=0)
+    cooldown_s: float = Field(30.0, gt=0)  # a failing upstream is skipped this long (doubling while it fails)
+    # Where the upstream's /v1/completions reads a grammar (text-to-SQL): vLLM < 0.10 and sllm take
+    # "guided_grammar"; newer vLLM "structured_outputs.grammar".
+    grammar_field: str = "guided_grammar"
+    # Embedded engine settings.
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    block_size: int | None = None
+    num_kv_blocks: int | None = None
+    kv_cache_bytes: int | None = None
+    speculative_config: dict | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _urls(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("upstream"), (str, dict)):
+            data = {**data, "upstream": [data["upstream"]]}
+        if isinstance(data, dict) and isinstance(data.get("upstream"), list):
+            data = {**data, "upstream": [{"url": u} if isinstance(u, str) else u for u in data["upstream"]]}
+        return data
+
+    @model_validator(mode="after")
+    def _kind(self) -> "ModelEntry":
+        if bool(self.model) == bool(self.upstream):
+            raise ValueError(f"model {self.name or '?'}: set exactly one of `model` (embedded) and `upstream` (URLs)")
+        if self.upstream and not self.name:
+            raise ValueError("an upstream model needs a `name` (the name clients ask for)")
+        return self
+
+    @property
+    def is_upstream(self) -> bool:
+        return bool(self.upstream)
+
+    @property
+    def served_name(self) -> str:
+        if self.name:
+            return self.name
+        from engine.loader import default_served_name
+
+        return default_served_name(self.model or "default")
 
 
 class Settings(BaseModel):
@@ -42,21 +118,42 @@ class Settings(BaseModel):
     webhook_max_attempts: int = Field(8, ge=1)
     webhook_backoff_s: float = Field(1.0, gt=0)  # doubled after each failed attempt
     webhook_timeout_s: float = Field(10.0, gt=0)
+    # Served models; empty: the one embedded `model` above. Names must be unique.
+    models: list[ModelEntry] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "Settings":
+        names = [m.served_name for m in self.model_entries()]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"model names must be unique; served more than once: {', '.join(dup)}")
+        return self
+
+    def model_entries(self) -> list[ModelEntry]:
+        return self.models or [ModelEntry(model=self.model, name=self.served_model_name)]
 
     @property
     def max_in_flight(self) -> int:
         """Requests admitted at once: one running slot per sequence plus the bounded waiting queue."""
         return self.max_num_seqs + self.max_queued_requests
 
-    def engine_config(self):
+    def engine_config(self, entry: ModelEntry | None = None):
+        """The engine settings of one embedded model (the first one when not named)."""
         from engine import EngineConfig
 
+        e = entry or next(m for m in self.model_entries() if not m.is_upstream)
+
+        def pick(name: str):
+            value = getattr(e, name)
+            return value if value is not None else getattr(self, name, None)
+
         return EngineConfig(
-            model=self.model,
-            served_model_name=self.served_model_name,
-            max_model_len=self.max_model_len,
-            max_num_seqs=self.max_num_seqs,
-            block_size=self.block_size,
-            num_kv_blocks=self.num_kv_blocks,
-            speculative_config=self.speculative_config,
+            model=e.model,
+            served_model_name=e.served_name,
+            max_model_len=pick("max_model_len"),
+            max_num_seqs=pick("max_num_seqs"),
+            block_size=pick("block_size"),
+            num_kv_blocks=pick("num_kv_blocks"),
+            kv_cache_bytes=e.kv_cache_bytes,
+            speculative_config=pick("speculative_config"),
         )

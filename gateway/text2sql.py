@@ -26,9 +26,11 @@ from fastapi import Request
 from sqlalchemy import delete, select
 
 from engine import AsyncEngine, RequestOutput, SamplingParams
+from gateway import proxy
 from gateway.errors import APIError, as_api_error
 from gateway.generation import Generation
 from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timings
+from gateway.registry import Served, UpstreamModel
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
 from integrations.text2sql.ask import AskResult, aask, arun_sql
@@ -40,7 +42,12 @@ from integrations.text2sql.errors import (
     UnknownSource,
     UnsafeSQL,
 )
-from integrations.text2sql.generate import DEFAULT_MAX_TOKENS, SQLGenerator, async_engine_complete
+from integrations.text2sql.generate import (
+    DEFAULT_MAX_TOKENS,
+    SQLGenerator,
+    async_engine_complete,
+    openai_body,
+)
 from integrations.text2sql.registry import FunctionSourceStore, SourceRegistry
 from integrations.text2sql.sources import Source, SourceSpec
 
@@ -66,6 +73,17 @@ class _EngineCalls:
         await gen.start([prompt], params)
         (final,) = await gen.finals()
         return final
+
+
+def _upstream_complete(state: ServerState, served: UpstreamModel, max_tokens: int):
+    """The same completion on an upstream's /v1/completions, the grammar sent in the field it reads;
+    what comes back is validated here all the same."""
+
+    async def acomplete(prompt: str, guided) -> str:
+        body = openai_body(served.name, prompt, guided, max_tokens, served.entry.grammar_field)
+        return (await proxy.call(state, served, "/completions", body))["choices"][0]["text"]
+
+    return acomplete
 
 
 def result_body(result: AskResult, model: str | None) -> AskResponse:
@@ -192,11 +210,11 @@ class Text2SQL:
             raise api_error(exc, "name") from None
 
     # -- asking --------------------------------------------------------------------------------------
-    async def ask(self, engine: AsyncEngine | None, source_name: str, *, question: str | None = None,
+    async def ask(self, served: Served | None, source_name: str, *, question: str | None = None,
                   sql: str | None = None, execute: bool = True, max_rows: int = 100, constrained: bool = True,
                   max_tokens: int | None = None, timeout_s: float = 5.0, request: Request | None = None
                   ) -> AskResult:
-        """`question` through the model (which needs `engine`), or `sql` as given. Unsafe SQL is a 400
+        """`question` through the model (`served`: embedded or upstream), or `sql` as given. Unsafe SQL is a 400
         (and never reaches the database: the validator refuses it, the read-only connection too)."""
         source = await self.source(source_name)
         try:
@@ -204,9 +222,12 @@ class Text2SQL:
                 result = await arun_sql(source, sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s,
                                         question=question)
             else:
-                assert engine is not None and question is not None
-                complete = async_engine_complete(_EngineCalls(self.state, engine, request),
-                                                 max_tokens=max_tokens or DEFAULT_MAX_TOKENS)
+                assert served is not None and question is not None
+                limit = max_tokens or DEFAULT_MAX_TOKENS
+                if isinstance(served, UpstreamModel):
+                    complete = _upstream_complete(self.state, served, limit)
+                else:
+                    complete = async_engine_complete(_EngineCalls(self.state, served.ready(), request), max_tokens=limit)
                 result = await aask(source, question, SQLGenerator(acomplete=complete), constrained=constrained,
                                     execute=execute, max_rows=max_rows, timeout_s=timeout_s)
         except Text2SQLError as exc:
@@ -219,16 +240,14 @@ class Text2SQL:
 
     async def run_schedule(self, schedule: Text2SQLSchedule) -> tuple[str, dict | None, dict | None]:
         """One scheduled run: (status, result body, error)."""
-        from gateway.deps import get_engine
-
+        served = self.state.models.default
         try:
-            engine = get_engine(self.state)
-            result = await self.ask(engine, schedule.source, question=schedule.question, execute=schedule.execute,
+            result = await self.ask(served, schedule.source, question=schedule.question, execute=schedule.execute,
                                     max_rows=schedule.max_rows, constrained=schedule.constrained)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             err = as_api_error(exc)
             return "failed", None, {"code": err.code or err.info.type, "message": err.message}
-        body = result_body(result, engine.served_model_name).model_dump(mode="json")
+        body = result_body(result, served.name).model_dump(mode="json")
         return ("completed" if result.error is None else "failed"), body, body["error"]

@@ -18,7 +18,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.deps import get_engine
+from gateway import proxy
 from gateway.errors import APIError, as_api_error
 from gateway.jobs import webhooks
 from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
@@ -42,6 +42,7 @@ from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.common import ErrorResponse
 from gateway.protocol.completions import CompletionRequest
 from gateway.protocol.responses import ResponsesRequest
+from gateway.registry import UpstreamModel
 from gateway.state import ServerState
 from gateway.tables.batches import Batch, BatchLine, BatchResult
 from gateway.tables.files import StoredFile, add_file, new_file_id, read_content
@@ -93,7 +94,7 @@ def _pydantic_problem(exc: ValidationError, prefix: str) -> tuple[str, str]:
     return f"{param}: {first.get('msg')}{more}", param
 
 
-def parse_input(data: bytes, served_model: str, max_lines: int) -> tuple[list[dict[str, Any]], list[BatchError]]:
+def parse_input(data: bytes, served_models: list[str], max_lines: int) -> tuple[list[dict[str, Any]], list[BatchError]]:
     """The lines of an input file as rows for `batch_lines`, and every problem found, each with
     its 1-based line number. Any problem fails the whole batch: nothing of it runs."""
     try:
@@ -149,9 +150,9 @@ def parse_input(data: bytes, served_model: str, max_lines: int) -> tuple[list[di
         if getattr(body, "background", False):
             problem(n, "unsupported_parameter", "background is not supported in a batch", "body.background")
         model = getattr(body, "model", None)
-        if model and model != served_model:
+        if model and model not in served_models:
             problem(n, "model_not_found", f"model {model!r} is not served here (this server serves "
-                    f"{served_model!r})", "body.model")
+                    f"{', '.join(map(repr, served_models))})", "body.model")
         rows.append({"line": n, "custom_id": item.custom_id, "url": item.url, "body": item.body})
     if not rows and not errors:
         errors.append(BatchError(code="empty_file", message="the input file has no requests"))
@@ -180,7 +181,7 @@ async def create_batch(state: ServerState, session: AsyncSession, req: BatchCrea
         raise APIError(400, f"input_file_id: file {source.id} has purpose {source.purpose!r}, not 'batch'",
                        param="input_file_id", code="invalid_file")
     data = await read_content(session, source.id) or b""
-    rows, errors = await asyncio.to_thread(parse_input, data, state.model_name, state.settings.max_batch_lines)
+    rows, errors = await asyncio.to_thread(parse_input, data, list(state.models.models), state.settings.max_batch_lines)
 
     now = time.time()
     batch = Batch(id=f"batch_{uuid.uuid4().hex}", created_at=now, endpoint=req.endpoint, input_file_id=source.id,
@@ -255,21 +256,23 @@ async def execute_line(state: ServerState, url: str, body: dict[str, Any]) -> tu
             request = REQUEST_MODELS[url].model_validate(body)
         except ValidationError as exc:
             raise APIError(400, _pydantic_problem(exc, "body")[0]) from None
-        engine = get_engine(state)
+        served = state.models.resolve(getattr(request, "model", None))
         if url == "/v1/responses":
             async with state.db.sessions() as session:
-                answer = await run_response(request, state, engine, session)
+                answer = await run_response(request, state, session)
+        elif isinstance(served, UpstreamModel):
+            return 200, await proxy.call(state, served, url.removeprefix("/v1"), body)
         elif url == "/v1/chat/completions":
-            answer = await run_chat(request, state, engine)
+            answer = await run_chat(request, state, served.ready())
         else:
-            answer = await run_completion(request, state, engine)
+            answer = await run_completion(request, state, served.ready())
         assert isinstance(answer, BaseModel), "a batch line cannot stream"
         return 200, answer.model_dump(mode="json")
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         err = as_api_error(exc)
-        if err.status == 503:
+        if err.status == 503 and err.code in ("model_not_ready", "engine_dead"):  # ours, not an upstream's
             raise EngineUnavailable(err.message) from exc
         return err.status, ErrorResponse(error=err.info).model_dump()
 

@@ -8,7 +8,6 @@ import logging
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.deps import get_engine
 from gateway.errors import APIError, as_api_error
 from gateway.jobs import webhooks
 from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
@@ -86,7 +85,7 @@ async def run_background(state: ServerState, response_id: str) -> None:
             return
         try:
             body = ResponsesRequest.model_validate(row.request)
-            await run_response(body, state, get_engine(state), session, queued=queued)
+            await run_response(body, state, session, queued=queued)
         except Exception as exc:  # not CancelledError: a cancelled run leaves the row to its canceller
             err = as_api_error(exc)
             if err.status == 503:

@@ -131,10 +131,7 @@ class JobRunner:
 
     async def _run(self) -> None:
         self._spawn(self.webhook_sender.run(), "sllm-webhooks")
-        while self.state.engine is None:  # jobs wait for the model; they are rows meanwhile
-            if self.state.load_error is not None:
-                log.error("jobs will not run: the model failed to load")
-                return
+        while self.state.models.loading:  # jobs wait for the models; they are rows meanwhile
             await asyncio.sleep(0.1)
         self._ready = True
         await self._resume()

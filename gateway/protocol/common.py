@@ -85,7 +85,8 @@ class ModelCard(BaseModel):
 
 class HealthStatus(BaseModel):
     status: str = "ok"
-    model: str
+    model: str  # the default model
+    models: list[str] = Field(default_factory=list)  # every model served
 
 
 class ModelList(BaseModel):

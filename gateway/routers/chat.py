@@ -7,9 +7,9 @@ from fastapi import APIRouter, Request, Response
 
 from engine import AsyncEngine, RequestOutput
 from engine.tool_calling import ToolCallParser, parse_tool_calls
-from gateway import chat_template
+from gateway import chat_template, proxy
 from gateway import tools as tooling
-from gateway.deps import Engine, State, check_model
+from gateway.deps import State
 from gateway.errors import APIError
 from gateway.generation import Generation
 from gateway.logprobs import chat_logprobs
@@ -24,6 +24,7 @@ from gateway.protocol.chat import (
     DeltaMessage,
 )
 from gateway.protocol.common import now, random_id
+from gateway.registry import UpstreamModel
 from gateway.sampling import sampling_params
 from gateway.sse import openai_stream, sse_response
 from gateway.state import ServerState
@@ -44,15 +45,18 @@ def template_messages(messages: list[ChatMessage]) -> list[dict]:
 
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse)
-async def create_chat_completion(body: ChatCompletionRequest, request: Request, state: State, engine: Engine):
-    return await run_chat(body, state, engine, request)
+async def create_chat_completion(body: ChatCompletionRequest, request: Request, state: State):
+    served = state.models.resolve(body.model)
+    if isinstance(served, UpstreamModel):
+        return await proxy.forward(state, served, "/chat/completions", await proxy.request_body(request), request)
+    return await run_chat(body, state, served.ready(), request)
 
 
 async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: AsyncEngine,
                    request: Request | None = None) -> ChatCompletionResponse | Response:
     """The endpoint itself, callable without HTTP: batch lines run through it with `request` None
     (and `stream` false, so the answer is a ChatCompletionResponse)."""
-    model = check_model(state, body.model)
+    model = engine.served_model_name
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
     plan = tooling.plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls,

@@ -7,12 +7,14 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request, Response
 
 from engine import AsyncEngine, CompletionOutput, RequestOutput
-from gateway.deps import Engine, State, check_model
+from gateway import proxy
+from gateway.deps import State
 from gateway.errors import APIError
 from gateway.generation import Generation
 from gateway.logprobs import completion_logprobs
 from gateway.protocol.common import now, random_id
 from gateway.protocol.completions import CompletionChoice, CompletionRequest, CompletionResponse
+from gateway.registry import UpstreamModel
 from gateway.sampling import sampling_params
 from gateway.sse import openai_stream, sse_response
 from gateway.state import ServerState
@@ -52,15 +54,18 @@ def _cumulative_logprob(o: CompletionOutput) -> float:
 
 
 @router.post("/completions", response_model=CompletionResponse)
-async def create_completion(body: CompletionRequest, request: Request, state: State, engine: Engine):
-    return await run_completion(body, state, engine, request)
+async def create_completion(body: CompletionRequest, request: Request, state: State):
+    served = state.models.resolve(body.model)
+    if isinstance(served, UpstreamModel):
+        return await proxy.forward(state, served, "/completions", await proxy.request_body(request), request)
+    return await run_completion(body, state, served.ready(), request)
 
 
 async def run_completion(body: CompletionRequest, state: ServerState, engine: AsyncEngine,
                          request: Request | None = None) -> CompletionResponse | Response:
     """The endpoint itself, callable without HTTP: batch lines run through it with `request` None
     (and `stream` false, so the answer is a CompletionResponse)."""
-    model = check_model(state, body.model)
+    model = engine.served_model_name
     best_of = _check(body)
     prompts = _prompts(body.prompt)
     # best_of ranks samples by cumulative logprob, so it needs the chosen tokens' logprobs.

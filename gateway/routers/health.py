@@ -13,12 +13,14 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(state: State) -> Response:
-    if state.engine is None:
-        why = f"the model failed to load: {state.load_error}" if state.load_error else "the model is loading"
-        return error_response(APIError(503, why, code="model_not_ready"))
-    if not state.engine.is_running:
-        return error_response(APIError(503, "the engine has stopped", code="engine_dead"))
-    return JSONResponse(HealthStatus(model=state.model_name).model_dump())
+    """200 once every embedded model is up; upstreams are checked passively, by the requests to them."""
+    for model in state.models.embedded:
+        try:
+            model.ready()
+        except APIError as exc:
+            exc.headers = None
+            return error_response(exc)
+    return JSONResponse(HealthStatus(model=state.model_name, models=list(state.models.models)).model_dump())
 
 
 @router.get("/metrics")

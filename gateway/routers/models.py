@@ -1,25 +1,28 @@
-"""`GET /v1/models` and `GET /v1/models/{id}`: answered from memory, so they stay fast under load."""
+"""`GET /v1/models` and `GET /v1/models/{id}`: answered from memory, so they stay fast under load.
+Embedded models are `owned_by` sllm; upstream ones by "upstream" (their `root` is the name there)."""
 
 from fastapi import APIRouter
 
-from gateway.deps import State, check_model
+from gateway.deps import State
 from gateway.protocol.common import ModelCard, ModelList
+from gateway.registry import Served, UpstreamModel
 
 router = APIRouter(prefix="/v1")
 
 
-def _card(state) -> ModelCard:
-    engine = state.engine
-    return ModelCard(id=state.model_name, root=state.settings.model, created=state.started_at,
-                     max_model_len=engine.max_model_len if engine else state.settings.max_model_len)
+def _card(state, model: Served) -> ModelCard:
+    if isinstance(model, UpstreamModel):
+        return ModelCard(id=model.name, owned_by="upstream", created=state.started_at,
+                         root=model.entry.upstream_model or model.name)
+    return ModelCard(id=model.name, root=model.entry.model, created=state.started_at,
+                     max_model_len=model.max_model_len)
 
 
 @router.get("/models", response_model=ModelList)
 async def list_models(state: State) -> ModelList:
-    return ModelList(data=[_card(state)])
+    return ModelList(data=[_card(state, m) for m in state.models.models.values()])
 
 
 @router.get("/models/{model_id:path}", response_model=ModelCard)
 async def get_model(model_id: str, state: State) -> ModelCard:
-    check_model(state, model_id)
-    return _card(state)
+    return _card(state, state.models.resolve(model_id))

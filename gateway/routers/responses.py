@@ -15,11 +15,11 @@ from fastapi import APIRouter, Request, Response
 from sqlalchemy.ext.asyncio import AsyncSession
 from sse_starlette import ServerSentEvent
 
-from engine import AsyncEngine, RequestOutput
+from engine import RequestOutput
 from engine.tool_calling import ContentDelta, ToolCallParser, ToolCallStart, parse_tool_calls
-from gateway import chat_template
+from gateway import chat_template, proxy
 from gateway import tools as tooling
-from gateway.deps import Session, State, check_model, get_engine
+from gateway.deps import Session, State
 from gateway.errors import APIError, as_api_error
 from gateway.generation import Generation
 from gateway.jobs import responses as background
@@ -45,6 +45,7 @@ from gateway.protocol.responses import (
     TextDeltaEvent,
     TextDoneEvent,
 )
+from gateway.registry import UpstreamModel
 from gateway.sampling import sampling_params
 from gateway.sse import sse_response
 from gateway.state import ServerState
@@ -159,9 +160,11 @@ def tool_plan(body: ResponsesRequest) -> tooling.ToolPlan:
 def check_request(state: ServerState, body: ResponsesRequest) -> str:
     """What is refused before any work (the served model's name otherwise); background
     submission checks the same before it queues."""
-    model = check_model(state, body.model)
+    model = state.models.resolve(body.model)
+    if isinstance(model, UpstreamModel):
+        return model.name  # the upstream checks the rest
     tool_plan(body)
-    return model
+    return model.name
 
 
 def response_object(body: ResponsesRequest, model: str) -> ResponseObject:
@@ -180,15 +183,19 @@ async def create_response(body: ResponsesRequest, request: Request, state: State
                           idempotency_key: IdempotencyHeader = None):
     if body.background:  # queued as a job: needs no loaded engine yet
         return await background.submit(state, session, body, idempotency_key)
-    return await run_response(body, state, get_engine(state), session, request)
+    return await run_response(body, state, session, request)
 
 
-async def run_response(body: ResponsesRequest, state: ServerState, engine: AsyncEngine, session: AsyncSession,
+async def run_response(body: ResponsesRequest, state: ServerState, session: AsyncSession,
                        request: Request | None = None, queued: ResponseObject | None = None
                        ) -> ResponseObject | Response:
     """The endpoint itself, callable without HTTP: batch lines run through it with `request` None,
     background responses with `queued`, the object returned when they were queued (its id and
     creation time carry over)."""
+    served = state.models.resolve(body.model)
+    if isinstance(served, UpstreamModel):
+        return await _run_upstream(body, state, served, session, request, queued)
+    engine = served.ready()
     model = check_request(state, body)
     conversation = await _previous_conversation(session, body.previous_response_id) + _input_messages(body.input)
     turn = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + conversation
@@ -206,6 +213,46 @@ async def run_response(body: ResponsesRequest, state: ServerState, engine: Async
     (final,) = await gen.finals()
     _finish(resp, OutputMessage(), final, _output_items(final.outputs[0].text) if plan.parses_calls else None)
     await _store(state, resp, conversation)
+    return resp
+
+
+def _as_input_items(conversation: list[dict]) -> list[dict]:
+    """A stored conversation (chat messages) as Responses input items, for a server that never saw it."""
+    items: list[dict] = []
+    for m in conversation:
+        if m["role"] == "tool":
+            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id"), "output": m["content"]})
+            continue
+        if m.get("content") or not m.get("tool_calls"):
+            items.append({"role": m["role"], "content": m.get("content") or ""})
+        for call in m.get("tool_calls") or []:
+            fn = call["function"]
+            items.append({"type": "function_call", "call_id": call["id"], "name": fn["name"],
+                          "arguments": fn["arguments"]})
+    return items
+
+
+async def _run_upstream(body: ResponsesRequest, state: ServerState, served: UpstreamModel, session: AsyncSession,
+                        request: Request | None, queued: ResponseObject | None) -> ResponseObject | Response:
+    """Forwarded to the upstream's /v1/responses. A previous response stored here goes as its
+    conversation (the upstream never saw its id); answers that are not streamed are stored here too,
+    so GET, background polling and later `previous_response_id` work as for embedded models."""
+    raw = await proxy.request_body(request) if request is not None else body.model_dump(mode="json", exclude_unset=True)
+    raw = {k: v for k, v in raw.items() if k != "background"}
+    prior: list[dict] = []
+    if body.previous_response_id and await session.get(StoredResponse, body.previous_response_id) is not None:
+        prior = await _previous_conversation(session, body.previous_response_id)
+        given = raw["input"] if isinstance(raw["input"], list) else [{"role": "user", "content": raw["input"]}]
+        raw = {k: v for k, v in raw.items() if k != "previous_response_id"}
+        raw["input"] = _as_input_items(prior) + given
+    if request is not None and body.stream:
+        return await proxy.forward(state, served, "/responses", raw, request)
+    answer = await proxy.call(state, served, "/responses", raw)
+    resp = ResponseObject.model_validate({**answer, "model": served.name})
+    resp.previous_response_id = body.previous_response_id
+    if queued is not None:
+        resp.id, resp.created_at, resp.background = queued.id, queued.created_at, True
+    await _store(state, resp, prior + _input_messages(body.input))
     return resp
 
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request
 from sqlalchemy import delete, select
 
 from gateway import scheduler as scheduling  # its clock, `now()`, is patched by tests
-from gateway.deps import Session, State, check_model, get_engine
+from gateway.deps import Session, State
 from gateway.errors import APIError
 from gateway.protocol.text2sql import (
     AskRequest,
@@ -47,12 +47,11 @@ async def ask(body: AskRequest, request: Request, state: State) -> AskResponse:
     if (body.question is None) == (body.sql is None):
         raise APIError(400, "give either `question` (answered by the model) or `sql` (run as given)",
                        param="question")
-    model = check_model(state, body.model) if body.sql is None else None
-    engine = get_engine(state) if body.sql is None else None
+    served = state.models.resolve(body.model) if body.sql is None else None
     result = await _service(state).ask(
-        engine, body.source, question=body.question, sql=body.sql, execute=body.execute, max_rows=body.max_rows,
+        served, body.source, question=body.question, sql=body.sql, execute=body.execute, max_rows=body.max_rows,
         constrained=body.constrained, max_tokens=body.max_tokens, timeout_s=body.timeout_s, request=request)
-    return result_body(result, model)
+    return result_body(result, served.name if served else None)
 
 
 # -- sources -------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from fastapi import APIRouter
 
 from gateway import chat_template
-from gateway.deps import Engine, State, check_model
+from gateway.deps import State, get_engine
 from gateway.errors import APIError
 from gateway.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
 
@@ -11,8 +11,8 @@ router = APIRouter()
 
 
 @router.post("/tokenize", response_model=TokenizeResponse)
-async def tokenize(body: TokenizeRequest, state: State, engine: Engine) -> TokenizeResponse:
-    check_model(state, body.model)
+async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
+    engine = get_engine(state, body.model)
     tok = engine.tokenizer
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of `prompt` and `messages`", param="prompt")
@@ -28,8 +28,8 @@ async def tokenize(body: TokenizeRequest, state: State, engine: Engine) -> Token
 
 
 @router.post("/detokenize", response_model=DetokenizeResponse)
-async def detokenize(body: DetokenizeRequest, state: State, engine: Engine) -> DetokenizeResponse:
-    check_model(state, body.model)
+async def detokenize(body: DetokenizeRequest, state: State) -> DetokenizeResponse:
+    engine = get_engine(state, body.model)
     vocab = len(engine.tokenizer)
     bad = [t for t in body.tokens if not 0 <= t < vocab]
     if bad:

@@ -251,7 +251,7 @@ def async_engine_complete(engine: Any, max_tokens: int = DEFAULT_MAX_TOKENS, tem
     return acomplete
 
 
-def _openai_body(model: str, prompt: str, guided: Guided, max_tokens: int, grammar_field: str) -> dict[str, Any]:
+def openai_body(model: str, prompt: str, guided: Guided, max_tokens: int, grammar_field: str) -> dict[str, Any]:
     body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     if guided:
         # vLLM < 0.10 reads "guided_grammar"; newer vLLM reads {"structured_outputs": {"grammar": ...}}.
@@ -271,7 +271,7 @@ def openai_complete(base_url: str, model: str, api_key: str = "EMPTY", *, max_to
     headers = {"Authorization": f"Bearer {api_key}"}
 
     def complete(prompt: str, guided: Guided) -> str:
-        body = _openai_body(model, prompt, guided, max_tokens, grammar_field)
+        body = openai_body(model, prompt, guided, max_tokens, grammar_field)
         resp = httpx.post(url, json=body, headers=headers, timeout=timeout_s)
         resp.raise_for_status()
         return resp.json()["choices"][0]["text"]
@@ -288,7 +288,7 @@ def openai_acomplete(base_url: str, model: str, api_key: str = "EMPTY", *, max_t
     headers = {"Authorization": f"Bearer {api_key}"}
 
     async def acomplete(prompt: str, guided: Guided) -> str:
-        body = _openai_body(model, prompt, guided, max_tokens, grammar_field)
+        body = openai_body(model, prompt, guided, max_tokens, grammar_field)
         async with httpx.AsyncClient(timeout=timeout_s) as client:
             resp = await client.post(url, json=body, headers=headers)
         resp.raise_for_status()

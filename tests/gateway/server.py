@@ -1,7 +1,11 @@
 """A real sllm server on a free loopback port, run by uvicorn on a thread of the test process so
-tests can look inside its engine (KV blocks) while talking to it over HTTP."""
+tests can look inside its engine (KV blocks) while talking to it over HTTP; or `sllm serve` in a
+process of its own (an upstream a test can kill)."""
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from prometheus_client.parser import text_string_to_metric_families
 
 from engine import AsyncEngine
 from gateway.app import create_app
@@ -80,3 +85,54 @@ def run_server(tmp_dir: Path, **settings) -> Iterator[RunningServer]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@dataclass
+class ServerProcess:
+    url: str  # http://127.0.0.1:PORT
+    process: subprocess.Popen
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of one metric's samples whose labels include `labels`, read from /metrics."""
+        total = 0.0
+        for family in text_string_to_metric_families(httpx.get(f"{self.url}/metrics", timeout=10).text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+        return total
+
+
+@contextmanager
+def spawn_server(tmp_dir: Path, *args: str) -> Iterator[ServerProcess]:
+    """`sllm serve ARGS` in a process of its own (one a test can kill), on a free loopback port."""
+    port = free_port()
+    cmd = [sys.executable, "-c", "from engine.cli import app; app()", "serve", "--port", str(port),
+           "--db", str(tmp_dir / f"sllm-{port}.db"), "--log-level", "warning", *args]
+    log = open(tmp_dir / f"server-{port}.log", "wb")  # noqa: SIM115 (closed below)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"sllm serve {' '.join(args)} did not become healthy: "
+                                   f"{(tmp_dir / f'server-{port}.log').read_text()[-2000:]}")
+            time.sleep(0.2)
+        yield ServerProcess(url=url, process=proc)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()

@@ -87,7 +87,7 @@ def test_parse_input_reports_each_bad_line_with_its_number():
         "",  # blank lines are skipped, and still counted
         _line("h", body={"prompt": "ok"}, url="/v1/completions"),
     ])
-    rows, errors = parse_input(text.encode(), "smol", 1000)
+    rows, errors = parse_input(text.encode(), ["smol"], 1000)
     by_line = {e.line: e for e in errors}
     assert by_line[2].code == "invalid_json_line" and by_line[2].message.startswith("line 2: ")
     assert by_line[3].code == "invalid_url" and "/v1/embeddings" in by_line[3].message
