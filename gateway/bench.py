@@ -22,13 +22,16 @@ def bench_serve(
     plot: Path | None = typer.Option(None, "--plot", help="Write TTFT and TPOT distributions to this PNG"),
     compare_engine: bool = typer.Option(True, "--compare-engine/--no-compare-engine",
                                         help="Also run the load through AsyncEngine in-process"),
+    via_proxy: bool = typer.Option(False, "--via-proxy/--no-via-proxy",
+                                   help="Also send the load through a second sllm that forwards to the first "
+                                        "(--upstream): the cost of one proxy hop"),
     llama_server: str = typer.Option("llama-server", "--llama-server", help="llama.cpp server binary to compare"),
     gguf: Path | None = typer.Option(None, "--gguf", help="GGUF for llama.cpp (default: the default model's)"),
 ):
     """Throughput, TTFT p50/p99 and TPOT p50/p99 of streaming requests over the text-to-SQL prompts."""
     import asyncio
 
-    from gateway.bench_targets import in_process_engine, llama_cpp_server, sllm_server
+    from gateway.bench_targets import in_process_engine, llama_cpp_server, sllm_proxy, sllm_server
     from gateway.loadgen import Summary, engine_sender, http_sender, run_load
     from integrations.text2sql.dataset import load_prompts
 
@@ -48,11 +51,21 @@ def bench_serve(
                                   request_rate, seed)
 
     summaries: list[Summary] = []
+    proxied: tuple[Summary, Summary] | None = None
+
+    def direct_and_proxied(name: str, url: str, served: str) -> None:
+        nonlocal proxied
+        summaries.append(asyncio.run(over_http(name, url, served)))
+        if via_proxy:
+            with sllm_proxy(url, served) as (proxy_url, _):
+                summaries.append(asyncio.run(over_http(f"{name} via proxy", proxy_url, served)))
+            proxied = (summaries[-2], summaries[-1])
+
     if base_url:
-        summaries.append(asyncio.run(over_http("server", base_url.rstrip("/"), _served_name(base_url))))
+        direct_and_proxied("server", base_url.rstrip("/"), _served_name(base_url))
     else:
         with sllm_server(model, max_num_seqs) as (url, served):
-            summaries.append(asyncio.run(over_http("sllm (HTTP)", url, served)))
+            direct_and_proxied("sllm (HTTP)", url, served)
     with llama_cpp_server(llama_server, gguf, max_concurrency or max_num_seqs) as found:
         if found is None:
             print(f"llama.cpp server ({llama_server}) is not installed: its comparison is skipped")
@@ -76,6 +89,14 @@ def bench_serve(
         overhead = 1 - http.output_throughput / local.output_throughput
         print(f"gateway overhead: HTTP throughput is {http.output_throughput / local.output_throughput:.1%} of "
               f"in-process AsyncEngine ({overhead:+.1%} lost; target within 10%)")
+    if proxied is not None:
+        from gateway.loadgen import percentile
+
+        direct, hop = proxied
+        d, h = direct.ttfts(), hop.ttfts()
+        print(f"proxy hop: throughput {hop.output_throughput / direct.output_throughput:.1%} of direct; "
+              f"TTFT p50 {1000 * (percentile(h, 50) - percentile(d, 50)):+.1f} ms, "
+              f"p99 {1000 * (percentile(h, 99) - percentile(d, 99)):+.1f} ms")
     if plot:
         from gateway.bench_plot import plot_distributions
 

@@ -65,6 +65,19 @@ def sllm_server(model: str, max_num_seqs: int) -> Iterator[tuple[str, str]]:
 
 
 @contextmanager
+def sllm_proxy(upstream_url: str, served: str) -> Iterator[tuple[str, str]]:
+    """A second `sllm serve` with no embedded model, forwarding `served` to `upstream_url`: one proxy hop."""
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-c", "from engine.cli import main; main()", "serve", "--upstream",
+               f"{served}={upstream_url}", "--port", str(port), "--db", str(Path(tmp) / "proxy.db"),
+               "--log-level", "warning"]
+        env = {k: v for k, v in os.environ.items() if k not in ("SLLM_API_KEY", "SLLM_MODEL", "SLLM_CONFIG")}
+        with _process(cmd, f"http://127.0.0.1:{port}/health", env):
+            yield f"http://127.0.0.1:{port}/v1", served
+
+
+@contextmanager
 def llama_cpp_server(binary: str, gguf: Path | None, parallel: int) -> Iterator[tuple[str, str] | None]:
     """llama.cpp's server on the same GGUF, or None when it is not installed."""
     exe = shutil.which(binary)
