@@ -68,11 +68,12 @@ def test_disconnect_mid_stream_frees_blocks_within_a_step(server):
         for _ in range(6):
             next(data)
         assert server.engine.stats()["num_running"] == 1
-        steps_before = server.engine.stats()["steps"]
+    # The socket is closed: from here at most the step already running may finish before the abort.
+    steps_at_close = server.engine.stats()["steps"]
     t0 = time.monotonic()
     _wait_freed(server)
-    steps = server.engine.stats()["steps"] - steps_before
-    assert steps <= 2, f"aborted after {steps} steps"  # the one in flight when the socket closed, at most
+    steps = server.engine.stats()["steps"] - steps_at_close
+    assert steps <= 1, f"aborted after {steps} steps"
     assert time.monotonic() - t0 < 0.5
 
 
