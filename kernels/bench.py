@@ -599,14 +599,28 @@ if __name__ == "__main__":
 
 
 def bench_kernels(
-    batch: int = 64,
-    context: int = 2048,
-    num_q_heads: int = 32,
-    num_kv_heads: int = 8,
-    head_dim: int = 128,
+    batch: int | None = None,
+    context: int | None = None,
+    num_q_heads: int | None = None,
+    num_kv_heads: int | None = None,
+    head_dim: int | None = None,
     block_size: int = 16,
-    dtype: str = "float16",
+    dtype: str | None = None,
+    cpu: bool = False,
 ) -> None:
-    """`sllm bench kernels`: check and time every Triton kernel against its torch reference (CUDA only)."""
-    main(batch=batch, context=context, num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
-         head_dim=head_dim, block_size=block_size, dtype=dtype)
+    """`sllm bench kernels`: check and time the kernels against their torch references: the Triton
+    kernels on a CUDA GPU (defaults: batch 64, context 2048, 32/8 heads of 128, float16), or with --cpu
+    or no GPU the C++ CPU attention kernels (defaults: SmolLM2-135M's decode step, batch 32, context
+    514, 9/3 heads of 64, float32 and bfloat16)."""
+    if cpu or not torch.cuda.is_available():
+        from kernels.cpu.bench import cpu_main
+
+        cpu_main(
+            batch=batch or 32, context=context or 514, num_q_heads=num_q_heads or 9,
+            num_kv_heads=num_kv_heads or 3, head_dim=head_dim or 64, block_size=block_size,
+            dtypes=(dtype,) if dtype else ("float32", "bfloat16"),
+        )  # fmt: skip
+        return
+    main(batch=batch or 64, context=context or 2048, num_q_heads=num_q_heads or 32,
+         num_kv_heads=num_kv_heads or 8, head_dim=head_dim or 128, block_size=block_size,
+         dtype=dtype or "float16")

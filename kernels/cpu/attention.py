@@ -6,6 +6,8 @@ each K/V row for all the query heads of a GQA group, and at::parallel_for over (
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from kernels.cpu.build import cpu_kernels_available
@@ -30,9 +32,11 @@ def paged_decode_attention_cpu(
     )
 
 
+@functools.cache
 def best_isa(head_dim: int) -> str:
-    """The path "auto" picks on this CPU for this head size."""
-    cpu_kernels_available()
+    """The path "auto" picks on this CPU for this head size ("generic" when the kernels did not build)."""
+    if not cpu_kernels_available():
+        return "generic"
     return torch.ops.sllm_cpu.best_isa(head_dim)
 
 

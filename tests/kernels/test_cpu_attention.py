@@ -202,3 +202,18 @@ def test_library_name_follows_the_sources(monkeypatch, tmp_path):
     assert build.library_name() == name
     (src / build.SOURCES[0]).write_bytes((src / build.SOURCES[0]).read_bytes() + b"\n// changed\n")
     assert build.library_name() != name
+
+
+def test_cpu_benchmark_dry_run():
+    """`sllm bench kernels --cpu` at toy sizes: every row checked against the reference and timed."""
+    from kernels.cpu.bench import cpu_main
+
+    lines: list[str] = []
+    rows = cpu_main(4, 40, 6, 2, 64, 16, ("float32", "bfloat16"), 24, lines.append, min_seconds=0.0, copy_bytes=1 << 16)
+    text = "\n".join(lines)
+    assert "memory copy bandwidth" in text and "correctness failure" not in text, text
+    paths = 2 if best_isa(64) == "avx512" else 1
+    assert len(rows) == 2 * paths * 3
+    assert all(r.err <= r.tol and r.ms and r.ref_ms for r in rows)
+    decode = [r for r in rows if r.name.startswith("paged_decode")]
+    assert all(r.gbps and r.frac for r in decode)

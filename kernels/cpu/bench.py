@@ -1,0 +1,185 @@
+"""`sllm bench kernels --cpu`: the C++ CPU attention kernels against the torch references.
+
+Times paged decode attention (the engine's decode step) and varlen prefill attention at SmolLM2's
+head shapes by default, for each code path this CPU can run (AVX-512, generic C++) and each KV dtype,
+on a cache in the engine's head-major layout with shuffled blocks. Decode attention is memory-bound,
+so its row also turns the K/V bytes it must read into GB/s, as a fraction of a large `copy_` measured
+first. The machine's load average is printed: on a shared machine the numbers move with it."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from kernels.attention import paged_attention_ref, paged_decode_attention_ref
+from kernels.bench import DTYPES, TOL, Case, Row, _randn, _short, format_table, paged_kv, rel_err
+from kernels.cpu.attention import best_isa, paged_attention_cpu, paged_decode_attention_cpu
+from kernels.cpu.build import cpu_kernels_available
+
+
+def time_ms(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 0.5) -> float:
+    """Median wall time of `fn` after two warm-up calls, over at least `min_runs` calls and `min_seconds`."""
+    fn()
+    fn()
+    times: list[float] = []
+    end = time.perf_counter() + min_seconds
+    while len(times) < min_runs or time.perf_counter() < end:
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return 1e3 * statistics.median(times)
+
+
+def copy_bandwidth_gbps(nbytes: int = 1 << 28) -> float:
+    """A large tensor copy: bytes read + bytes written per second, in GB/s."""
+    src = torch.empty(nbytes, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    src.fill_(1)
+    ms = time_ms(lambda: dst.copy_(src), min_runs=5, min_seconds=0.2)
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def _head_major(cache: torch.Tensor) -> torch.Tensor:
+    # The engine's storage: [Hkv, blocks, block_size, D] under the logical [blocks, block_size, Hkv, D].
+    return cache.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
+
+
+def decode_case(batch, context, num_q_heads, num_kv_heads, head_dim, block_size, dtype, isa, seed=0) -> Case:
+    gen = torch.Generator().manual_seed(seed)
+    lens = [context] * batch
+    k_cache, v_cache, block_tables = paged_kv(lens, block_size, num_kv_heads, head_dim, dtype, "cpu", gen)
+    k_cache, v_cache = _head_major(k_cache), _head_major(v_cache)
+    q = _randn((batch, num_q_heads, head_dim), dtype, "cpu", gen)
+    context_lens = torch.tensor(lens, dtype=torch.int32)
+    scale = head_dim**-0.5
+    args = (q, k_cache, v_cache, block_tables, context_lens, scale)
+
+    def run():
+        return paged_decode_attention_cpu(*args, isa=isa)
+
+    def ref():
+        return paged_decode_attention_ref(*args)
+
+    kv_bytes = 2 * sum(lens) * num_kv_heads * head_dim * k_cache.element_size()
+    return Case(
+        name=f"paged_decode_attention [C++ {isa}]",
+        shape=f"B={batch} ctx={context} Hq={num_q_heads} Hkv={num_kv_heads} D={head_dim} bs={block_size}",
+        run=run,
+        ref=ref,
+        check=lambda: rel_err(run(), ref()),
+        tol=TOL[dtype],
+        bytes=kv_bytes + 2 * q.numel() * q.element_size(),
+        flops=4 * sum(lens) * num_q_heads * head_dim,
+    )
+
+
+def prefill_case(q_lens, prefix_lens, num_q_heads, num_kv_heads, head_dim, block_size, dtype, isa, seed=0) -> Case:
+    gen = torch.Generator().manual_seed(seed)
+    ctx = [n + p for n, p in zip(q_lens, prefix_lens, strict=True)]
+    k_cache, v_cache, block_tables = paged_kv(ctx, block_size, num_kv_heads, head_dim, dtype, "cpu", gen)
+    k_cache, v_cache = _head_major(k_cache), _head_major(v_cache)
+    q = _randn((sum(q_lens), num_q_heads, head_dim), dtype, "cpu", gen)
+    starts = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32)
+    context_lens = torch.tensor(ctx, dtype=torch.int32)
+    args = (q, k_cache, v_cache, block_tables, starts, context_lens, head_dim**-0.5)
+
+    def run():
+        return paged_attention_cpu(*args, isa=isa)
+
+    def ref():
+        return paged_attention_ref(*args)
+
+    pairs = sum(n * p + n * (n + 1) // 2 for n, p in zip(q_lens, prefix_lens, strict=True))
+    return Case(
+        name=f"paged_attention (prefill) [C++ {isa}]",
+        shape=f"q_lens={_short(q_lens)} prefix={_short(prefix_lens)} Hq={num_q_heads} Hkv={num_kv_heads} "
+        f"D={head_dim} bs={block_size}",
+        run=run,
+        ref=ref,
+        check=lambda: rel_err(run(), ref()),
+        tol=TOL[dtype],
+        flops=4 * pairs * num_q_heads * head_dim,
+    )
+
+
+def time_case(case: Case, copy_gbps: float, min_seconds: float) -> Row:
+    err = case.check()
+    ms = time_ms(case.run, min_seconds=min_seconds)
+    ref_ms = time_ms(case.ref, min_seconds=min_seconds)
+    row = Row(case.name, case.shape, err, case.tol, ms, ref_ms)
+    if case.bytes:
+        row.gbps = case.bytes / (ms * 1e-3) / 1e9
+        row.frac = row.gbps / copy_gbps
+    if case.flops:
+        row.tflops = case.flops / (ms * 1e-3) / 1e12
+    if err > case.tol:
+        row.note = "FAIL"
+    return row
+
+
+def cpu_main(
+    batch: int = 32,
+    context: int = 514,
+    num_q_heads: int = 9,
+    num_kv_heads: int = 3,
+    head_dim: int = 64,
+    block_size: int = 16,
+    dtypes: tuple[str, ...] = ("float32", "bfloat16"),
+    prefill_len: int = 514,
+    print_fn: Callable[[str], None] = print,
+    *,
+    min_seconds: float = 0.5,
+    copy_bytes: int = 1 << 28,
+) -> list[Row]:
+    """Benchmarks the C++ CPU kernels and prints a table; returns its rows. The defaults are the
+    offline benchmark's decode step on SmolLM2-135M (batch 32, 386-token prompts + 128 new tokens)."""
+    if not cpu_kernels_available():
+        raise SystemExit("sllm bench kernels --cpu: the C++ CPU kernels are not available (see the warning above)")
+    if not set(dtypes) <= set(DTYPES):
+        raise SystemExit(f"sllm bench kernels: dtypes must be among {sorted(DTYPES)}")
+    isas = ["avx512", "generic"] if best_isa(head_dim) == "avx512" else ["generic"]
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print_fn(
+        f"CPU: {_cpu_name()}  torch {torch.__version__}  threads {torch.get_num_threads()}  "
+        f"load average {load}  paths {'/'.join(isas)}"
+    )
+    copy_gbps = copy_bandwidth_gbps(copy_bytes)
+    print_fn(f"memory copy bandwidth: {copy_gbps:.1f} GB/s (read + write), the 100% below\n")
+    heads = (num_q_heads, num_kv_heads, head_dim, block_size)
+    half = prefill_len // 2
+    rows = []
+    for name, isa in itertools.product(dtypes, isas):
+        dt = DTYPES[name]
+        cases = [
+            decode_case(batch, context, *heads, dt, isa),
+            prefill_case([prefill_len] * 4, [0] * 4, *heads, dt, isa),
+            prefill_case([half] * 4, [half] * 4, *heads, dt, isa),
+        ]
+        for case in cases:
+            row = time_case(case, copy_gbps, min_seconds)
+            row.shape = f"{name} {row.shape}"
+            rows.append(row)
+    print_fn("timings (ms = median wall time; ref = the torch reference):")
+    print_fn(format_table(rows))
+    failures = [r for r in rows if r.note]
+    if failures:
+        print_fn(f"\n{len(failures)} correctness failure(s): " + "; ".join(f"{r.name} {r.shape}" for r in failures))
+    return rows
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
