@@ -8,28 +8,11 @@ import time
 from typing import Any
 
 from fastapi import Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from fastapi.responses import JSONResponse
 
 from gateway.registry import UpstreamModel
+from gateway.sse import ClosingStreamingResponse
 from gateway.state import ServerState
-
-SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
-
-
-class _RelayResponse(StreamingResponse):
-    """Closes the upstream stream however the response ends, even when the client left before the
-    first byte (the body iterator then never starts, so its own cleanup would never run)."""
-
-    def __init__(self, chunks, on_close):
-        super().__init__(chunks, media_type="text/event-stream", headers=SSE_HEADERS)
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._on_close()
 
 
 async def request_body(request: Request) -> dict[str, Any]:
@@ -54,7 +37,7 @@ async def forward(state: ServerState, model: UpstreamModel, path: str, body: dic
         await chunks.aclose()
         state.metrics.observe_upstream(model.name, "e2e", time.monotonic() - started)
 
-    return _RelayResponse(chunks, close)
+    return ClosingStreamingResponse(chunks, close)
 
 
 async def call(state: ServerState, model: UpstreamModel, path: str, body: dict[str, Any]) -> dict[str, Any]:

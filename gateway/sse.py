@@ -5,6 +5,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from gateway.errors import as_api_error
@@ -31,18 +32,33 @@ async def openai_stream(events: AsyncIterator[str], done: bool = True) -> AsyncI
         yield ServerSentEvent(data="[DONE]")
 
 
-class _ClosingEventSourceResponse(EventSourceResponse):
+class _OnClose:
+    """Runs `on_close` however the response ends. A body generator's own cleanup never runs if it was
+    never started (a client gone before the headers went out), so the work behind it (an engine
+    request, an upstream stream) is closed here as well."""
+
+    _on_close: Callable[[], Awaitable[None]]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)  # type: ignore[misc]
+        finally:
+            await self._on_close()
+
+
+class _ClosingEventSourceResponse(_OnClose, EventSourceResponse):
     def __init__(self, *args, on_close: Callable[[], Awaitable[None]], **kwargs):
         super().__init__(*args, **kwargs)
         self._on_close = on_close
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            # The event generator's own cleanup never runs if it was never started (a client gone
-            # before the headers went out), so the generation is closed here as well.
-            await self._on_close()
+
+class ClosingStreamingResponse(_OnClose, StreamingResponse):
+    """Bytes passed through as they come (an upstream's SSE), with `on_close`."""
+
+    def __init__(self, chunks: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]):
+        super().__init__(chunks, media_type="text/event-stream",
+                         headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        self._on_close = on_close
 
 
 def sse_response(events: AsyncIterator[ServerSentEvent], on_close: Callable[[], Awaitable[None]]

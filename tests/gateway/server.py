@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +29,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_healthy(url: str, alive: Callable[[], bool], why: Callable[[], str] = str, timeout: float = 180) -> None:
+    """Polls `url`/health until it answers 200 (the first load ever converts the GGUF, ~20 s); fails
+    with `why()` as soon as the server is gone (`alive()` false) or after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or not alive():
+            raise RuntimeError(f"the server at {url} did not become healthy. {why()}")
+        time.sleep(0.1)
 
 
 @dataclass
@@ -71,16 +86,7 @@ def run_server(tmp_dir: Path, **settings) -> Iterator[RunningServer]:
     thread.start()
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180  # the first load ever converts the GGUF (~20 s)
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or not thread.is_alive():
-                raise RuntimeError("the test server did not become healthy")
-            time.sleep(0.1)
+        wait_healthy(url, thread.is_alive)
         yield RunningServer(url=url, state=app.state.sllm)
     finally:
         server.should_exit = True
@@ -116,17 +122,8 @@ def spawn_server(tmp_dir: Path, *args: str) -> Iterator[ServerProcess]:
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"sllm serve {' '.join(args)} did not become healthy: "
-                                   f"{(tmp_dir / f'server-{port}.log').read_text()[-2000:]}")
-            time.sleep(0.2)
+        wait_healthy(url, lambda: proc.poll() is None,
+                     lambda: f"sllm serve {' '.join(args)}: {(tmp_dir / f'server-{port}.log').read_text()[-2000:]}")
         yield ServerProcess(url=url, process=proc)
     finally:
         if proc.poll() is None:

@@ -7,15 +7,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
 from tests.gateway.jobs_helpers import completion_line, jsonl, output_lines, wait_batch, wait_recorded
-from tests.gateway.server import free_port
+from tests.gateway.server import free_port, wait_healthy
 
 pytestmark = pytest.mark.default_model
 
@@ -28,17 +26,12 @@ def _serve(db: Path, port: int, log: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLLM_")}
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"the server did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", lambda: proc.poll() is None, lambda: log.read_text()[-3000:])
+    except RuntimeError:
+        proc.kill()
+        raise
+    return proc
 
 
 def _recorded(db: Path, batch_id: str) -> dict[int, str]:

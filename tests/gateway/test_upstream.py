@@ -24,7 +24,7 @@ from gateway.upstream import UpstreamPool, UpstreamTarget
 from gateway.upstream.balance import Balancer
 from gateway.upstream.sse import relay_events
 from gateway.upstream.target import TargetState
-from tests.gateway.server import MODEL, RunningServer, free_port, run_server
+from tests.gateway.server import MODEL, RunningServer, free_port, run_server, wait_healthy
 
 pytestmark = pytest.mark.default_model
 
@@ -42,17 +42,11 @@ def _serve(port: int, log: Path) -> subprocess.Popen:
 
 
 def _wait_healthy(proc: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError(f"the upstream server did not start:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
+    try:
+        wait_healthy(url, lambda: proc.poll() is None, lambda: log.read_text()[-3000:])
+    except RuntimeError:
+        proc.kill()
+        raise
 
 
 @pytest.fixture(scope="module")

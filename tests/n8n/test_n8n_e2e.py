@@ -14,11 +14,11 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
+
+from tests.gateway.server import wait_healthy
 
 pytestmark = [
     pytest.mark.slow,
@@ -50,15 +50,7 @@ def base_url(tmp_path_factory):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "sllm serve did not become healthy"
-            time.sleep(0.2)
+        wait_healthy(url, lambda: proc.poll() is None, lambda: "sllm serve exited")
         yield f"{url}/v1"
     finally:
         proc.terminate()
