@@ -10,6 +10,7 @@ from engine.config import EngineConfig
 from engine.loader import load_state_dict
 from engine.models import AttentionMetadata, LlamaForCausalLM
 from engine.scheduler import SchedulerOutput
+from kernels.cpu import cpu_kernels_available
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ class ModelRunner:
             return torch.zeros(shape, dtype=self.dtype, device=self.device).permute(1, 2, 0, 3)
 
         self.kv_caches = [(layer_cache(), layer_cache()) for _ in range(m.num_layers)]
+        if self.device.type == "cpu":
+            # Build (once per machine, tens of seconds) or load the C++ attention now, not in the first step.
+            cpu_kernels_available()
         log.info(
             "KV cache: %d blocks of %d tokens (%.0f MiB) on %s, %s",
             self.num_blocks, self.block_size, self.kv_cache_bytes / 2**20, self.device, self.dtype,
