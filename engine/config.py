@@ -27,6 +27,12 @@ class EngineConfig:
     waiting_served_ratio: float = 0.0
     max_waiting_steps: int = 20
     speculative_config: dict[str, Any] | None = None
+    # Guided decoding (engine/guided.py): a constrained string, array or object whose tokens repeat one
+    # cycle this many times is closed (0: off); under tool_choice auto, a logit bias toward opening a
+    # tool call at the first generated token (None: 3.0 when the chat template does not render tools,
+    # 0 when it does; 0: off).
+    guided_loop_repeats: int = 3
+    tool_call_bias: float | None = None
     seed: int = 0
     num_threads: int | None = None
 
@@ -37,5 +43,7 @@ class EngineConfig:
             raise ValueError("max_num_seqs must be at least 1")
         if self.max_num_batched_tokens < 1:
             raise ValueError("max_num_batched_tokens must be at least 1")
+        if self.guided_loop_repeats < 0 or self.guided_loop_repeats == 1:
+            raise ValueError(f"guided_loop_repeats must be 0 (off) or at least 2, got {self.guided_loop_repeats}")
         if self.scheduling not in ("continuous", "static", "dynamic"):
             raise ValueError(f"scheduling must be continuous, static or dynamic, got {self.scheduling!r}")

@@ -155,7 +155,9 @@ class LLMEngine:
         if self.guided is None:
             from engine.guided import GuidedDecoding
 
-            self.guided = GuidedDecoding(self.tokenizer, self.vocab_size, self.eos_token_ids)
+            self.guided = GuidedDecoding(self.tokenizer, self.vocab_size, self.eos_token_ids,
+                                         loop_repeats=self.config.guided_loop_repeats,
+                                         trigger_bias=self.config.tool_call_bias)
             self.sampler.guided = self.guided
         return self.guided
 

@@ -71,8 +71,8 @@ class Sampler:
             if s.params.repetition_penalty != 1.0 or s.params.presence_penalty or s.params.frequency_penalty
         ]
         short = [i for i, s in enumerate(seqs) if s.num_output_tokens < s.params.min_tokens]
-        bitmask = self.guided.bitmask([s.matcher for s in seqs]) if self.guided is not None else None
-        if not penal and not short and bitmask is None:
+        guided = [i for i, s in enumerate(seqs) if s.matcher is not None] if self.guided is not None else []
+        if not penal and not short and not guided:
             return logits
         logits = logits.clone()
         if penal:
@@ -82,8 +82,8 @@ class Sampler:
             banned = set(p.stop_token_ids) | (set() if p.ignore_eos else self.eos_token_ids)
             if banned:
                 logits[i, list(banned)] = NEG_INF
-        if bitmask is not None:
-            self.guided.apply(logits, bitmask)
+        if guided:
+            self.guided.constrain(logits, seqs, guided)
         return logits
 
     @staticmethod
