@@ -41,6 +41,14 @@ def serve(
         None, "--speculative-config", envvar="SLLM_SPECULATIVE_CONFIG",
         help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\' or a draft model',
     ),
+    guided_loop_repeats: int = typer.Option(
+        3, "--guided-loop-repeats", envvar="SLLM_GUIDED_LOOP_REPEATS",
+        help="Structured output: close a JSON string, array or object once a token cycle repeats this "
+             "many times, so a looping small model still completes its JSON; 0 turns it off"),
+    tool_call_bias: float | None = typer.Option(
+        None, "--tool-call-bias", envvar="SLLM_TOOL_CALL_BIAS",
+        help="tool_choice auto: logit bias toward opening a tool call at the first generated token; "
+             "default 3 for models whose chat template does not render tools, 0 for those that do"),
     job_concurrency: int = typer.Option(
         16, "--job-concurrency", envvar="SLLM_JOB_CONCURRENCY",
         help="Batch lines and background responses in the engine at once while no interactive request runs"),
@@ -78,6 +86,7 @@ def serve(
         num_kv_blocks=num_kv_blocks, max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=json.loads(speculative_config) if speculative_config else None,
+        guided_loop_repeats=guided_loop_repeats, tool_call_bias=tool_call_bias,
         job_concurrency=job_concurrency, job_concurrency_busy=job_concurrency_busy, job_quiet_s=job_quiet_s,
         max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         db=db,

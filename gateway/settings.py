@@ -105,6 +105,10 @@ class Settings(BaseModel):
     db: str = Field(default_factory=default_db_path)
     log_level: str = "info"
     speculative_config: dict | None = None  # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
+    # Guided decoding steering, as EngineConfig documents them: the loop breaker's repeat count (0:
+    # off) and the bias toward opening a tool call under tool_choice auto (None: by chat template).
+    guided_loop_repeats: int = Field(3, ge=0)
+    tool_call_bias: float | None = None
     # Jobs (batches, background responses): how many of their requests the engine holds at once,
     # when no interactive request is in flight and when one is (or was, within job_quiet_s).
     job_concurrency: int = Field(16, ge=1)
@@ -156,4 +160,6 @@ class Settings(BaseModel):
             num_kv_blocks=pick("num_kv_blocks"),
             kv_cache_bytes=e.kv_cache_bytes,
             speculative_config=pick("speculative_config"),
+            guided_loop_repeats=self.guided_loop_repeats,
+            tool_call_bias=self.tool_call_bias,
         )
