@@ -313,6 +313,27 @@ def tools_preamble(tools: list[FunctionTool], choice: ToolChoiceMode | FunctionT
     return text
 
 
+# Said in the system message when the reply is constrained to some JSON object (`json_object`), whose
+# keys only the conversation names. Measured on the default model, 30 prompts that each ask for named
+# keys: replies with every key asked for 16/30 without it, 19/30 with it at temperature 0 (20/60 and
+# 25/60 over two seeds at 0.7; "Respond with a JSON object." gave 18/30 and 19/60).
+JSON_REPLY_NOTE = "You reply in JSON."
+
+
+def wants_json_note(guided: Mapping[str, Any] | None) -> bool:
+    return bool(guided) and bool(guided.get("json_object"))
+
+
+def with_system_note(messages: list[Any], note: str) -> list[dict[str, Any]]:
+    """`messages` with `note` appended to the leading system (or developer) message, or in a new one."""
+    msgs = [_as_dict(m) for m in messages]
+    first = msgs[0] if msgs else None
+    if isinstance(first, Mapping) and first.get("role") in ("system", "developer"):
+        text = _content_text(first.get("content"), "messages[0].content")
+        return [{**first, "content": f"{text}\n\n{note}" if text else note}, *msgs[1:]]
+    return [{"role": "system", "content": note}, *msgs]
+
+
 def render_chat(tokenizer, messages: list[Any], tools: list[Any] | None = None,
                 tool_choice: Any = "auto", *, add_generation_prompt: bool = True,
                 **template_kwargs: Any) -> str:
@@ -355,19 +376,27 @@ def render_chat(tokenizer, messages: list[Any], tools: list[Any] | None = None,
 
 
 @lru_cache(maxsize=256)
-def _arguments_ebnf(schema_json: str) -> str:
-    """The arguments grammar as EBNF. xgrammar's structural-tag `json_schema` content allows any
-    whitespace, and a 135M model spends tokens on (or loops in) indentation; compact JSON
-    (`any_whitespace=False`, separators ", " and ": ") is also what the preamble shows."""
+def compact_json_ebnf(schema_json: str, strict: bool = True) -> str:
+    """A JSON schema as an EBNF grammar for compact JSON (separators ", " and ": ", no newlines or
+    indentation), for structural-tag content: xgrammar's structural-tag `json_schema` content allows
+    any whitespace, and a 135M model spends tokens on (or loops in) indentation. Compact JSON is also
+    what the preamble shows."""
     import xgrammar as xgr
 
-    return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False, strict_mode=True))
+    return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False, strict_mode=strict))
+
+
+def json_guided(schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`SamplingParams.guided` for compact JSON matching `schema`, or any JSON object without one."""
+    if schema is None:
+        return {"json_object": True, "any_whitespace": False}
+    return {"json_schema": schema, "any_whitespace": False}
 
 
 def _tool_tag(tool: FunctionTool, index: int) -> dict[str, Any]:
     param = f"tools[{index}].function.parameters"
     try:
-        ebnf = _arguments_ebnf(json.dumps(tool.parameters))  # key order kept: the grammar follows it
+        ebnf = compact_json_ebnf(json.dumps(tool.parameters))  # key order kept: the grammar follows it
     except Exception as exc:  # xgrammar refuses schema features it cannot turn into a grammar
         raise InvalidRequestError(f"{param}: the parameters schema of {tool.name!r} is not supported: {exc}",
                                   param) from exc
@@ -424,7 +453,7 @@ def guided_for_response_format(response_format: Any, param: str = "response_form
     if kind == "text":
         return None
     if kind == "json_object":
-        return {"json_object": True}
+        return json_guided()
     if kind != "json_schema":
         raise InvalidRequestError(f"{param}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
                                   f"{param}.type")
@@ -438,7 +467,7 @@ def guided_for_response_format(response_format: Any, param: str = "response_form
         raise InvalidRequestError(f"{where}.name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {name!r}", f"{where}.name")
     schema = spec.get("schema", spec.get("schema_"))
     if schema is None:
-        return {"json_object": True}  # OpenAI: a json_schema format without a schema is any JSON object
+        return json_guided()  # OpenAI: a json_schema format without a schema is any JSON object
     _check_json_schema(schema, f"{where}.schema")
     try:
         import xgrammar as xgr
@@ -447,8 +476,8 @@ def guided_for_response_format(response_format: Any, param: str = "response_form
     except Exception as exc:
         raise InvalidRequestError(f"{where}.schema is not supported: {exc}", f"{where}.schema") from exc
     # Always strict: the grammar is then a subset of what a non-strict schema allows, so outputs
-    # still validate, and a small model is not tempted into extra properties.
-    return {"json_schema": schema}
+    # still validate, and a small model is not tempted into extra properties. Compact, as for tools.
+    return json_guided(schema)
 
 
 # -- parsing -----------------------------------------------------------------------------------------

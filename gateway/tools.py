@@ -20,11 +20,11 @@ a 400 naming the parameter."""
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from engine import InvalidRequestError
 from engine.tool_calling import (
+    JSON_REPLY_NOTE,
     ContentDelta,
     FunctionTool,
     StreamEvent,
@@ -32,11 +32,15 @@ from engine.tool_calling import (
     ToolCallArguments,
     ToolCallStart,
     ToolChoiceMode,
+    compact_json_ebnf,
     guided_for_response_format,
     guided_for_tools,
+    json_guided,
     normalize_tool_choice,
     normalize_tools,
     render_chat,
+    wants_json_note,
+    with_system_note,
 )
 from gateway import chat_template
 from gateway.protocol.chat import DeltaFunction, DeltaMessage, DeltaToolCall
@@ -78,11 +82,12 @@ def plan_tools(tools: list[Any] | None, tool_choice: Any, parallel_tool_calls: b
 
 
 def _as_format(guided: dict[str, Any]) -> dict[str, Any]:
-    """An engine constraint (`SamplingParams.guided`) as an xgrammar structural-tag element."""
+    """An engine constraint (`SamplingParams.guided`) as an xgrammar structural-tag element (JSON
+    compact, as the engine writes it alone)."""
     if "json_schema" in guided:
-        return {"type": "json_schema", "json_schema": guided["json_schema"]}
+        return {"type": "grammar", "grammar": compact_json_ebnf(json.dumps(guided["json_schema"]))}
     if guided.get("json_object"):
-        return {"type": "json_schema", "json_schema": {"type": "object"}}
+        return {"type": "grammar", "grammar": compact_json_ebnf('{"type": "object"}', False)}
     if "regex" in guided:
         return {"type": "regex", "pattern": guided["regex"]}
     if "grammar" in guided:
@@ -91,24 +96,6 @@ def _as_format(guided: dict[str, Any]) -> dict[str, Any]:
 
 
 # -- structured output ---------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=256)
-def _compact_json_ebnf(schema_json: str, strict: bool) -> str:
-    import xgrammar as xgr
-
-    return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False, strict_mode=strict))
-
-
-def _compact(guided: dict[str, Any]) -> dict[str, Any]:
-    """JSON constraints as compact JSON (`{"a": 1, "b": 2}`, no newlines or indentation): a small
-    model otherwise spends its tokens on indentation, or loops in it until max_tokens. A
-    `json_object` must be an object, as OpenAI defines it, not any JSON value."""
-    if "json_schema" in guided:
-        return {"grammar": _compact_json_ebnf(json.dumps(guided["json_schema"]), True)}
-    if guided.get("json_object"):
-        return {"grammar": _compact_json_ebnf('{"type": "object"}', False)}
-    return guided
 
 
 def _schema_guided(value: Any, param: str) -> dict[str, Any]:
@@ -161,7 +148,7 @@ def _extra_guided(key: str, value: Any, param: str) -> dict[str, Any] | None:
     if key == "choice":
         return _choice_guided(value, param)
     if key == "json_object":
-        return {"json_object": True} if value else None
+        return json_guided() if value else None
     raise InvalidRequestError(f"{param}: unknown structured output kind {key!r} "
                               "(expected json, regex, grammar, choice or json_object)", param)
 
@@ -173,13 +160,13 @@ def structured_output(response_format: Any, extras: GuidedExtras | None = None,
     found: list[tuple[str, dict[str, Any]]] = []
     guided = guided_for_response_format(response_format, format_param)
     if guided is not None:
-        found.append((format_param, _compact(guided)))
+        found.append((format_param, guided))
     if extras is not None:
         for key in ("json", "regex", "grammar", "choice"):
             param = f"guided_{key}"
             guided = _extra_guided(key, getattr(extras, param), param)
             if guided is not None:
-                found.append((param, _compact(guided)))
+                found.append((param, guided))
         so = extras.structured_outputs
         if so is not None:
             if not isinstance(so, Mapping):
@@ -190,7 +177,7 @@ def structured_output(response_format: Any, extras: GuidedExtras | None = None,
                     continue  # vLLM's backend knobs; our backend is fixed
                 guided = _extra_guided(key, value, f"structured_outputs.{key}")
                 if guided is not None:
-                    found.append((f"structured_outputs.{key}", _compact(guided)))
+                    found.append((f"structured_outputs.{key}", guided))
     if len(found) > 1:
         names = ", ".join(p for p, _ in found)
         raise InvalidRequestError(f"only one structured output constraint may be given, got {names}", found[1][0])
@@ -207,7 +194,10 @@ def _uses_tool_history(messages: list[dict[str, Any]]) -> bool:
 def render(tokenizer, messages: list[dict[str, Any]], plan: ToolPlan, add_generation_prompt: bool = True,
            **template_kwargs: Any) -> str:
     """The prompt: the model's chat template as before for plain conversations, the tool-aware
-    rendering (tools offered, past calls and results in the history) otherwise."""
+    rendering (tools offered, past calls and results in the history) otherwise. A reply constrained
+    to any JSON object (`json_object`) is announced in the system message (JSON_REPLY_NOTE)."""
+    if wants_json_note(plan.guided):
+        messages = with_system_note(messages, JSON_REPLY_NOTE)
     if not plan.tools and not _uses_tool_history(messages):
         return chat_template.render(tokenizer, messages, add_generation_prompt, **template_kwargs)
     return render_chat(tokenizer, messages, plan.raw_tools, plan.raw_choice,

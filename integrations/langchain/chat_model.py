@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from engine import AsyncEngine, RequestOutput, SamplingParams
 from engine.tool_calling import (
+    JSON_REPLY_NOTE,
     ContentDelta,
     ToolCall,
     ToolCallParser,
@@ -36,6 +37,8 @@ from engine.tool_calling import (
     guided_for_tools,
     parse_tool_calls,
     render_chat,
+    wants_json_note,
+    with_system_note,
 )
 from integrations.langchain.engines import iterate_sync, run_sync, shared_engine
 
@@ -88,6 +91,16 @@ def _events_chunk(events: list) -> AIMessageChunk | None:
         return None
     chunks = [tool_call_chunk(name=v["name"], args=v["args"], id=v["id"], index=i) for i, v in by_index.items()]
     return AIMessageChunk(content=text, tool_call_chunks=chunks)
+
+
+def _openai_messages(messages: list[BaseMessage]) -> list[dict[str, Any]]:
+    """LangChain messages in OpenAI's shape. An AIMessage in LangChain's v1 output format repeats its
+    calls as `tool_call` content blocks; they are in `tool_calls` already, so they are dropped."""
+    out = convert_to_openai_messages(messages)
+    for m in out:
+        if isinstance(m.get("content"), list):
+            m["content"] = [p for p in m["content"] if not (isinstance(p, dict) and p.get("type") == "tool_call")]
+    return out
 
 
 def _tool_choice(choice: Any, names: list[str]) -> Any:
@@ -161,10 +174,13 @@ class ChatSLLM(BaseChatModel):
         tools = kwargs.get("tools") or None
         tool_choice = kwargs.get("tool_choice")
         parallel = kwargs.get("parallel_tool_calls")
-        prompt = render_chat(engine.tokenizer, convert_to_openai_messages(messages), tools, tool_choice)
         guided = guided_for_tools(tools, tool_choice, self.parallel_tool_calls if parallel is None else parallel)
         if guided is None and kwargs.get("response_format") is not None:
             guided = guided_for_response_format(kwargs["response_format"])
+        chat = _openai_messages(messages)
+        if wants_json_note(guided):
+            chat = with_system_note(chat, JSON_REPLY_NOTE)
+        prompt = render_chat(engine.tokenizer, chat, tools, tool_choice)
         params = SamplingParams(
             temperature=kwargs.get("temperature", self.temperature), top_p=kwargs.get("top_p", self.top_p),
             max_tokens=kwargs.get("max_tokens", self.max_tokens), seed=kwargs.get("seed", self.seed),

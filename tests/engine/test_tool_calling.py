@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 
 from engine import LLM, InvalidRequestError, SamplingParams
 from engine.tool_calling import (
+    JSON_REPLY_NOTE,
     ContentDelta,
     ToolCallArguments,
     ToolCallParser,
@@ -25,6 +26,8 @@ from engine.tool_calling import (
     parse_tool_calls,
     render_chat,
     template_supports_tools,
+    wants_json_note,
+    with_system_note,
 )
 
 TOOLS = [
@@ -365,14 +368,30 @@ def test_tool_choice_in_the_preamble(tokenizer):
     assert "a\nb" in parts
 
 
+def test_json_object_replies_are_announced_in_the_system_message(tokenizer):
+    """json_object constrains to some object; only the conversation names keys, and the 135M model
+    includes them more often when told it replies in JSON (numbers at JSON_REPLY_NOTE)."""
+    user = {"role": "user", "content": "Describe a dog as JSON with the keys name and age."}
+    assert wants_json_note(guided_for_response_format({"type": "json_object"}))
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    assert not wants_json_note(guided_for_response_format({"type": "json_schema", "schema": schema}))
+    assert not wants_json_note(None) and not wants_json_note(guided_for_tools(TOOLS, "auto"))
+    assert with_system_note([user], JSON_REPLY_NOTE) == [{"role": "system", "content": JSON_REPLY_NOTE}, user]
+    system = [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]}, user]
+    assert with_system_note(system, JSON_REPLY_NOTE)[0] == {"role": "developer",
+                                                            "content": f"Be brief.\n\n{JSON_REPLY_NOTE}"}
+    prompt = render_chat(tokenizer, with_system_note([user], JSON_REPLY_NOTE))
+    assert prompt.startswith(f"<|im_start|>system\n{JSON_REPLY_NOTE}<|im_end|>")
+
+
 def test_responses_api_shapes():
     flat = [{"type": "function", "name": "add", "parameters": SCHEMAS["add"]}]
     g = guided_for_tools(flat, {"type": "function", "name": "add"})
     assert g["structural_tag"]["format"]["begin"].endswith('"name": "add", "arguments": ')
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
     assert guided_for_response_format({"type": "json_schema", "name": "x", "schema": schema, "strict": True},
-                                      "text.format") == {"json_schema": schema}
-    assert guided_for_response_format({"type": "json_object"}) == {"json_object": True}
+                                      "text.format") == {"json_schema": schema, "any_whitespace": False}
+    assert guided_for_response_format({"type": "json_object"}) == {"json_object": True, "any_whitespace": False}
     assert guided_for_response_format({"type": "text"}) is None and guided_for_response_format(None) is None
 
 
