@@ -2,8 +2,8 @@
 the tool's answer sent back as a ToolMessage, a final answer; over Chat Completions and over the
 Responses API (n8n's default). And `with_structured_output`, by JSON schema and by function calling.
 
-The first turn forces a call (`tool_choice="required"`): under `auto` the 135M model answers in prose
-rather than calling (see MODEL_LIMITS in test_langchain_standard.py); the later turn is `auto`."""
+The first turn forces a call (`tool_choice="required"`), or leaves it to the model (`auto`, where the
+server's tool-call bias makes the 135M model call; engine/guided.py); the later turn is `auto`."""
 
 import json
 
@@ -38,11 +38,12 @@ def get_weather(city: str) -> str:
     return f"It is sunny and 21 degrees in {city}."
 
 
+@pytest.mark.parametrize("choice", ["required", "auto"])
 @pytest.mark.parametrize("responses", [False, True], ids=["chat", "responses"])
-def test_agent_loop_tool_call_then_final_answer(server, responses):
+def test_agent_loop_tool_call_then_final_answer(server, responses, choice):
     llm = _llm(server, responses)
     question = HumanMessage("What is the weather in Paris?")
-    call_msg = llm.bind_tools([get_weather], tool_choice="required", parallel_tool_calls=False).invoke([question])
+    call_msg = llm.bind_tools([get_weather], tool_choice=choice, parallel_tool_calls=False).invoke([question])
     assert isinstance(call_msg, AIMessage) and not call_msg.invalid_tool_calls
     (call,) = call_msg.tool_calls
     assert call["name"] == "get_weather" and call["id"].startswith("call_")

@@ -1,17 +1,16 @@
 """The langchain-tests standard suites for ChatSLLM on the default 135M model, in process.
 
-Tool calling and structured output pass because decoding is grammar-constrained. What a 135M
-model cannot do is answer correctly, so tests that check an answer's content are expected to
-fail (xfail, with the reason); the rest must pass."""
-
-import functools
-import inspect
+Tool calling and structured output pass because decoding is grammar-constrained (with the loop
+breaker closing a string the model repeats itself in), and calls under tool_choice auto because of the
+engine's tool-call bias (engine/guided.py). Tests a 135M model cannot pass whatever the engine does
+would be xfailed here with their reason; none are at present."""
 
 import pytest
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 from langchain_tests.unit_tests import ChatModelUnitTests
 
 from integrations.langchain import ChatSLLM
+from tests.lc_standard_support import mark_expected_failures, skip_listed
 
 pytestmark = pytest.mark.default_model
 
@@ -24,13 +23,9 @@ PARAMS = {
     "engine_config": {"num_kv_blocks": 1024, "num_threads": 1},
 }
 
-# Tests that check what the model decides or answers, not the format: a 135M model gets these wrong.
-CONTENT_CHECKS = {
-    # bind_tools without tool_choice ("auto"): whether to call is the model's choice, and this one
-    # mostly answers in text (2 of 20 prompts call in tests/engine/test_tool_calling.py). Forced
-    # calls (tool_choice "any" or a name) pass in test_tool_calling and friends.
-    "test_agent_loop": "with tool_choice auto the 135M model usually answers in text instead of calling",
-}
+# Tests that check what the model decides or answers, with the reason a 135M model gets them wrong;
+# not run (xfail run=False). None at present.
+CONTENT_CHECKS: dict[str, str] = {}
 
 # Skipped to keep the suite near 2 minutes of CPU on a 2-core runner: the same path as a test that runs.
 COVERED = {
@@ -39,26 +34,9 @@ COVERED = {
 }
 
 
-def _expect_failure(fn, reason: str):
-    """Re-declares an inherited test with an xfail mark, leaving the base class untouched."""
-    if inspect.iscoroutinefunction(fn):
-        @functools.wraps(fn)
-        async def wrapper(*args, **kwargs):
-            return await fn(*args, **kwargs)
-    else:
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            return fn(*args, **kwargs)
-    # Not run: a known failure spends ~10 s of decoding to confirm itself.
-    return pytest.mark.xfail(reason=reason, run=False)(wrapper)
-
-
 @pytest.fixture(autouse=True)
 def _skip_covered(request):
-    """Skips COVERED tests without overriding them (the suite refuses overrides other than xfail)."""
-    reason = COVERED.get(request.node.originalname)
-    if reason:
-        pytest.skip(reason)
+    skip_listed(request, COVERED)
 
 
 class TestChatSLLMUnit(ChatModelUnitTests):
@@ -106,5 +84,4 @@ class TestChatSLLMIntegration(ChatModelIntegrationTests):
         return True
 
 
-for _name, _reason in CONTENT_CHECKS.items():
-    setattr(TestChatSLLMIntegration, _name, _expect_failure(getattr(ChatModelIntegrationTests, _name), _reason))
+mark_expected_failures(TestChatSLLMIntegration, CONTENT_CHECKS, run=False)
