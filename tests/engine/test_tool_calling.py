@@ -462,26 +462,43 @@ def test_bad_messages_are_invalid_requests(tokenizer):
 
 @slow
 def test_decode_step_time_with_and_without_grammar(llm):
-    """Median `LLMEngine.step()` time while every row of the batch is decoding, free vs JSON schema."""
-    schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-              "required": ["city", "days"]}
+    """Median `LLMEngine.step()` time while every row of the batch is decoding (free rows, compact JSON
+    schema rows, tool_choice auto rows), and of it the guided-decoding work: bitmask fill, loop breaker,
+    trigger bias, mask application (`GuidedDecoding.constrain`, timed on the instance)."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                               "notes": {"type": "string"}}, "required": ["city", "days", "notes"]}
+    kinds = {"free": None, "json_schema": {"json_schema": schema, "any_whitespace": False},
+             "tools auto": guided_for_tools(TOOLS, "auto")}
     prompt = render_chat(llm.tokenizer, [{"role": "user", "content": "Weather as JSON for a city."}])
     engine = llm.engine
-    for batch in (1, 32):
-        for guided in (None, {"json_schema": schema}):
-            for i in range(batch):
-                # Free rows ignore EOS so they keep decoding; guided rows end with their JSON, so
-                # only the steps before the first row ends count (the batch is full there).
-                engine.add_request(f"t-{batch}-{guided is not None}-{i}", prompt,
-                                   SamplingParams(temperature=0.8, seed=i, max_tokens=48, ignore_eos=guided is None,
-                                                  guided=guided))
-            times = []
-            while engine.has_unfinished_requests():
-                full = engine.num_running == batch and not engine.num_waiting
-                t0 = time.perf_counter()
-                engine.step()
-                if full:
-                    times.append(time.perf_counter() - t0)
-            decode = sorted(times)  # the prefill step ran before the rows counted as running
-            print(f"\nbatch {batch:2d} {'json_schema' if guided else 'free':11s}: median decode step "
-                  f"{1000 * decode[len(decode) // 2]:.1f} ms over {len(decode)} steps")
+    gd = engine.guided_decoding()
+    masking: list[float] = []
+
+    def timed(*args):
+        t0 = time.perf_counter()
+        type(gd).constrain(gd, *args)
+        masking.append(time.perf_counter() - t0)
+
+    gd.constrain = timed
+    try:
+        for batch in (1, 16, 64):
+            for kind, guided in kinds.items():
+                for i in range(batch):
+                    # Every row ignores EOS; JSON rows still end with their object, so only the steps
+                    # while the whole batch decodes count.
+                    engine.add_request(f"t-{batch}-{kind}-{i}", prompt, SamplingParams(
+                        temperature=0.8, seed=i, max_tokens=32, ignore_eos=True, guided=guided))
+                steps, masks = [], []
+                while engine.has_unfinished_requests():
+                    full = engine.num_running == batch and not engine.num_waiting
+                    n = len(masking)
+                    t0 = time.perf_counter()
+                    engine.step()
+                    if full and engine.num_running == batch:
+                        steps.append(time.perf_counter() - t0)
+                        masks.append(sum(masking[n:]))
+                step, mask = sorted(steps)[len(steps) // 2], sorted(masks)[len(masks) // 2]
+                print(f"\nbatch {batch:2d} {kind:11s}: median decode step {1000 * step:.1f} ms, guided masking "
+                      f"{1000 * mask:.2f} ms ({100 * mask / step:.1f}%) over {len(steps)} steps")
+    finally:
+        del gd.constrain
