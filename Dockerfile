@@ -2,6 +2,8 @@
 FROM python:3.11-slim
 
 WORKDIR /app
+# g++ and ninja build the C++ CPU attention kernel at first start (kept on the data volume after that).
+RUN apt-get update && apt-get install -y --no-install-recommends g++ ninja-build && rm -rf /var/lib/apt/lists/*
 # torch first and pinned to the CPU wheel index: a bare requirement would pull a multi-GB CUDA build.
 RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 COPY pyproject.toml README.md ./

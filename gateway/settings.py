@@ -4,11 +4,12 @@ upstream OpenAI-compatible servers."""
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+DType = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 def default_db_path() -> str:
@@ -58,6 +59,7 @@ class ModelEntry(BaseModel):
     block_size: int | None = None
     num_kv_blocks: int | None = None
     kv_cache_bytes: int | None = None
+    dtype: DType | None = None
     speculative_config: dict | None = None
 
     @model_validator(mode="before")
@@ -104,6 +106,7 @@ class Settings(BaseModel):
     max_request_body_bytes: int = 8 * 1024 * 1024
     db: str = Field(default_factory=default_db_path)
     log_level: str = "info"
+    dtype: DType = "auto"  # auto: float32 on CPU; bfloat16 runs much faster on CPUs with AMX or AVX512-BF16
     speculative_config: dict | None = None  # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
     # Guided decoding steering, as EngineConfig documents them: the loop breaker's repeat count (0:
     # off) and the bias toward opening a tool call under tool_choice auto (None: by chat template).
@@ -159,6 +162,7 @@ class Settings(BaseModel):
             block_size=pick("block_size"),
             num_kv_blocks=pick("num_kv_blocks"),
             kv_cache_bytes=e.kv_cache_bytes,
+            dtype=pick("dtype"),
             speculative_config=pick("speculative_config"),
             guided_loop_repeats=self.guided_loop_repeats,
             tool_call_bias=self.tool_call_bias,
