@@ -54,6 +54,7 @@ class LlamaForCausalLM:
         inv_freq, attn_scaling = rope_parameters(c)
         self.cos_sin_cache = build_cos_sin_cache(inv_freq, max_position, attn_scaling).to(device)
         self.weights: dict[str, torch.Tensor] = {}
+        self.packed: dict[str, torch.Tensor] = {}  # CPU bf16/fp16 matmul weights, packed once (kernels/linear.py)
 
     # -- weights ---------------------------------------------------------------------------------
     def load_weights(self, state: dict[str, torch.Tensor]) -> None:
@@ -82,6 +83,15 @@ class LlamaForCausalLM:
         leftovers = [k for k in state if "rotary_emb" not in k]
         if leftovers:
             raise ValueError(f"unexpected weights in checkpoint: {leftovers[:5]}")
+        matmuls = ["lm_head"] + [f"model.layers.{i}.{n}" for i in range(self.num_layers) for n in ("qkv", "o", "gate_up", "down")]
+        for name in matmuls:
+            packed = kernels.pack_linear(w[name])
+            if packed is None:
+                break
+            self.packed[name] = packed
+
+    def _linear(self, x: torch.Tensor, name: str, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return kernels.linear(x, self.weights[name], bias, self.packed.get(name))
 
     # -- forward ---------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -104,7 +114,7 @@ class LlamaForCausalLM:
                 h = kernels.rms_norm(x, w[p + "in_norm"], self.eps)
             else:
                 h, residual = kernels.rms_norm(x, w[p + "in_norm"], self.eps, residual)
-            qkv = F.linear(h, w[p + "qkv"], w.get(p + "qkv_bias"))
+            qkv = self._linear(h, p + "qkv", w.get(p + "qkv_bias"))
             q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
             q = q.reshape(t, hq, d)
             k = k.reshape(t, hkv, d)
@@ -120,15 +130,15 @@ class LlamaForCausalLM:
                 o = kernels.paged_attention(
                     q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.context_lens, self.scale
                 )
-            x = F.linear(o.reshape(t, hq * d), w[p + "o"])
+            x = self._linear(o.reshape(t, hq * d), p + "o")
             h, residual = kernels.rms_norm(x, w[p + "post_norm"], self.eps, residual)
-            x = F.linear(kernels.silu_and_mul(F.linear(h, w[p + "gate_up"])), w[p + "down"])
+            x = self._linear(kernels.silu_and_mul(self._linear(h, p + "gate_up")), p + "down")
         h, _ = kernels.rms_norm(x, w["norm"], self.eps, residual)
         return h
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.weights["lm_head"]).float()
+        return self._linear(hidden, "lm_head").float()
 
     def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
         itemsize = torch.empty((), dtype=dtype).element_size()

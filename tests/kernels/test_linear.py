@@ -1,0 +1,45 @@
+"""Packed CPU linear layers (kernels/linear.py): the same numbers as `F.linear`, and used by the
+engine's bf16 model on the CPU."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kernels
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("rows", [1, 7, 64])
+def test_packed_linear_equals_f_linear(dtype, rows):
+    torch.manual_seed(0)
+    x, w, b = torch.randn(rows, 96, dtype=dtype), torch.randn(200, 96, dtype=dtype), torch.randn(200, dtype=dtype)
+    packed = kernels.pack_linear(w)
+    assert packed is not None
+    for bias in (None, b):
+        ref = F.linear(x.float(), w.float(), None if bias is None else bias.float())
+        out = kernels.linear(x, w, bias, packed)
+        assert out.dtype == dtype and out.shape == ref.shape
+        torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item())
+
+
+def test_fp32_weights_are_not_packed():
+    assert kernels.pack_linear(torch.randn(8, 4)) is None  # F.linear is already the fast fp32 path
+
+
+def test_a_bf16_engine_packs_its_matmuls_and_agrees_with_fp32(tmp_path):
+    from engine import LLM, SamplingParams
+    from engine.loader import resolve_model
+    from tests.engine.conftest import make_tiny_llama
+
+    folder = make_tiny_llama(tmp_path / "tiny", resolve_model("default"))
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    prompt = ["The capital of France is"]
+    bf16 = LLM(model=str(folder), dtype="bfloat16", num_kv_blocks=16)
+    model = bf16.engine.runner.model
+    assert set(model.packed) == {"lm_head"} | {f"model.layers.{i}.{n}" for i in range(model.num_layers)
+                                               for n in ("qkv", "o", "gate_up", "down")}
+    fp32 = LLM(model=str(folder), num_kv_blocks=16)
+    assert not fp32.engine.runner.model.packed
+    first = [o.outputs[0].token_ids[:3] for o in (bf16.generate(prompt, params, use_tqdm=False)[0],
+                                                  fp32.generate(prompt, params, use_tqdm=False)[0])]
+    assert first[0] == first[1]  # peaked logits: bf16 rounding does not flip the first greedy choices
