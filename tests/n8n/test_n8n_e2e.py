@@ -4,9 +4,8 @@
 
 Wraps n8n-nodes/e2e/run.sh (see n8n-nodes/README.md): the first run installs n8n into
 ~/.cache/sllm-n8n-e2e (~3 min, ~1.8 GB) and needs Node 20 and npm. SLLM_N8N_E2E_WORKFLOWS picks the
-workflows; the default leaves out `agent` (needs tool calling) and `examples` (need /text2sql,
-/files and /batches) until the server has them. Set SLLM_BASE_URL to test a server that is
-already running instead of starting one.
+workflows (default: all of them: chat, chat-model, agent, openai-chat, openai-responses and the
+shipped examples). Set SLLM_BASE_URL to test a server that is already running instead of starting one.
 """
 
 import os
@@ -28,7 +27,7 @@ pytestmark = [
 ]
 
 RUN_SH = Path(__file__).resolve().parents[2] / "n8n-nodes" / "e2e" / "run.sh"
-WORKFLOWS = os.environ.get("SLLM_N8N_E2E_WORKFLOWS", "chat,chat-model,openai-chat,openai-responses")
+WORKFLOWS = os.environ.get("SLLM_N8N_E2E_WORKFLOWS", "chat,chat-model,agent,openai-chat,openai-responses,examples")
 
 
 def _free_port() -> int:
@@ -63,3 +62,4 @@ def test_n8n_workflows_against_sllm(base_url):
     report = result.stdout + result.stderr
     assert result.returncode == 0, report
     assert "FAIL" not in result.stdout, report
+    print(report[-4000:])  # the per-workflow lines, shown with `pytest -s`
