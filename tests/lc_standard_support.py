@@ -54,3 +54,23 @@ def model_params(base: Mapping[str, Any], request: pytest.FixtureRequest, room: 
     if inherited_name(request) in needs_room:
         params.update(room)
     return params
+
+
+class SllmCapabilities:
+    """What our chat models declare to the standard suites (put it first among the test class's bases)."""
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
+
+    @property
+    def has_structured_output(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True

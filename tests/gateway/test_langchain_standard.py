@@ -11,7 +11,7 @@ from langchain_openai import ChatOpenAI
 from langchain_tests.integration_tests import ChatModelIntegrationTests
 
 from tests.gateway.server import MODEL, run_server
-from tests.lc_standard_support import mark_expected_failures, model_params
+from tests.lc_standard_support import SllmCapabilities, mark_expected_failures, model_params
 
 pytestmark = pytest.mark.default_model
 
@@ -37,7 +37,7 @@ def server(tmp_path_factory):
         s.assert_no_leak()
 
 
-class TestSllmChatOpenAI(ChatModelIntegrationTests):
+class TestSllmChatOpenAI(SllmCapabilities, ChatModelIntegrationTests):
     @property
     def chat_model_class(self):
         return ChatOpenAI
@@ -54,22 +54,6 @@ class TestSllmChatOpenAI(ChatModelIntegrationTests):
                 "temperature": 0, "max_retries": 0, "stream_usage": True,
                 # Each test runs on its own event loop: LangChain's shared async client would outlive it.
                 "http_async_client": httpx.AsyncClient()}
-
-    @property
-    def has_tool_calling(self) -> bool:
-        return True
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
-    @property
-    def has_structured_output(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
 
 
 mark_expected_failures(TestSllmChatOpenAI, MODEL_LIMITS)

@@ -10,7 +10,7 @@ from langchain_tests.integration_tests import ChatModelIntegrationTests
 from langchain_tests.unit_tests import ChatModelUnitTests
 
 from integrations.langchain import ChatSLLM
-from tests.lc_standard_support import mark_expected_failures, skip_listed
+from tests.lc_standard_support import SllmCapabilities, mark_expected_failures, skip_listed
 
 pytestmark = pytest.mark.default_model
 
@@ -39,7 +39,7 @@ def _skip_covered(request):
     skip_listed(request, COVERED)
 
 
-class TestChatSLLMUnit(ChatModelUnitTests):
+class TestChatSLLMUnit(SllmCapabilities, ChatModelUnitTests):
     @property
     def chat_model_class(self):
         return ChatSLLM
@@ -49,20 +49,8 @@ class TestChatSLLMUnit(ChatModelUnitTests):
         # test_standard_params passes its own max_tokens next to these.
         return {k: v for k, v in PARAMS.items() if k != "max_tokens"}
 
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
 
-    @property
-    def has_structured_output(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
-
-
-class TestChatSLLMIntegration(ChatModelIntegrationTests):
+class TestChatSLLMIntegration(SllmCapabilities, ChatModelIntegrationTests):
     @property
     def chat_model_class(self):
         return ChatSLLM
@@ -70,18 +58,6 @@ class TestChatSLLMIntegration(ChatModelIntegrationTests):
     @property
     def chat_model_params(self) -> dict:
         return PARAMS
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
-    @property
-    def has_structured_output(self) -> bool:
-        return True
-
-    @property
-    def supports_json_mode(self) -> bool:
-        return True
 
 
 mark_expected_failures(TestChatSLLMIntegration, CONTENT_CHECKS, run=False)
