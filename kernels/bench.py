@@ -367,6 +367,11 @@ def time_case(case: Case, copy_gbps: float) -> Row:
         return Row(
             case.name, case.shape, math.inf, case.tol, None, note=f"error: {type(exc).__name__}: {exc}"[:120]
         )
+    return measured_row(case, err, ms, ref_ms, copy_gbps)
+
+
+def measured_row(case: Case, err: float, ms: float, ref_ms: float | None, copy_gbps: float) -> Row:
+    """A timed case's row: bandwidth against a plain copy, TFLOP/s, and FAIL past its tolerance."""
     row = Row(case.name, case.shape, err, case.tol, ms, ref_ms)
     if case.bytes:
         row.gbps = case.bytes / (ms * 1e-3) / 1e9

@@ -17,7 +17,18 @@ from collections.abc import Callable
 import torch
 
 from kernels.attention import paged_attention_ref, paged_decode_attention_ref
-from kernels.bench import DTYPES, TOL, Case, Row, _randn, _short, format_table, paged_kv, rel_err
+from kernels.bench import (
+    DTYPES,
+    TOL,
+    Case,
+    Row,
+    _randn,
+    _short,
+    format_table,
+    measured_row,
+    paged_kv,
+    rel_err,
+)
 from kernels.cpu.attention import best_isa, paged_attention_cpu, paged_decode_attention_cpu
 from kernels.cpu.build import cpu_kernels_available
 
@@ -111,15 +122,7 @@ def time_case(case: Case, copy_gbps: float, min_seconds: float) -> Row:
     err = case.check()
     ms = time_ms(case.run, min_seconds=min_seconds)
     ref_ms = time_ms(case.ref, min_seconds=min_seconds)
-    row = Row(case.name, case.shape, err, case.tol, ms, ref_ms)
-    if case.bytes:
-        row.gbps = case.bytes / (ms * 1e-3) / 1e9
-        row.frac = row.gbps / copy_gbps
-    if case.flops:
-        row.tflops = case.flops / (ms * 1e-3) / 1e12
-    if err > case.tol:
-        row.note = "FAIL"
-    return row
+    return measured_row(case, err, ms, ref_ms, copy_gbps)
 
 
 def cpu_main(
