@@ -10,7 +10,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.detokenizer import DetokenizerState, detokenize_incrementally, find_stop, new_state, stop_holdback
 from engine.errors import InvalidRequestError
-from engine.loader import default_served_name, load_hf_config, load_tokenizer, resolve_model
+from engine.loader import default_served_name, load_model_config, load_tokenizer, resolve_model
 from engine.model_runner import ModelRunner
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
 from engine.sampler import Sampler
@@ -58,14 +58,14 @@ class LLMEngine:
         t0 = time.perf_counter()
         self.model_path = resolve_model(config.model)
         self.served_model_name = config.served_model_name or default_served_name(config.model)
-        self.hf_config = load_hf_config(self.model_path)
+        self.model_config = load_model_config(self.model_path)
         self.tokenizer = load_tokenizer(self.model_path)
-        limit = getattr(self.hf_config, "max_position_embeddings", MAX_DEFAULT_MODEL_LEN)
+        limit = self.model_config.max_position_embeddings
         self.max_model_len = config.max_model_len or min(limit, MAX_DEFAULT_MODEL_LEN)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         torch.manual_seed(config.seed)
-        self.runner = ModelRunner(config, self.hf_config, self.model_path, self.max_model_len)
+        self.runner = ModelRunner(config, self.model_config, self.model_path, self.max_model_len)
         self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config, self.block_manager)
         self.eos_token_ids = self._eos_ids()
@@ -85,7 +85,7 @@ class LLMEngine:
 
     def _eos_ids(self) -> set[int]:
         ids: set[int] = set()
-        for src in (getattr(self.hf_config, "eos_token_id", None), getattr(self.tokenizer, "eos_token_id", None)):
+        for src in (self.model_config.eos_token_id, getattr(self.tokenizer, "eos_token_id", None)):
             if isinstance(src, int):
                 ids.add(src)
             elif isinstance(src, list | tuple):

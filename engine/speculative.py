@@ -79,7 +79,7 @@ class DraftModel:
     """The draft method: a second, smaller model decoding K tokens ahead of each sequence."""
 
     def __init__(self, target_config: EngineConfig, spec: SpeculativeConfig, target_tokenizer, max_model_len: int):
-        from engine.loader import load_hf_config, load_tokenizer, resolve_model
+        from engine.loader import load_model_config, load_tokenizer, resolve_model
         from engine.model_runner import ModelRunner
 
         folder = resolve_model(spec.model or "")
@@ -88,7 +88,7 @@ class DraftModel:
         cfg = EngineConfig(model=str(folder), block_size=target_config.block_size, dtype=target_config.dtype,
                            device=target_config.device, kv_cache_bytes=target_config.kv_cache_bytes and target_config.kv_cache_bytes // 4,
                            enable_prefix_caching=False)
-        self.runner = ModelRunner(cfg, load_hf_config(folder), folder, max_model_len)
+        self.runner = ModelRunner(cfg, load_model_config(folder), folder, max_model_len)
         self.bm = BlockManager(self.runner.num_blocks, cfg.block_size, enable_prefix_caching=False)
         self.mirrors: dict[int, Sequence] = {}
 

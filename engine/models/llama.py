@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import kernels
+from engine.model_config import ModelConfig
+from engine.models.rope import rope_inv_freq
 from kernels.rotary import build_cos_sin_cache
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
@@ -24,33 +26,32 @@ class AttentionMetadata:
     all_decode: bool  # every sequence computes exactly one token
 
 
-def rope_parameters(hf_config) -> tuple[torch.Tensor, float]:
-    """inv_freq and attention scaling from the config's rope settings (default, linear, llama3, yarn, ...).
-
-    Reuses transformers' own rope initialisation so every scaling type it knows is computed as HF does."""
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
-
-    rope = LlamaRotaryEmbedding(config=hf_config)
-    return rope.inv_freq.float(), float(rope.attention_scaling)
+def rope_parameters(config: ModelConfig) -> tuple[torch.Tensor, float]:
+    """inv_freq and attention scaling from the config's rope settings (engine/models/rope.py)."""
+    inv_freq, scaling = rope_inv_freq(config.rope_parameters, config.head_dim, config.max_position_embeddings)
+    # The rotary kernels rotate whole heads (a cos/sin cache of head_dim), as HF Llama does.
+    if inv_freq.numel() * 2 != config.head_dim:
+        raise ValueError("partial rotary embeddings (partial_rotary_factor < 1) are not supported")
+    return inv_freq, float(scaling)
 
 
 class LlamaForCausalLM:
-    def __init__(self, hf_config, dtype: torch.dtype, device: torch.device, max_position: int):
-        arch = (getattr(hf_config, "architectures", None) or ["LlamaForCausalLM"])[0]
+    def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device, max_position: int):
+        arch = config.architecture
         if arch not in SUPPORTED_ARCHITECTURES:
             raise ValueError(f"unsupported architecture {arch}; supported: {sorted(SUPPORTED_ARCHITECTURES)}")
-        c = hf_config
+        c = config
         self.config = c
         self.dtype, self.device = dtype, device
         self.num_layers = c.num_hidden_layers
         self.hidden_size = c.hidden_size
         self.num_heads = c.num_attention_heads
-        self.num_kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.num_kv_heads = c.num_key_value_heads
+        self.head_dim = c.head_dim
         self.eps = c.rms_norm_eps
         self.vocab_size = c.vocab_size
         self.scale = self.head_dim**-0.5
-        self.tie_word_embeddings = bool(getattr(c, "tie_word_embeddings", False))
+        self.tie_word_embeddings = c.tie_word_embeddings
         inv_freq, attn_scaling = rope_parameters(c)
         self.cos_sin_cache = build_cos_sin_cache(inv_freq, max_position, attn_scaling).to(device)
         self.weights: dict[str, torch.Tensor] = {}

@@ -1,0 +1,207 @@
+"""Our config.json reader, RoPE frequencies and tokenizer loading agree with transformers, without
+importing transformers' model code in the engine: a cached model loads in a fresh process without the
+seconds of imports that AutoConfig and LlamaRotaryEmbedding cost."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoTokenizer, LlamaConfig, MistralConfig, Qwen2Config
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+from engine.loader import load_model_config, load_tokenizer
+from engine.model_config import ModelConfig
+from engine.models import LlamaForCausalLM
+from engine.models.llama import rope_parameters
+from engine.models.rope import SUPPORTED_ROPE_TYPES, rope_inv_freq
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 128, "intermediate_size": 96}
+
+
+def write_config(folder: Path, config: dict | LlamaConfig) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    if isinstance(config, dict):
+        (folder / "config.json").write_text(json.dumps(config))
+    else:
+        config.save_pretrained(folder)
+    return folder
+
+
+def hf_value(hf, name: str):
+    """What transformers' config (and the model built from it) means by each of our fields."""
+    if name == "head_dim":  # Qwen2Config has no field; its model falls back as we do
+        return getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    if name == "rope_parameters":
+        hf.standardize_rope_params()
+        return {k: v for k, v in hf.rope_parameters.items() if k != "type"}  # legacy alias of rope_type
+    return getattr(hf, name)
+
+
+CONFIGS = {
+    "llama": LlamaConfig(**TINY, num_key_value_heads=2, tie_word_embeddings=True, rms_norm_eps=1e-5),
+    "llama_head_dim": LlamaConfig(**TINY, head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 5e5}),
+    "mistral": MistralConfig(**TINY, max_position_embeddings=4096, eos_token_id=[2, 3]),
+    "qwen2": Qwen2Config(**TINY, num_key_value_heads=1),
+    # Only the keys a model cannot do without: everything else takes the family's default.
+    "llama_minimal": {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4},
+    "mistral_minimal": {"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4},
+    "qwen2_minimal": {"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4},
+    "qwen2_head_dim": {"model_type": "qwen2", "hidden_size": 64, "num_attention_heads": 4, "head_dim": 32},
+    "null_kv_heads": {"model_type": "qwen2", **TINY, "num_key_value_heads": None},
+    "old_rope_scaling": {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], **TINY, "rope_theta": 250000.0,
+        "rope_scaling": {"type": "linear", "factor": 2.0},
+    },
+    "old_rope_theta_only": {"model_type": "qwen2", **TINY, "rope_theta": 1000000.0, "rope_scaling": None},
+    "old_yarn": {
+        "model_type": "qwen2", **TINY, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
+    },
+    "old_llama3": {
+        "model_type": "llama", **TINY, "max_position_embeddings": 131072, "rope_theta": 500000.0,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                         "original_max_position_embeddings": 8192},
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_config_fields_equal_transformers(tmp_path, name):
+    folder = write_config(tmp_path / name, CONFIGS[name])
+    ours, hf = load_model_config(folder), AutoConfig.from_pretrained(folder)
+    for field in dataclasses.fields(ModelConfig):
+        assert getattr(ours, field.name) == hf_value(hf, field.name), field.name
+
+
+def test_default_model_config_equals_transformers(default_model_dir):
+    ours, hf = load_model_config(default_model_dir), AutoConfig.from_pretrained(default_model_dir)
+    for field in dataclasses.fields(ModelConfig):
+        assert getattr(ours, field.name) == hf_value(hf, field.name), field.name
+
+
+def test_unknown_model_type_is_a_clear_error():
+    with pytest.raises(ValueError, match="unsupported model_type 'gpt2'.*llama, mistral, qwen2"):
+        ModelConfig.from_dict({"model_type": "gpt2", "hidden_size": 64, "num_attention_heads": 4})
+    with pytest.raises(ValueError, match="unsupported model_type None"):
+        ModelConfig.from_dict({"hidden_size": 64, "num_attention_heads": 4})
+    # Without model_type the architecture names the family.
+    assert ModelConfig.from_dict({"architectures": ["Qwen2ForCausalLM"], **TINY}).model_type == "qwen2"
+
+
+def test_unknown_architecture_is_a_clear_error():
+    config = ModelConfig.from_dict({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"], **TINY})
+    with pytest.raises(ValueError, match="unsupported architecture LlamaForSequenceClassification"):
+        LlamaForCausalLM(config, torch.float32, torch.device("cpu"), 16)
+
+
+ROPES = {
+    "default": {"rope_type": "default", "rope_theta": 10000.0},
+    "default_int_theta": {"rope_type": "default", "rope_theta": 100000},
+    "linear": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+    "dynamic": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+    "llama3": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 1024},
+    "yarn": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 1024},
+    "yarn_betas_no_truncate": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "beta_fast": 16.0,
+                               "beta_slow": 2.0, "truncate": False, "original_max_position_embeddings": 1024},
+    "yarn_mscale": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.5,
+                    "original_max_position_embeddings": 1024},
+    "yarn_attention_factor": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "attention_factor": 1.5,
+                              "original_max_position_embeddings": 1024},
+    "yarn_original_from_max_len": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 2.0},
+}
+
+
+def assert_same_rope(ours: tuple[torch.Tensor, float], hf: LlamaRotaryEmbedding) -> None:
+    inv_freq, scaling = ours
+    assert inv_freq.dtype == torch.float32
+    torch.testing.assert_close(inv_freq, hf.inv_freq, rtol=1e-6, atol=0)
+    assert scaling == pytest.approx(float(hf.attention_scaling), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(ROPES))
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_rope_equals_transformers(tmp_path, name, head_dim):
+    hf_config = LlamaConfig(**{**TINY, "hidden_size": 4 * head_dim}, max_position_embeddings=4096,
+                            rope_parameters=dict(ROPES[name]))
+    folder = write_config(tmp_path, hf_config)
+    assert_same_rope(rope_parameters(load_model_config(folder)), LlamaRotaryEmbedding(AutoConfig.from_pretrained(folder)))
+
+
+@pytest.mark.parametrize("name", ["old_rope_scaling", "old_yarn", "old_llama3"])
+def test_old_rope_scaling_layout_equals_transformers(tmp_path, name):
+    folder = write_config(tmp_path, CONFIGS[name])
+    assert_same_rope(rope_parameters(load_model_config(folder)), LlamaRotaryEmbedding(AutoConfig.from_pretrained(folder)))
+
+
+def test_partial_rotary_frequencies_equal_transformers_but_the_model_refuses_them(tmp_path):
+    rope = {**ROPES["yarn"], "partial_rotary_factor": 0.5}
+    folder = write_config(tmp_path, LlamaConfig(**TINY, max_position_embeddings=4096, rope_parameters=rope))
+    ours = load_model_config(folder)
+    hf = LlamaRotaryEmbedding(AutoConfig.from_pretrained(folder))
+    assert_same_rope(rope_inv_freq(ours.rope_parameters, ours.head_dim, ours.max_position_embeddings), hf)
+    with pytest.raises(ValueError, match="partial rotary"):
+        rope_parameters(ours)
+
+
+def test_unsupported_rope_type_names_the_supported_ones():
+    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}
+    with pytest.raises(ValueError, match="unsupported rope_type 'longrope'; supported: " + ", ".join(SUPPORTED_ROPE_TYPES)):
+        rope_inv_freq(rope, 16, 4096)
+    with pytest.raises(ValueError, match="needs 'factor'"):
+        rope_inv_freq({"rope_type": "linear", "rope_theta": 10000.0}, 16, 4096)
+
+
+CHAT = [
+    {"role": "system", "content": "Answer in SQL."},
+    {"role": "user", "content": "How many rows? 행은 몇 개?"},
+    {"role": "assistant", "content": "SELECT count(*) FROM t;"},
+    {"role": "user", "content": "And distinct ids?"},
+]
+TOOLS = [{"type": "function", "function": {"name": "run_sql", "description": "Runs a query",
+                                            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
+def test_tokenizer_equals_auto_tokenizer(default_model_dir):
+    ours, auto = load_tokenizer(default_model_dir), AutoTokenizer.from_pretrained(default_model_dir)
+    assert type(ours) is type(auto)
+    for kwargs in ({}, {"add_generation_prompt": True}, {"add_generation_prompt": True, "tools": TOOLS}):
+        assert ours.apply_chat_template(CHAT, tokenize=False, **kwargs) == auto.apply_chat_template(CHAT, tokenize=False, **kwargs)
+        assert ours.apply_chat_template(CHAT, **kwargs) == auto.apply_chat_template(CHAT, **kwargs)
+    for attr in ("chat_template", "eos_token", "eos_token_id", "bos_token", "bos_token_id", "pad_token", "pad_token_id",
+                 "unk_token", "all_special_tokens", "added_tokens_decoder", "model_max_length"):
+        assert getattr(ours, attr) == getattr(auto, attr), attr
+    assert ours.get_vocab() == auto.get_vocab()
+    text = "SELECT name FROM users; -- 사용자 <|im_end|>\n\n  done"
+    assert ours.encode(text) == auto.encode(text)
+    assert ours.decode(ours.encode(text)) == auto.decode(auto.encode(text))
+
+
+def test_model_specific_tokenizer_class_keeps_auto_tokenizer(tmp_path, default_model_dir, monkeypatch):
+    for name in ("tokenizer.json", "chat_template.jinja"):
+        (tmp_path / name).write_bytes((default_model_dir / name).read_bytes())
+    config = json.loads((default_model_dir / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "tokenizer_class": "GPT2Tokenizer"}))
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", lambda folder: ("auto", folder))
+    assert load_tokenizer(tmp_path) == ("auto", str(tmp_path))
+
+
+def test_cached_model_loads_without_transformers_model_code(default_model_dir):
+    """The point of all the above: a fresh process loading the (already converted) default model imports
+    no transformers model or config class and no torch._dynamo, the bulk of the former load time."""
+    code = (
+        "import sys\n"
+        "from engine import LLM\n"
+        "LLM(model='default', num_kv_blocks=64)\n"  # a small KV cache: the budget changes no import
+        "print([m for m in sys.modules if m.startswith(('transformers.models.', 'torch._dynamo'))])\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
