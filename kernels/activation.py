@@ -3,7 +3,8 @@
 import torch
 import torch.nn.functional as F
 
-from kernels.dispatch import use_triton
+from kernels.cpu.fused_ops import CPU_DTYPES, silu_and_mul_cpu
+from kernels.dispatch import use_cpu_kernels, use_triton
 
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
@@ -16,4 +17,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         from kernels.triton.activation import silu_and_mul_triton
 
         return silu_and_mul_triton(x)
+    if use_cpu_kernels(x) and x.dtype in CPU_DTYPES:
+        return silu_and_mul_cpu(x)
     return silu_and_mul_ref(x)

@@ -5,7 +5,8 @@ slot is `block_id * block_size + offset`; slot -1 means "do not store" (padding)
 
 import torch
 
-from kernels.dispatch import use_triton
+from kernels.cpu.fused_ops import store_kv_cpu, supports_store_kv
+from kernels.dispatch import use_cpu_kernels, use_triton
 
 
 def store_kv_ref(
@@ -26,6 +27,8 @@ def store_kv(k, v, k_cache, v_cache, slot_mapping):
         from kernels.triton.cache import store_kv_triton
 
         return store_kv_triton(k, v, k_cache, v_cache, slot_mapping)
+    if use_cpu_kernels(k) and supports_store_kv(k, v, k_cache, v_cache):
+        return store_kv_cpu(k, v, k_cache, v_cache, slot_mapping)
     return store_kv_ref(k, v, k_cache, v_cache, slot_mapping)
 
 

@@ -1,15 +1,23 @@
-"""Linear layers with weights packed once for the CPU.
+"""Linear layers on the CPU: weights packed once for oneDNN, and few-row float32 matmuls in C++.
 
 bf16 (and fp16) matmuls on a CPU go through oneDNN, which re-lays the weight out for its AMX /
 AVX512-BF16 kernels on every `F.linear` call unless the weight is packed beforehand. Packing once at
 load (`torch.ops.mkldnn._reorder_linear_weight`, what torch's own inference compiler does) measured
 1.3-2.2x faster at SmolLM2's shapes for 1 to 300 rows, the batch-1 decode step's main cost. fp32
-and CUDA weights are left as they are (`F.linear` is already the fast path for them)."""
+and CUDA weights are left as they are.
 
+float32 matmuls of 1 to 4 rows (a decode step with a few sequences) go to `sllm_cpu.small_linear`
+on AVX-512 CPUs: it streams the weight once for all rows, with no transpose-and-dispatch per call (see
+csrc/small_linear.cpp for what it measured against MKL); more rows go to `F.linear` (MKL's GEMM)."""
+
+import functools
 import logging
 
 import torch
 import torch.nn.functional as F
+
+from kernels.cpu.attention import best_isa
+from kernels.cpu.build import cpu_kernels_available
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +36,26 @@ def pack(weight: torch.Tensor) -> torch.Tensor | None:
         return None
 
 
+SMALL_LINEAR_MAX_ROWS = 4
+
+
+@functools.cache
+def _small_linear_available() -> bool:
+    return cpu_kernels_available() and best_isa(16) == "avx512"
+
+
+def use_small_linear(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    return (
+        x.dim() == 2 and x.shape[0] <= SMALL_LINEAR_MAX_ROWS and x.dtype == weight.dtype == torch.float32
+        and x.device.type == "cpu" and weight.shape[1] % 16 == 0 and weight.is_contiguous()
+        and _small_linear_available()
+    )
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
            packed: torch.Tensor | None = None) -> torch.Tensor:
-    if packed is None:
-        return F.linear(x, weight, bias)
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    if packed is not None:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    if use_small_linear(x, weight):
+        return torch.ops.sllm_cpu.small_linear(x, weight, bias)
+    return F.linear(x, weight, bias)

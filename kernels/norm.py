@@ -2,7 +2,8 @@
 
 import torch
 
-from kernels.dispatch import use_triton
+from kernels.cpu.fused_ops import rms_norm_cpu, supports_rms_norm
+from kernels.dispatch import use_cpu_kernels, use_triton
 
 
 def rms_norm_ref(
@@ -26,4 +27,6 @@ def rms_norm(x, weight, eps, residual=None):
         from kernels.triton.norm import rms_norm_triton
 
         return rms_norm_triton(x, weight, eps, residual)
+    if use_cpu_kernels(x) and supports_rms_norm(x, weight, residual):
+        return rms_norm_cpu(x, weight, eps, residual)
     return rms_norm_ref(x, weight, eps, residual)

@@ -5,7 +5,8 @@ position serves both. The rotation is the "neox" (rotate-half) layout that HF Ll
 
 import torch
 
-from kernels.dispatch import use_triton
+from kernels.cpu.fused_ops import rotary_embedding_cpu, supports_rotary
+from kernels.dispatch import use_cpu_kernels, use_triton
 
 
 def build_cos_sin_cache(inv_freq: torch.Tensor, max_position: int, scaling: float = 1.0) -> torch.Tensor:
@@ -35,4 +36,6 @@ def rotary_embedding(positions, q, k, cos_sin_cache):
         from kernels.triton.rotary import rotary_embedding_triton
 
         return rotary_embedding_triton(positions, q, k, cos_sin_cache)
+    if use_cpu_kernels(q) and supports_rotary(q, k):
+        return rotary_embedding_cpu(positions, q, k, cos_sin_cache)
     return rotary_embedding_ref(positions, q, k, cos_sin_cache)

@@ -121,6 +121,21 @@ def test_varlen_prefill_matches_reference(isa, dtype, block_size, alibi):
     assert err < TOL[dtype], f"relative error {err:.3g} >= {TOL[dtype]}"
 
 
+@pytest.mark.parametrize("isa", _isas(64))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("alibi", [False, True], ids=["rope", "alibi"])
+@pytest.mark.parametrize(
+    "lens",
+    # One long sequence: its 3 KV-head tasks are split into context partitions. Two sequences, the
+    # short one ending before the second partition starts (an empty partition). One sequence whose
+    # context is too short to split. Five: enough tasks, no split.
+    [[700], [700, 50], [200], [300, 1, 17, 640, 129]],
+    ids=["one-long", "long-and-short", "short", "five"],
+)
+def test_split_context_decode_matches_reference(isa, dtype, alibi, lens):
+    _run_case(isa, dtype, 16, 3, 64, lens, alibi, "head_major", seed=len(lens) + sum(lens))
+
+
 def test_auto_picks_avx512_only_for_head_sizes_divisible_by_16():
     assert best_isa(40) == "generic"
     assert best_isa(64) in ("avx512", "generic")
@@ -128,20 +143,20 @@ def test_auto_picks_avx512_only_for_head_sizes_divisible_by_16():
 
 def test_the_thread_count_does_not_change_the_result():
     gen = torch.Generator().manual_seed(3)
-    lens = [5, 200, 33, 64, 1, 90, 17]
-    k_cache, v_cache, _, _, block_tables = paged_cache(lens, 16, NUM_KV_HEADS, 64, torch.float32, gen)
-    q = torch.randn(len(lens), 9, 64, generator=gen)
-    ctx = torch.tensor(lens, dtype=torch.int32)
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, ctx, 0.125)
-        torch.set_num_threads(2)
-        two = paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, ctx, 0.125)
-    finally:
-        torch.set_num_threads(threads)
-    # Each (sequence, KV head) task runs whole on one thread, so the split cannot change a bit.
-    assert torch.equal(one, two)
+    for lens in ([5, 200, 33, 64, 1, 90, 17], [900]):  # whole tasks; one sequence split into partitions
+        k_cache, v_cache, _, _, block_tables = paged_cache(lens, 16, NUM_KV_HEADS, 64, torch.float32, gen)
+        q = torch.randn(len(lens), 9, 64, generator=gen)
+        ctx = torch.tensor(lens, dtype=torch.int32)
+        threads = torch.get_num_threads()
+        try:
+            torch.set_num_threads(1)
+            one = paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, ctx, 0.125)
+            torch.set_num_threads(2)
+            two = paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, ctx, 0.125)
+        finally:
+            torch.set_num_threads(threads)
+        # Tasks and partitions do not depend on the thread count, and each runs whole on one thread.
+        assert torch.equal(one, two)
 
 
 def test_dispatch_uses_the_kernel_for_cpu_tensors_and_mixed_batches():

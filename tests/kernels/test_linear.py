@@ -1,11 +1,12 @@
-"""Packed CPU linear layers (kernels/linear.py): the same numbers as `F.linear`, and used by the
-engine's bf16 model on the CPU."""
+"""CPU linear layers (kernels/linear.py): packed bf16/fp16 weights and the C++ few-row float32 matmul
+give the same numbers as `F.linear`, and the engine's models use them."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import kernels
+from kernels.linear import use_small_linear
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -24,6 +25,32 @@ def test_packed_linear_equals_f_linear(dtype, rows):
 
 def test_fp32_weights_are_not_packed():
     assert kernels.pack_linear(torch.randn(8, 4)) is None  # F.linear is already the fast fp32 path
+
+
+needs_avx512 = pytest.mark.skipif(
+    not use_small_linear(torch.zeros(1, 16), torch.zeros(1, 16)),
+    reason="no AVX-512 CPU or the C++ CPU kernels are not built",
+)
+
+
+@needs_avx512
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize("out_features", [1, 5, 576, 1003])
+def test_small_linear_equals_f_linear(rows, out_features):
+    gen = torch.Generator().manual_seed(rows * out_features)
+    x = torch.randn(rows, 2 * 576, generator=gen)[:, ::2]  # strided columns: copied once, still right
+    w, b = torch.randn(out_features, 576, generator=gen), torch.randn(out_features, generator=gen)
+    for bias in (None, b):
+        torch.testing.assert_close(kernels.linear(x, w, bias), F.linear(x, w, bias), rtol=1e-5, atol=1e-4)
+
+
+def test_small_linear_only_where_it_applies():
+    use = use_small_linear
+    w = torch.randn(8, 32)
+    assert not use(torch.randn(5, 32), w), "more than four rows go to MKL's GEMM"
+    assert not use(torch.randn(1, 32, dtype=torch.bfloat16), w.bfloat16()), "bf16 has its packed path"
+    assert not use(torch.randn(1, 24), torch.randn(8, 24)), "K must be a multiple of 16"
+    assert not use(torch.randn(1, 32), torch.randn(32, 8).t()), "the weight must be contiguous"
 
 
 def test_a_bf16_engine_packs_its_matmuls_and_agrees_with_fp32(tmp_path):

@@ -1,17 +1,19 @@
 // The op: `torch.ops.sllm_cpu.paged_decode_attention`, decode attention (one query token per sequence)
 // read straight out of the paged KV cache through the block tables, with no gathered copy of K/V.
-// Parallel over (sequence, KV head) with at::parallel_for, so it follows torch.set_num_threads.
+// Parallel over (sequence, KV head) with at::parallel_for, so it follows torch.set_num_threads; a batch
+// of one or two sequences is also split along its context (see num_partitions).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "decode_attention.h"
 
 namespace sllm_cpu {
-namespace {
 
 bool cpu_has_avx512() {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -21,6 +23,47 @@ bool cpu_has_avx512() {
 #else
   return false;
 #endif
+}
+
+namespace {
+
+// Context partitions per (sequence, KV head). A decode batch of one or two sequences has fewer tasks
+// than a machine has threads (SmolLM2 has 3 KV heads), and a task's K/V stream, cold in memory after
+// the weights went through the caches, is read at a fraction of the bandwidth that several streams
+// get; so such batches are split into partitions of at least kMinPartitionTokens tokens until there
+// are about kTargetTasks tasks. Independent of the thread count, so results do not depend on it.
+constexpr int64_t kTargetTasks = 8;
+constexpr int64_t kMinPartitionTokens = 128;
+
+int64_t num_partitions(int64_t tasks, int64_t max_ctx) {
+  if (tasks >= kTargetTasks) return 1;
+  const int64_t wanted = (kTargetTasks + tasks - 1) / tasks;
+  return std::max<int64_t>(1, std::min<int64_t>(wanted, max_ctx / kMinPartitionTokens));
+}
+
+// Merges the partitions' online-softmax states: each accumulator and sum is rescaled from its own
+// running max to the overall one, as the block loop does between blocks.
+void combine_partitions(const DecodeProblem& p, int64_t batch) {
+  const int64_t parts = p.num_parts, d = p.head_dim;
+  at::parallel_for(0, batch * p.num_q_heads, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t first = row * parts;
+      float m = -INFINITY;
+      for (int64_t j = 0; j < parts; ++j) m = std::max(m, p.part_max[first + j]);
+      float* out = p.out + row * d;
+      std::fill(out, out + d, 0.0f);
+      if (m == -INFINITY) continue;  // an empty context: zeros, as the unsplit task writes
+      float sum = 0.0f;
+      for (int64_t j = 0; j < parts; ++j) {
+        const float w = std::exp(p.part_max[first + j] - m);
+        sum += p.part_sum[first + j] * w;
+        const float* acc = p.part_acc + (first + j) * d;
+        for (int64_t i = 0; i < d; ++i) out[i] += acc[i] * w;
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t i = 0; i < d; ++i) out[i] *= inv;
+    }
+  });
 }
 
 // The code path `isa` ("auto", "avx512" or "generic") resolves to for head size `head_dim`.
@@ -109,10 +152,25 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
   p.head_dim = head_dim;
   p.block_size = block_size;
 
+  int64_t max_ctx = 0;
+  for (int64_t b = 0; b < batch; ++b) max_ctx = std::max<int64_t>(max_ctx, len_ptr[b]);
+  p.num_parts = num_partitions(batch * num_kv_heads, max_ctx);
+  p.partition_tokens = (max_ctx + p.num_parts - 1) / p.num_parts;
+  p.partition_tokens = (p.partition_tokens + block_size - 1) / block_size * block_size;
+  at::Tensor partials;
+  if (p.num_parts > 1) {
+    const int64_t slots = batch * num_q_heads * p.num_parts;
+    partials = at::empty({slots * (head_dim + 2)}, q.options().dtype(at::kFloat));
+    p.part_acc = partials.data_ptr<float>();
+    p.part_max = p.part_acc + slots * head_dim;
+    p.part_sum = p.part_max + slots;
+  }
+
   const auto task = path == "avx512" ? decode_task_avx512 : decode_task_generic;
   const int64_t group = num_q_heads / num_kv_heads;
   const int64_t scratch_floats = group * block_size + 2 * block_size * head_dim + group * head_dim + 3 * group;
-  at::parallel_for(0, batch * num_kv_heads, 1, [&](int64_t begin, int64_t end) {
+  const int64_t parts = p.num_parts;
+  at::parallel_for(0, batch * num_kv_heads * parts, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> buf(scratch_floats);
     float* f = buf.data();
     Scratch s{};
@@ -123,8 +181,11 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
     s.row_max = s.acc + group * head_dim;
     s.row_sum = s.row_max + group;
     s.alpha = s.row_sum + group;
-    for (int64_t i = begin; i < end; ++i) task(p, i / num_kv_heads, i % num_kv_heads, s);
+    for (int64_t i = begin; i < end; ++i) {
+      task(p, i / (num_kv_heads * parts), i / parts % num_kv_heads, i % parts, s);
+    }
   });
+  if (parts > 1) combine_partitions(p, batch);
   return out.to(q.scalar_type());
 }
 

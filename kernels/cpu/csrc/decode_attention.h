@@ -10,6 +10,9 @@
 
 namespace sllm_cpu {
 
+// The CPU runs AVX-512 (F, BW, VL, DQ): the paths in *_avx512.cpp may be called.
+bool cpu_has_avx512();
+
 enum class KvType { F32, BF16, F16 };
 
 struct DecodeProblem {
@@ -28,6 +31,15 @@ struct DecodeProblem {
   int64_t num_kv_heads;
   int64_t head_dim;
   int64_t block_size;
+  // Split-context ("flash-decoding") mode, for batches with fewer (sequence, KV head) tasks than
+  // threads: task `part` covers tokens [part * partition_tokens, +partition_tokens) and writes its
+  // unnormalised accumulator, running max and sum to the part_* arrays, indexed
+  // [(seq * num_q_heads + head) * num_parts + part]; the op combines them. num_parts 1: no split.
+  int64_t num_parts;
+  int64_t partition_tokens;
+  float* part_acc;  // [..., D]
+  float* part_max;
+  float* part_sum;
 };
 
 // Per-thread work buffers, sized by the op for one (sequence, KV head) task.
@@ -41,8 +53,9 @@ struct Scratch {
   float* alpha;    // [group]: rescale factor of acc for the current block
 };
 
-// Attention of one sequence's query heads that share KV head `kv_head`; writes their output rows.
-void decode_task_generic(const DecodeProblem& p, int64_t seq, int64_t kv_head, const Scratch& s);
-void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, const Scratch& s);
+// Attention of one sequence's query heads that share KV head `kv_head`, over context partition `part`;
+// writes their output rows (or, when split, their partial results).
+void decode_task_generic(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s);
+void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s);
 
 }  // namespace sllm_cpu

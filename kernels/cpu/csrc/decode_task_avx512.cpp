@@ -150,14 +150,14 @@ struct Avx512Ops {
 
 }  // namespace
 
-void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, const Scratch& s) {
+void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s) {
   switch (p.kv_type) {
     case KvType::F32:
-      return decode_task_impl<Avx512Ops, KvType::F32>(p, seq, kv_head, s);
+      return decode_task_impl<Avx512Ops, KvType::F32>(p, seq, kv_head, part, s);
     case KvType::BF16:
-      return decode_task_impl<Avx512Ops, KvType::BF16>(p, seq, kv_head, s);
+      return decode_task_impl<Avx512Ops, KvType::BF16>(p, seq, kv_head, part, s);
     case KvType::F16:
-      return decode_task_impl<Avx512Ops, KvType::F16>(p, seq, kv_head, s);
+      return decode_task_impl<Avx512Ops, KvType::F16>(p, seq, kv_head, part, s);
   }
 }
 
@@ -170,8 +170,8 @@ void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, co
 #include "decode_attention.h"
 
 namespace sllm_cpu {
-void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, const Scratch& s) {
-  decode_task_generic(p, seq, kv_head, s);
+void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s) {
+  decode_task_generic(p, seq, kv_head, part, s);
 }
 }  // namespace sllm_cpu
 

@@ -76,14 +76,14 @@ struct GenericOps {
 
 }  // namespace
 
-void decode_task_generic(const DecodeProblem& p, int64_t seq, int64_t kv_head, const Scratch& s) {
+void decode_task_generic(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s) {
   switch (p.kv_type) {
     case KvType::F32:
-      return decode_task_impl<GenericOps, KvType::F32>(p, seq, kv_head, s);
+      return decode_task_impl<GenericOps, KvType::F32>(p, seq, kv_head, part, s);
     case KvType::BF16:
-      return decode_task_impl<GenericOps, KvType::BF16>(p, seq, kv_head, s);
+      return decode_task_impl<GenericOps, KvType::BF16>(p, seq, kv_head, part, s);
     case KvType::F16:
-      return decode_task_impl<GenericOps, KvType::F16>(p, seq, kv_head, s);
+      return decode_task_impl<GenericOps, KvType::F16>(p, seq, kv_head, part, s);
   }
 }
 

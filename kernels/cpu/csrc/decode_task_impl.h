@@ -51,7 +51,7 @@ inline void prefetch_rows(const Elem* rows, int64_t stride, int64_t n, int64_t d
 }
 
 template <class Ops, KvType KT>
-inline void decode_task_impl(const DecodeProblem& p, int64_t seq, int64_t kv_head, const Scratch& s) {
+inline void decode_task_impl(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s) {
   using Elem = typename KvElem<KT>::type;
   const int64_t group = p.num_q_heads / p.num_kv_heads;
   const int64_t d = p.head_dim;
@@ -69,15 +69,18 @@ inline void decode_task_impl(const DecodeProblem& p, int64_t seq, int64_t kv_hea
   }
   for (int64_t i = 0; i < group * d; ++i) s.acc[i] = 0.0f;
 
-  for (int64_t start = 0; start < ctx; start += bs) {
-    const int64_t n = ctx - start < bs ? ctx - start : bs;
+  // This task's slice of the context; partitions are whole blocks, so `start` stays block-aligned.
+  const int64_t begin = p.num_parts > 1 ? part * p.partition_tokens : 0;
+  const int64_t end = p.num_parts > 1 && begin + p.partition_tokens < ctx ? begin + p.partition_tokens : ctx;
+  for (int64_t start = begin; start < end; start += bs) {
+    const int64_t n = end - start < bs ? end - start : bs;
     const int64_t block = table[start / bs];
-    if (start + bs < ctx) {
+    if (start + bs < end) {
       // Blocks are scattered (a 16-token fp32 block of one head is exactly one 4 KiB page), so the
       // hardware prefetcher, which stops at page boundaries, never runs ahead: fetch the next block's
       // K and V while this one is computed.
       const int64_t next = table[start / bs + 1];
-      const int64_t next_n = ctx - start - bs < bs ? ctx - start - bs : bs;
+      const int64_t next_n = end - start - bs < bs ? end - start - bs : bs;
       prefetch_rows(k_head + next * p.k_strides[0], p.k_strides[1], next_n, d);
       prefetch_rows(v_head + next * p.v_strides[0], p.v_strides[1], next_n, d);
     }
@@ -102,6 +105,15 @@ inline void decode_task_impl(const DecodeProblem& p, int64_t seq, int64_t kv_hea
     Ops::accumulate(s.scores, s.alpha, group, d, v, v_stride, n, s.acc);
   }
 
+  if (p.num_parts > 1) {
+    for (int64_t g = 0; g < group; ++g) {
+      const int64_t slot = (seq * p.num_q_heads + first_head + g) * p.num_parts + part;
+      p.part_max[slot] = s.row_max[g];  // -inf and 0 for a partition past the end of the context
+      p.part_sum[slot] = s.row_sum[g];
+      for (int64_t i = 0; i < d; ++i) p.part_acc[slot * d + i] = s.acc[g * d + i];
+    }
+    return;
+  }
   float* out = p.out + (seq * p.num_q_heads + first_head) * d;
   for (int64_t g = 0; g < group; ++g) {
     // An empty context (never scheduled by the engine) yields zeros rather than 0/0.

@@ -1,0 +1,44 @@
+"""The per-layer small ops through the C++ kernels of `csrc/fused_ops.cpp`: one call each instead of
+5 to 15 ATen ops, which at batch 1 is most of what a decode step spends outside the matmuls.
+
+Same contracts as the torch references in `kernels.norm`, `kernels.rotary`, `kernels.cache` and
+`kernels.activation`; `supports_*` say which inputs the C++ code takes (the rest stay on the reference)."""
+
+from __future__ import annotations
+
+import torch
+
+CPU_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def supports_rms_norm(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor | None) -> bool:
+    ok = x.dtype in CPU_DTYPES and weight.dtype in (x.dtype, torch.float32)
+    return ok and (residual is None or (residual.dtype == x.dtype and residual.shape == x.shape))
+
+
+def rms_norm_cpu(x, weight, eps, residual=None):
+    if residual is None:
+        return torch.ops.sllm_cpu.rms_norm(x, weight, float(eps))
+    return torch.ops.sllm_cpu.fused_add_rms_norm(x, residual, weight, float(eps))
+
+
+def supports_rotary(q: torch.Tensor, k: torch.Tensor) -> bool:
+    return q.dtype in CPU_DTYPES and k.dtype == q.dtype and q.stride(-1) == 1 and k.stride(-1) == 1
+
+
+def rotary_embedding_cpu(positions, q, k, cos_sin_cache):
+    torch.ops.sllm_cpu.rotary_embedding(positions, q, k, cos_sin_cache)
+    return q, k
+
+
+def supports_store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    same = k.dtype == v.dtype == k_cache.dtype == v_cache.dtype and k.dtype in CPU_DTYPES
+    return same and k.stride(-1) == 1 and v.stride(-1) == 1 and k_cache.stride(-1) == 1 and v_cache.stride(-1) == 1
+
+
+def store_kv_cpu(k, v, k_cache, v_cache, slot_mapping):
+    torch.ops.sllm_cpu.store_kv(k, v, k_cache, v_cache, slot_mapping)
+
+
+def silu_and_mul_cpu(x):
+    return torch.ops.sllm_cpu.silu_and_mul(x)
