@@ -12,6 +12,8 @@ import torch.nn.functional as F
 import kernels
 from engine.model_config import ModelConfig
 from engine.models.rope import rope_inv_freq
+from kernels.cpu.fused_ops import decode_layers_cpu
+from kernels.linear import SMALL_LINEAR_MAX_ROWS, use_small_linear
 from kernels.rotary import build_cos_sin_cache
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
@@ -90,6 +92,20 @@ class LlamaForCausalLM:
             if packed is None:
                 break
             self.packed[name] = packed
+        self.decode_layers = self._decode_layer_lists()
+
+    def _decode_layer_lists(self) -> dict[str, list[torch.Tensor]] | None:
+        """Per-layer weight lists for the one-call C++ decode path (`decode_layers_cpu`), or None where
+        it does not apply: it takes fp32 CPU weights that the few-row C++ matmul can read."""
+        w = self.weights
+        names = ("in_norm", "qkv", "o", "post_norm", "gate_up", "down")
+        lists = {n: [w[f"model.layers.{i}.{n}"] for i in range(self.num_layers)] for n in names}
+        lists["qkv_bias"] = [w[f"model.layers.{i}.qkv_bias"] for i in range(self.num_layers)
+                             if f"model.layers.{i}.qkv_bias" in w]
+        matrices = lists["qkv"] + lists["o"] + lists["gate_up"] + lists["down"]
+        if not all(use_small_linear(torch.empty(1, m.shape[1], dtype=m.dtype, device=m.device), m) for m in matrices):
+            return None
+        return lists
 
     def _linear(self, x: torch.Tensor, name: str, bias: torch.Tensor | None = None) -> torch.Tensor:
         return kernels.linear(x, self.weights[name], bias, self.packed.get(name))
@@ -107,6 +123,12 @@ class LlamaForCausalLM:
         t = input_ids.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = F.embedding(input_ids, w["embed"])
+        if meta.all_decode and self.decode_layers is not None and t <= SMALL_LINEAR_MAX_ROWS:
+            return decode_layers_cpu(
+                x, positions, self.cos_sin_cache, self.decode_layers, w["norm"],
+                [kc for kc, _ in kv_caches], [vc for _, vc in kv_caches], meta.slot_mapping, meta.block_tables,
+                meta.context_lens, eps=self.eps, scale=self.scale, num_heads=hq, num_kv_heads=hkv, head_dim=d,
+            )
         residual = None
         for i in range(self.num_layers):
             p = f"model.layers.{i}."

@@ -24,9 +24,9 @@ log = logging.getLogger(__name__)
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = (
     "decode_attention.cpp", "decode_task_generic.cpp", "decode_task_avx512.cpp", "fused_ops.cpp",
-    "small_linear.cpp", "small_linear_avx512.cpp",
+    "small_linear.cpp", "small_linear_avx512.cpp", "decode_layers.cpp",
 )
-HEADERS = ("decode_attention.h", "decode_task_impl.h", "small_linear.h")
+HEADERS = ("decode_attention.h", "decode_task_impl.h", "small_linear.h", "ops.h")
 # No -march: the library may sit in a cache shared with other machines. AVX-512 code is confined to
 # the *_avx512.cpp files (enabled by a pragma there) and chosen at run time. OpenMP must be on for
 # at::parallel_for, whose parallel region is compiled into this library from ATen's headers.

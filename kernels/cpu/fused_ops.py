@@ -42,3 +42,16 @@ def store_kv_cpu(k, v, k_cache, v_cache, slot_mapping):
 
 def silu_and_mul_cpu(x):
     return torch.ops.sllm_cpu.silu_and_mul(x)
+
+
+def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list[torch.Tensor]], final_norm,
+                      k_caches, v_caches, slot_mapping, block_tables, context_lens, *, eps: float, scale: float,
+                      num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
+    """Every decoder layer and the final norm of a decode step of 1 to 4 fp32 rows in one C++ call
+    (`csrc/decode_layers.cpp`); the reference is the model's own layer loop. `layers` holds per-layer
+    lists: in_norm, qkv, qkv_bias (empty without biases), o, post_norm, gate_up, down."""
+    return torch.ops.sllm_cpu.decode_layers(
+        x, positions, cos_sin_cache, layers["in_norm"], layers["qkv"], layers["qkv_bias"], layers["o"],
+        layers["post_norm"], layers["gate_up"], layers["down"], final_norm, k_caches, v_caches, slot_mapping,
+        block_tables, context_lens, float(eps), float(scale), num_heads, num_kv_heads, head_dim,
+    )

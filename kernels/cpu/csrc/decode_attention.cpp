@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "decode_attention.h"
+#include "ops.h"
 
 namespace sllm_cpu {
 
@@ -90,6 +91,8 @@ KvType kv_type(const at::Tensor& cache) {
       TORCH_CHECK(false, "sllm_cpu: unsupported KV cache dtype ", cache.scalar_type());
   }
 }
+
+}  // namespace
 
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
@@ -191,7 +194,6 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
 
 std::string best_isa(int64_t head_dim) { return resolve_isa("auto", head_dim); }
 
-}  // namespace
 }  // namespace sllm_cpu
 
 TORCH_LIBRARY(sllm_cpu, m) {

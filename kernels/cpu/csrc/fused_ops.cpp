@@ -17,14 +17,15 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops.h"
+
 namespace sllm_cpu {
-namespace {
 
 // Rows of `width` elements per parallel chunk: about 16K elements, so a decode step's single row runs
 // on the calling thread and a long prefill spreads over all of them.
-int64_t grain_rows(int64_t width) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, width)); }
+static int64_t grain_rows(int64_t width) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, width)); }
 
-void check_cpu(const at::Tensor& t, const char* name) {
+static void check_cpu(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.device().is_cpu(), "sllm_cpu: ", name, " must be a CPU tensor");
 }
 
@@ -64,11 +65,11 @@ void norm_row(const T* x, const W* w, O* out, int64_t n, float eps) {
   }
 }
 
-at::Tensor norm_out(const at::Tensor& x, const at::Tensor& weight) {
+static at::Tensor norm_out(const at::Tensor& x, const at::Tensor& weight) {
   return at::empty(x.sizes(), x.options().dtype(at::promote_types(x.scalar_type(), weight.scalar_type())));
 }
 
-void check_norm(const at::Tensor& x, const at::Tensor& weight) {
+static void check_norm(const at::Tensor& x, const at::Tensor& weight) {
   check_cpu(x, "x");
   check_cpu(weight, "weight");
   TORCH_CHECK(weight.dim() == 1 && x.dim() >= 1 && x.size(-1) == weight.size(0),
@@ -90,7 +91,7 @@ void norm_rows(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out, d
   });
 }
 
-void norm_into(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out, double eps) {
+static void norm_into(const at::Tensor& x, const at::Tensor& weight, at::Tensor& out, double eps) {
   SLLM_DISPATCH_FLOATS(x.scalar_type(), "rms_norm", [&] {
     if (weight.scalar_type() == at::kFloat) {
       norm_rows<scalar_t, float>(x, weight, out, eps);
@@ -252,7 +253,6 @@ at::Tensor silu_and_mul(const at::Tensor& x_in) {
   return out;
 }
 
-}  // namespace
 }  // namespace sllm_cpu
 
 TORCH_LIBRARY_FRAGMENT(sllm_cpu, m) {

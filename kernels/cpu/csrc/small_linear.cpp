@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "decode_attention.h"
+#include "ops.h"
 #include "small_linear.h"
 
 namespace sllm_cpu {
@@ -15,6 +16,8 @@ namespace {
 
 // Weight rows per thread at the least: 64 rows of 576 floats is ~150 KB, well above the fork cost.
 constexpr int64_t kMinRowsPerThread = 64;
+
+}  // namespace
 
 at::Tensor small_linear(const at::Tensor& x_in, const at::Tensor& weight, const std::optional<at::Tensor>& bias_in) {
   TORCH_CHECK(cpu_has_avx512(), "sllm_cpu: small_linear needs an AVX-512 CPU");
@@ -48,7 +51,6 @@ at::Tensor small_linear(const at::Tensor& x_in, const at::Tensor& weight, const 
   return y;
 }
 
-}  // namespace
 }  // namespace sllm_cpu
 
 TORCH_LIBRARY_FRAGMENT(sllm_cpu, m) {

@@ -1,0 +1,24 @@
+// The library's ops as C++ functions, for ops that compose others (decode_layers.cpp) without going
+// through the dispatcher. Each is registered under the same name in `torch.ops.sllm_cpu`.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <tuple>
+
+namespace sllm_cpu {
+
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
+                                  const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa);
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
+                                                      const at::Tensor& weight, double eps);
+void rotary_embedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k, const at::Tensor& cos_sin_cache);
+void store_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
+              const at::Tensor& slot_mapping);
+at::Tensor silu_and_mul(const at::Tensor& x);
+at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias);
+
+}  // namespace sllm_cpu
