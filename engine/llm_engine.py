@@ -104,6 +104,10 @@ class LLMEngine:
         bad = [t for t in params.stop_token_ids if not 0 <= t < self.vocab_size]
         if bad:
             raise InvalidRequestError(f"unknown stop_token_ids {bad}: vocabulary size is {self.vocab_size}", "stop_token_ids")
+        bad = [t for t in params.logit_bias if t >= self.vocab_size]
+        if bad:
+            raise InvalidRequestError(f"logit_bias has unknown token ids {bad[:5]}: vocabulary size is {self.vocab_size}",
+                                      "logit_bias")
         n = len(token_ids)
         if n >= self.max_model_len:
             raise InvalidRequestError(

@@ -71,10 +71,14 @@ class Sampler:
             if s.params.repetition_penalty != 1.0 or s.params.presence_penalty or s.params.frequency_penalty
         ]
         short = [i for i, s in enumerate(seqs) if s.num_output_tokens < s.params.min_tokens]
+        biased = [i for i, s in enumerate(seqs) if s.params.logit_bias]
         guided = [i for i, s in enumerate(seqs) if s.matcher is not None] if self.guided is not None else []
-        if not penal and not short and not guided:
+        if not penal and not short and not guided and not biased:
             return logits
         logits = logits.clone()
+        for i in biased:
+            bias = seqs[i].params.logit_bias
+            logits[i, list(bias)] += torch.tensor(list(bias.values()), dtype=logits.dtype)
         if penal:
             _apply_penalties(logits, seqs, penal)
         for i in short:

@@ -7,6 +7,7 @@ from engine.errors import InvalidRequestError
 
 MAX_N = 128
 MAX_LOGPROBS = 20
+MAX_LOGIT_BIAS = 100.0  # OpenAI's range: -100 bans a token, 100 all but forces it
 
 
 @dataclass
@@ -31,12 +32,15 @@ class SamplingParams:
     # Grammar-constrained decoding: {"json_schema": ...} | {"json_object": True} | {"regex": ...} |
     # {"grammar": ...} | {"structural_tag": ...}; compiled by the engine's guided-decoding backend.
     guided: dict[str, Any] | None = None
+    # token id -> value added to its logit before sampling (OpenAI's logit_bias; -100 all but bans it)
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
+        self.logit_bias = dict(self.logit_bias or {})
         self.validate()
 
     @property
@@ -74,3 +78,8 @@ class SamplingParams:
             raise bad("at most 16 stop sequences are allowed", "stop")
         if self.seed is not None and not isinstance(self.seed, int):
             raise bad("seed must be an integer", "seed")
+        for token, value in self.logit_bias.items():
+            if not isinstance(token, int) or token < 0:
+                raise bad(f"logit_bias keys must be token ids (non-negative integers), got {token!r}", "logit_bias")
+            if not isinstance(value, int | float) or not -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS:
+                raise bad(f"logit_bias values must be in [-100, 100], got {value!r} for token {token}", "logit_bias")

@@ -13,6 +13,18 @@ def _stops(stop: str | list[str] | None) -> list[str]:
     return [stop] if isinstance(stop, str) else list(stop)
 
 
+def _logit_bias(raw: dict[str, float] | None) -> dict[int, float]:
+    """OpenAI sends token ids as JSON object keys, so as strings."""
+    out: dict[int, float] = {}
+    for key, value in (raw or {}).items():
+        try:
+            token = int(key)
+        except (TypeError, ValueError):
+            raise APIError(400, f"logit_bias keys must be token ids, got {key!r}", param="logit_bias") from None
+        out[token] = value
+    return out
+
+
 def sampling_params(
     req: SamplingExtras,
     *,
@@ -27,8 +39,6 @@ def sampling_params(
     frequency_penalty: float = 0.0,
     guided: dict[str, Any] | None = None,
 ) -> SamplingParams:
-    if req.logit_bias:
-        raise APIError(400, "logit_bias is not supported by this server", param="logit_bias")
     extras: dict[str, Any] = {
         k: v
         for k, v in {
@@ -55,5 +65,6 @@ def sampling_params(
         include_stop_str_in_output=req.include_stop_str_in_output,
         skip_special_tokens=req.skip_special_tokens,
         guided=guided,
+        logit_bias=_logit_bias(req.logit_bias),
         **extras,
     )

@@ -94,6 +94,18 @@ def test_penalties_and_min_tokens(engine):
     assert len(out.token_ids) == 8 and all(t % 2 == 0 or t < 3 for t in out.token_ids[:7])
 
 
+def test_logit_bias_forces_and_bans_tokens(engine):
+    engine.add_request("free", [11, 12, 13], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    free = drain(engine)["free"].outputs[0].token_ids
+    engine.add_request("ban", [11, 12, 13], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True,
+                                                           logit_bias={free[0]: -100}))
+    assert drain(engine)["ban"].outputs[0].token_ids[0] != free[0]
+    engine.add_request("force", [11, 12, 13], SamplingParams(temperature=0.8, seed=1, max_tokens=6, ignore_eos=True,
+                                                             logit_bias={777: 100}))
+    assert drain(engine)["force"].outputs[0].token_ids == [777] * 6  # sampled, but +100 leaves no other choice
+    engine.block_manager.check_no_leak()
+
+
 def test_logprobs_with_alternatives(engine):
     engine.add_request("lp", [11, 12, 13], SamplingParams(temperature=0, max_tokens=4, logprobs=3))
     out = drain(engine)["lp"].outputs[0]
@@ -111,6 +123,7 @@ def test_logprobs_with_alternatives(engine):
         ([1] * 2000, {}, "prompt"),
         ([1, 2, 3], {"max_tokens": 5000}, "max_tokens"),
         ([1, 2, 3], {"stop_token_ids": [10**9]}, "stop_token_ids"),
+        ([1, 2, 3], {"logit_bias": {10**9: 1.0}}, "logit_bias"),
         ([1, 2, 10**9], {}, "prompt"),
     ],
 )
@@ -124,7 +137,8 @@ def test_bad_requests_are_refused_clearly(engine, prompt, params, param):
 @pytest.mark.parametrize(
     "params",
     [{"temperature": -1}, {"top_p": 0}, {"top_k": 0}, {"n": 0}, {"n": 10**6}, {"max_tokens": -5},
-     {"logprobs": 1000}, {"presence_penalty": 9}, {"min_p": 2}, {"stop": [""]}],
+     {"logprobs": 1000}, {"presence_penalty": 9}, {"min_p": 2}, {"stop": [""]}, {"logit_bias": {5: 101}},
+     {"logit_bias": {-1: 1}}, {"logit_bias": {"5": 1}}],
 )
 def test_absurd_parameters_are_refused(params):
     with pytest.raises(InvalidRequestError):

@@ -46,6 +46,23 @@ def test_completion_greedy_stream_matches_plain(client):
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
 
+def test_logit_bias_forces_and_bans_tokens(client):
+    """OpenAI's logit_bias: token ids as string keys, +100 all but forces a token, -100 bans it."""
+    from engine.loader import load_tokenizer, resolve_model
+
+    tok = load_tokenizer(resolve_model("default"))
+    (x,) = tok.encode("X", add_special_tokens=False)
+    forced = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=4,
+                                       temperature=0.7, seed=3, logit_bias={str(x): 100})
+    assert forced.choices[0].text == "XXXX"
+    args = dict(model=MODEL, messages=[{"role": "user", "content": "What is the capital of France?"}],
+                max_tokens=4, temperature=0)
+    free = client.chat.completions.create(**args).choices[0].message.content
+    first = tok.encode(free, add_special_tokens=False)[0]
+    banned = client.chat.completions.create(**args, logit_bias={str(first): -100}).choices[0].message.content
+    assert tok.encode(banned, add_special_tokens=False)[0] != first
+
+
 def test_completion_n2_and_logprobs(client):
     r = client.completions.create(model=MODEL, prompt="I like", max_tokens=6, n=2, logprobs=2, seed=7,
                                   extra_body={"ignore_eos": True})
