@@ -1,6 +1,6 @@
 """Attention and fused ops. Every op has a plain torch reference (the contract) and a Triton kernel
-(the CUDA path); on the CPU, attention, RMSNorm, rotary, the KV store, SiLU-and-mul and few-row fp32
-matmuls run C++ kernels (`kernels.cpu`, built at first use). `kernels.dispatch` picks one per call."""
+(the CUDA path); on the CPU, attention, RMSNorm, rotary, the KV store and few-row fp32 matmuls run
+C++ kernels (`kernels.cpu`, built at first use). `kernels.dispatch` picks one per call."""
 
 from kernels.activation import silu_and_mul
 from kernels.attention import paged_attention, paged_decode_attention

@@ -3,8 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from kernels.cpu.fused_ops import CPU_DTYPES, silu_and_mul_cpu
-from kernels.dispatch import use_cpu_kernels, use_triton
+from kernels.dispatch import use_triton
 
 
 def silu_and_mul_ref(x: torch.Tensor) -> torch.Tensor:
@@ -17,6 +16,4 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         from kernels.triton.activation import silu_and_mul_triton
 
         return silu_and_mul_triton(x)
-    if use_cpu_kernels(x) and x.dtype in CPU_DTYPES:
-        return silu_and_mul_cpu(x)
     return silu_and_mul_ref(x)

@@ -1,10 +1,11 @@
-"""`sllm bench kernels --cpu`: the C++ CPU attention kernels against the torch references.
+"""`sllm bench kernels --cpu`: the C++ CPU kernels against the torch references.
 
 Times paged decode attention (the engine's decode step) and varlen prefill attention at SmolLM2's
 head shapes by default, for each code path this CPU can run (AVX-512, generic C++) and each KV dtype,
 on a cache in the engine's head-major layout with shuffled blocks. Decode attention is memory-bound,
 so its row also turns the K/V bytes it must read into GB/s, as a fraction of a large `copy_` measured
-first. The machine's load average is printed: on a shared machine the numbers move with it."""
+first. The layer's small ops and few-row matmuls follow (`bench_layer_ops.py`). The machine's load
+average is printed: on a shared machine the numbers move with it."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from kernels.bench import (
     rel_err,
 )
 from kernels.cpu.attention import best_isa, paged_attention_cpu, paged_decode_attention_cpu
+from kernels.cpu.bench_layer_ops import layer_op_cases, small_linear_cases
 from kernels.cpu.build import cpu_kernels_available
 
 
@@ -138,6 +140,9 @@ def cpu_main(
     *,
     min_seconds: float = 0.5,
     copy_bytes: int = 1 << 28,
+    hidden: int = 576,
+    intermediate: int = 1536,
+    long_context: int = 2048,
 ) -> list[Row]:
     """Benchmarks the C++ CPU kernels and prints a table; returns its rows. The defaults are the
     offline benchmark's decode step on SmolLM2-135M (batch 32, 386-token prompts + 128 new tokens)."""
@@ -160,9 +165,16 @@ def cpu_main(
         dt = DTYPES[name]
         cases = [
             decode_case(batch, context, *heads, dt, isa),
+            # One sequence: its few (sequence, KV head) tasks are split along the context.
+            decode_case(1, long_context, *heads, dt, isa),
             prefill_case([prefill_len] * 4, [0] * 4, *heads, dt, isa),
             prefill_case([half] * 4, [half] * 4, *heads, dt, isa),
         ]
+        if isa == isas[0]:  # the small ops and matmuls pick their own path
+            for rows_ in (1, prefill_len):
+                cases += layer_op_cases(rows_, hidden, num_q_heads, num_kv_heads, head_dim, dt)
+            if name == "float32":
+                cases += small_linear_cases(hidden, intermediate)
         for case in cases:
             row = time_case(case, copy_gbps, min_seconds)
             row.shape = f"{name} {row.shape}"

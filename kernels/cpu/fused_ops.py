@@ -1,8 +1,8 @@
 """The per-layer small ops through the C++ kernels of `csrc/fused_ops.cpp`: one call each instead of
 5 to 15 ATen ops, which at batch 1 is most of what a decode step spends outside the matmuls.
 
-Same contracts as the torch references in `kernels.norm`, `kernels.rotary`, `kernels.cache` and
-`kernels.activation`; `supports_*` say which inputs the C++ code takes (the rest stay on the reference)."""
+Same contracts as the torch references in `kernels.norm`, `kernels.rotary` and `kernels.cache`;
+`supports_*` say which inputs the C++ code takes (the rest stay on the reference)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,6 @@ def supports_store_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v
 
 def store_kv_cpu(k, v, k_cache, v_cache, slot_mapping):
     torch.ops.sllm_cpu.store_kv(k, v, k_cache, v_cache, slot_mapping)
-
-
-def silu_and_mul_cpu(x):
-    return torch.ops.sllm_cpu.silu_and_mul(x)
 
 
 def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list[torch.Tensor]], final_norm,

@@ -224,11 +224,15 @@ def test_cpu_benchmark_dry_run():
     from kernels.cpu.bench import cpu_main
 
     lines: list[str] = []
-    rows = cpu_main(4, 40, 6, 2, 64, 16, ("float32", "bfloat16"), 24, lines.append, min_seconds=0.0, copy_bytes=1 << 16)
+    rows = cpu_main(4, 40, 6, 2, 64, 16, ("float32", "bfloat16"), 24, lines.append, min_seconds=0.0,
+                    copy_bytes=1 << 16, hidden=64, intermediate=96, long_context=300)
     text = "\n".join(lines)
     assert "memory copy bandwidth" in text and "correctness failure" not in text, text
     paths = 2 if best_isa(64) == "avx512" else 1
-    assert len(rows) == 2 * paths * 3
+    attention = [r for r in rows if "attention" in r.name]
+    assert len(attention) == 2 * paths * 4
+    assert len([r for r in rows if r.name.endswith("[C++]")]) == 2 * 2 * 3  # 3 small ops, 2 sizes, 2 dtypes
+    assert len([r for r in rows if r.name.startswith("small_linear")]) == (2 if paths == 2 else 0)
     assert all(r.err <= r.tol and r.ms and r.ref_ms for r in rows)
     decode = [r for r in rows if r.name.startswith("paged_decode")]
     assert all(r.gbps and r.frac for r in decode)

@@ -1,5 +1,5 @@
-"""The C++ CPU small ops (kernels/cpu/csrc/fused_ops.cpp) against the torch references, called through
-the public `kernels.*` functions, which pick them for CPU tensors."""
+"""The C++ CPU small ops (kernels/cpu/csrc/fused_ops.cpp: RMSNorm, rotary, KV store) against the torch
+references, called through the public `kernels.*` functions, which pick them for CPU tensors."""
 
 import os
 
@@ -8,7 +8,6 @@ import torch
 from kernel_helpers import assert_close
 
 import kernels
-from kernels.activation import silu_and_mul_ref
 from kernels.cache import store_kv_ref
 from kernels.cpu import cpu_kernels_available
 from kernels.norm import rms_norm_ref
@@ -121,13 +120,3 @@ def test_store_kv_slot_outside_the_cache_is_an_error_and_other_dtypes_use_the_re
     half_cache = torch.zeros(2, 16, 2, 64, dtype=torch.float16)
     kernels.store_kv(k, v, half_cache, half_cache.clone(), torch.tensor([17]))  # fp32 into fp16: reference path
     assert torch.equal(half_cache[1, 1], k[0].half())
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(1, 2 * 1536), (2, 3, 2 * 2051)])
-def test_silu_and_mul(dtype, shape):
-    gen = torch.Generator().manual_seed(shape[-1])
-    x = (4 * torch.randn(shape, generator=gen)).to(dtype)
-    out = kernels.silu_and_mul(x)
-    assert out.shape == (*shape[:-1], shape[-1] // 2) and out.dtype == dtype
-    _exact_or_close(out, silu_and_mul_ref(x), dtype)

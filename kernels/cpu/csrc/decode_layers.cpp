@@ -18,6 +18,12 @@ at::Tensor bias_at(const std::vector<at::Tensor>& biases, size_t i) {
   return biases.empty() ? at::Tensor() : biases[i];
 }
 
+// kernels.activation.silu_and_mul_ref, in the same two ATen ops.
+at::Tensor silu_and_mul(const at::Tensor& gate_up) {
+  const int64_t inner = gate_up.size(-1) / 2;
+  return at::silu(gate_up.narrow(-1, 0, inner)) * gate_up.narrow(-1, inner, inner);
+}
+
 }  // namespace
 
 // Returns the hidden states after the final norm, [T, hidden]. Weights come per layer in lists; q, k and
