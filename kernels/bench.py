@@ -210,8 +210,13 @@ def prefill_case(
     )
 
 
-def store_kv_case(num_tokens: int, num_kv_heads: int, head_dim: int, block_size: int, dtype, device) -> Case:
-    from kernels.triton.cache import store_kv_triton
+def store_kv_case(num_tokens: int, num_kv_heads: int, head_dim: int, block_size: int, dtype, device,
+                  op=None, label: str = "") -> Case:
+    """`op` is the implementation timed against the reference: the Triton kernel unless given (the CPU
+    benchmark passes the public `kernels.store_kv`, which picks the C++ kernel); `label` tags its name.
+    The other small-op cases below take the same two arguments."""
+    if op is None:
+        from kernels.triton.cache import store_kv_triton as op
 
     gen = torch.Generator(device=device).manual_seed(1)
     num_blocks = math.ceil(num_tokens / block_size) + 1
@@ -224,14 +229,14 @@ def store_kv_case(num_tokens: int, num_kv_heads: int, head_dim: int, block_size:
 
     def check():
         kc, vc, kr, vr = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(4))
-        store_kv_triton(k, v, kc, vc, slots)
+        op(k, v, kc, vc, slots)
         store_kv_ref(k, v, kr, vr, slots)
         return max(rel_err(kc, kr), rel_err(vc, vr))
 
     return Case(
-        name="store_kv",
+        name="store_kv" + label,
         shape=f"T={num_tokens} Hkv={num_kv_heads} D={head_dim} bs={block_size}",
-        run=lambda: store_kv_triton(k, v, k_cache, v_cache, slots),
+        run=lambda: op(k, v, k_cache, v_cache, slots),
         ref=lambda: store_kv_ref(k, v, k_cache, v_cache, slots),
         check=check,
         tol=0.0,  # a copy: exact in every dtype
@@ -239,8 +244,10 @@ def store_kv_case(num_tokens: int, num_kv_heads: int, head_dim: int, block_size:
     )
 
 
-def rms_norm_case(num_tokens: int, hidden: int, dtype, device, residual: bool = True) -> Case:
-    from kernels.triton.norm import rms_norm_triton
+def rms_norm_case(num_tokens: int, hidden: int, dtype, device, residual: bool = True, op=None,
+                  label: str = "") -> Case:
+    if op is None:
+        from kernels.triton.norm import rms_norm_triton as op
 
     gen = torch.Generator(device=device).manual_seed(2)
     x = _randn((num_tokens, hidden), dtype, device, gen, scale=3.0)
@@ -248,7 +255,7 @@ def rms_norm_case(num_tokens: int, hidden: int, dtype, device, residual: bool = 
     r = _randn((num_tokens, hidden), dtype, device, gen) if residual else None
 
     def check():
-        out, ref = rms_norm_triton(x, w, 1e-6, r), rms_norm_ref(x, w, 1e-6, r)
+        out, ref = op(x, w, 1e-6, r), rms_norm_ref(x, w, 1e-6, r)
         if r is None:
             return rel_err(out, ref)
         return max(rel_err(out[0], ref[0]), rel_err(out[1], ref[1]))
@@ -256,9 +263,9 @@ def rms_norm_case(num_tokens: int, hidden: int, dtype, device, residual: bool = 
     elt = x.element_size()
     traffic = (x.numel() * (4 if residual else 2) + hidden) * elt  # x[, residual] in; out[, x+residual] out
     return Case(
-        name="rms_norm" + (" + residual" if residual else ""),
+        name="rms_norm" + (" + residual" if residual else "") + label,
         shape=f"T={num_tokens} H={hidden}",
-        run=lambda: rms_norm_triton(x, w, 1e-6, r),
+        run=lambda: op(x, w, 1e-6, r),
         ref=lambda: rms_norm_ref(x, w, 1e-6, r),
         check=check,
         tol=TOL[dtype],
@@ -266,8 +273,10 @@ def rms_norm_case(num_tokens: int, hidden: int, dtype, device, residual: bool = 
     )
 
 
-def rotary_case(num_tokens: int, num_q_heads: int, num_kv_heads: int, head_dim: int, dtype, device) -> Case:
-    from kernels.triton.rotary import rotary_embedding_triton
+def rotary_case(num_tokens: int, num_q_heads: int, num_kv_heads: int, head_dim: int, dtype, device, op=None,
+                label: str = "") -> Case:
+    if op is None:
+        from kernels.triton.rotary import rotary_embedding_triton as op
 
     gen = torch.Generator(device=device).manual_seed(3)
     max_pos = 8192
@@ -279,15 +288,15 @@ def rotary_case(num_tokens: int, num_q_heads: int, num_kv_heads: int, head_dim: 
 
     def check():
         qt, kt, qr, kr = q.clone(), k.clone(), q.clone(), k.clone()
-        rotary_embedding_triton(positions, qt, kt, cache)
+        op(positions, qt, kt, cache)
         rotary_embedding_ref(positions, qr, kr, cache)
         return max(rel_err(qt, qr), rel_err(kt, kr))
 
     qk = (q.numel() + k.numel()) * q.element_size()
     return Case(
-        name="rotary_embedding",
+        name="rotary_embedding" + label,
         shape=f"T={num_tokens} Hq={num_q_heads} Hkv={num_kv_heads} D={head_dim}",
-        run=lambda: rotary_embedding_triton(positions, q, k, cache),
+        run=lambda: op(positions, q, k, cache),
         ref=lambda: rotary_embedding_ref(positions, q, k, cache),
         check=check,
         tol=TOL[dtype],

@@ -4,8 +4,10 @@ Times paged decode attention (the engine's decode step) and varlen prefill atten
 head shapes by default, for each code path this CPU can run (AVX-512, generic C++) and each KV dtype,
 on a cache in the engine's head-major layout with shuffled blocks. Decode attention is memory-bound,
 so its row also turns the K/V bytes it must read into GB/s, as a fraction of a large `copy_` measured
-first. The layer's small ops and few-row matmuls follow (`bench_layer_ops.py`). The machine's load
-average is printed: on a shared machine the numbers move with it."""
+first. The layer's small ops follow (through the public `kernels.*` functions, which pick the C++
+kernels for CPU tensors; at one decode row, where the per-call cost is the whole cost, and at a
+prompt's rows), then `sllm_cpu.small_linear` against `F.linear` (MKL). The machine's load average is
+printed: on a shared machine the numbers move with it."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
+import kernels
 from kernels.attention import paged_attention_ref, paged_decode_attention_ref
 from kernels.bench import (
     DTYPES,
@@ -29,10 +33,13 @@ from kernels.bench import (
     measured_row,
     paged_kv,
     rel_err,
+    rms_norm_case,
+    rotary_case,
+    store_kv_case,
 )
 from kernels.cpu.attention import best_isa, paged_attention_cpu, paged_decode_attention_cpu
-from kernels.cpu.bench_layer_ops import layer_op_cases, small_linear_cases
 from kernels.cpu.build import cpu_kernels_available
+from kernels.linear import use_small_linear
 
 
 def time_ms(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 0.5) -> float:
@@ -120,6 +127,42 @@ def prefill_case(q_lens, prefix_lens, num_q_heads, num_kv_heads, head_dim, block
     )
 
 
+def layer_op_cases(prompt_len, hidden, num_q_heads, num_kv_heads, head_dim, block_size, dtype) -> list[Case]:
+    cases = []
+    for rows in (1, prompt_len):
+        cases += [
+            rms_norm_case(rows, hidden, dtype, "cpu", op=kernels.rms_norm, label=" [C++]"),
+            rotary_case(rows, num_q_heads, num_kv_heads, head_dim, dtype, "cpu", op=kernels.rotary_embedding,
+                        label=" [C++]"),
+            store_kv_case(rows, num_kv_heads, head_dim, block_size, dtype, "cpu", op=kernels.store_kv,
+                          label=" [C++]"),
+        ]
+    return cases
+
+
+def small_linear_cases(hidden: int, intermediate: int) -> list[Case]:
+    """fp32 x [M, hidden] @ W^T, W as large as a SmolLM2 layer's gate_up, for M = 1 and 4:
+    bandwidth-bound, so the rows report GB/s."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(2 * intermediate, hidden, generator=gen)
+    cases = []
+    for m in (1, 4):
+        x = torch.randn(m, hidden, generator=gen)
+        if not use_small_linear(x, weight):
+            continue
+
+        def run(x=x):
+            return kernels.linear(x, weight)
+
+        def ref(x=x):
+            return F.linear(x, weight)
+
+        cases.append(Case(name="small_linear [C++] vs F.linear", shape=f"M={m} N={2 * intermediate} K={hidden}",
+                          run=run, ref=ref, check=lambda run=run, ref=ref: rel_err(run(), ref()),
+                          tol=TOL[torch.float32], bytes=weight.numel() * 4))
+    return cases
+
+
 def time_case(case: Case, copy_gbps: float, min_seconds: float) -> Row:
     err = case.check()
     ms = time_ms(case.run, min_seconds=min_seconds)
@@ -171,8 +214,7 @@ def cpu_main(
             prefill_case([half] * 4, [half] * 4, *heads, dt, isa),
         ]
         if isa == isas[0]:  # the small ops and matmuls pick their own path
-            for rows_ in (1, prefill_len):
-                cases += layer_op_cases(rows_, hidden, num_q_heads, num_kv_heads, head_dim, dt)
+            cases += layer_op_cases(prefill_len, hidden, num_q_heads, num_kv_heads, head_dim, block_size, dt)
             if name == "float32":
                 cases += small_linear_cases(hidden, intermediate)
         for case in cases:
