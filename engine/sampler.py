@@ -77,8 +77,8 @@ class Sampler:
             return logits
         logits = logits.clone()
         for i in biased:
-            bias = seqs[i].params.logit_bias
-            logits[i, list(bias)] += torch.tensor(list(bias.values()), dtype=logits.dtype)
+            ids, values = seqs[i].params.logit_bias_tensors
+            logits[i, ids] += values.to(logits.dtype)
         if penal:
             _apply_penalties(logits, seqs, penal)
         for i in short:

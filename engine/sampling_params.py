@@ -1,7 +1,10 @@
 """Per-request decoding settings, named as vLLM and the OpenAI API name them."""
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
+
+import torch
 
 from engine.errors import InvalidRequestError
 
@@ -42,6 +45,11 @@ class SamplingParams:
         self.stop_token_ids = list(self.stop_token_ids or [])
         self.logit_bias = dict(self.logit_bias or {})
         self.validate()
+
+    @cached_property
+    def logit_bias_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """logit_bias as (token ids, values), built once rather than at every sampled token."""
+        return torch.tensor(list(self.logit_bias), dtype=torch.long), torch.tensor(list(self.logit_bias.values()))
 
     @property
     def greedy(self) -> bool:

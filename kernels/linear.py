@@ -44,12 +44,14 @@ def _small_linear_available() -> bool:
     return cpu_kernels_available() and best_isa(16) == "avx512"
 
 
+def small_linear_takes(weight: torch.Tensor) -> bool:
+    """The weight half of `use_small_linear`: a contiguous fp32 CPU matrix with K % 16 == 0."""
+    return (weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.dim() == 2
+            and weight.shape[1] % 16 == 0 and weight.is_contiguous() and _small_linear_available())
+
+
 def use_small_linear(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return (
-        x.dim() == 2 and x.shape[0] <= SMALL_LINEAR_MAX_ROWS and x.dtype == weight.dtype == torch.float32
-        and x.device.type == "cpu" and weight.shape[1] % 16 == 0 and weight.is_contiguous()
-        and _small_linear_available()
-    )
+    return x.dim() == 2 and x.shape[0] <= SMALL_LINEAR_MAX_ROWS and x.dtype == torch.float32 and small_linear_takes(weight)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,

@@ -13,7 +13,7 @@ import kernels
 from engine.model_config import ModelConfig
 from engine.models.rope import rope_inv_freq
 from kernels.cpu.fused_ops import decode_layers_cpu
-from kernels.linear import SMALL_LINEAR_MAX_ROWS, use_small_linear
+from kernels.linear import SMALL_LINEAR_MAX_ROWS, small_linear_takes
 from kernels.rotary import build_cos_sin_cache
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
@@ -103,7 +103,7 @@ class LlamaForCausalLM:
         lists["qkv_bias"] = [w[f"model.layers.{i}.qkv_bias"] for i in range(self.num_layers)
                              if f"model.layers.{i}.qkv_bias" in w]
         matrices = lists["qkv"] + lists["o"] + lists["gate_up"] + lists["down"]
-        if not all(use_small_linear(torch.empty(1, m.shape[1], dtype=m.dtype, device=m.device), m) for m in matrices):
+        if not all(small_linear_takes(m) for m in matrices):
             return None
         return lists
 
