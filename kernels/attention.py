@@ -65,8 +65,12 @@ def paged_decode_attention_ref(
         dist = (ctx - 1)[:, None] - key_pos[None, :]  # [B, L]
         slopes = alibi_slopes.float().view(hkv, 1, hq // hkv, 1)
         scores = scores - slopes * dist[None, :, None, :].float()
-    scores.masked_fill_((key_pos[None, :] >= ctx[:, None])[None, :, None, :], float("-inf"))
-    out = torch.matmul(scores.softmax(-1), v.float())  # [Hkv, B, G, D]
+    outside = key_pos[None, :] >= ctx[:, None]  # [B, L]: slots past each sequence's context
+    scores.masked_fill_(outside[None, :, None, :], float("-inf"))
+    # A zero probability does not cancel what a slot outside the context holds: 0 * NaN or 0 * inf (a
+    # recycled block of another request, an fp16 overflow) is NaN. Those V rows are zeroed too.
+    v = v.float().masked_fill(outside[None, :, :, None], 0.0)
+    out = torch.matmul(scores.softmax(-1), v)  # [Hkv, B, G, D]
     return out.transpose(0, 1).reshape(b, hq, d).to(q.dtype)
 
 
