@@ -16,7 +16,8 @@ Triton on CUDA tensors and the C++ kernel of `kernels.cpu` on CPU tensors when i
 import torch
 import torch.nn.functional as F
 
-from kernels.cpu.attention import best_isa, paged_attention_cpu, paged_decode_attention_cpu
+from kernels.cpu import isa
+from kernels.cpu.attention import paged_attention_cpu, paged_decode_attention_cpu
 from kernels.dispatch import use_cpu_kernels, use_triton
 
 
@@ -144,8 +145,8 @@ def paged_attention(q, k_cache, v_cache, block_tables, query_start_loc, context_
         return paged_attention_triton(
             q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes
         )
-    if use_cpu_kernels(q) and best_isa(q.shape[-1]) == "avx512":
-        # Without AVX-512, the C++ kernel run once per query token is slower than the reference's
+    if use_cpu_kernels(q) and isa.resolve(q.shape[-1]) != "generic":
+        # On the portable path the C++ kernel run once per query token is slower than the reference's
         # SDPA on prompts (0.3-0.5x at 514 tokens); decode steps still take it (paged_decode_attention).
         return paged_attention_cpu(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes)
     return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes)

@@ -1,6 +1,7 @@
-"""C++ kernels for the CPU path, compiled at first use (see `build.py`)."""
+"""C++ kernels for the CPU path, compiled at first use (see `build.py`), on the instruction-set path
+`isa.py` selects."""
 
-from kernels.cpu.attention import best_isa, paged_attention_cpu, paged_decode_attention_cpu
+from kernels.cpu.attention import paged_attention_cpu, paged_decode_attention_cpu
 from kernels.cpu.build import cpu_kernels_available
 
-__all__ = ["best_isa", "cpu_kernels_available", "paged_attention_cpu", "paged_decode_attention_cpu"]
+__all__ = ["cpu_kernels_available", "paged_attention_cpu", "paged_decode_attention_cpu"]

@@ -6,8 +6,6 @@ each K/V row for all the query heads of a GQA group, and at::parallel_for over (
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 from kernels.cpu.build import cpu_kernels_available
@@ -23,21 +21,13 @@ def paged_decode_attention_cpu(
     alibi_slopes: torch.Tensor | None = None,
     isa: str = "auto",
 ) -> torch.Tensor:
-    """q [B, Hq, D] -> [B, Hq, D]. `isa`: "auto" (AVX-512 when the CPU has it and D % 16 == 0),
-    "avx512" or "generic" (plain C++), the last two for tests and benchmarks."""
+    """q [B, Hq, D] -> [B, Hq, D]. `isa`: "auto" (the best path under the ceiling of `kernels.cpu.isa`
+    that takes head size D), or "generic", "avx2", "avx512" to name one (tests and benchmarks)."""
     if not cpu_kernels_available():
         raise RuntimeError("the C++ CPU kernels are not available (see the warning logged at load)")
     return torch.ops.sllm_cpu.paged_decode_attention(
         q, k_cache, v_cache, block_tables, context_lens, float(scale), alibi_slopes, isa
     )
-
-
-@functools.cache
-def best_isa(head_dim: int) -> str:
-    """The path "auto" picks on this CPU for this head size ("generic" when the kernels did not build)."""
-    if not cpu_kernels_available():
-        return "generic"
-    return torch.ops.sllm_cpu.best_isa(head_dim)
 
 
 def paged_attention_cpu(

@@ -1,13 +1,14 @@
 """`sllm bench kernels --cpu`: the C++ CPU kernels against the torch references.
 
 Times paged decode attention (the engine's decode step) and varlen prefill attention at SmolLM2's
-head shapes by default, for each code path this CPU can run (AVX-512, generic C++) and each KV dtype,
+head shapes by default, for each instruction-set path this CPU can run (AVX-512, AVX2, portable C++;
+see `kernels/cpu/isa.py`) and each KV dtype,
 on a cache in the engine's head-major layout with shuffled blocks. Decode attention is memory-bound,
 so its row also turns the K/V bytes it must read into GB/s, as a fraction of a large `copy_` measured
 first. The layer's small ops follow (through the public `kernels.*` functions, which pick the C++
 kernels for CPU tensors; at one decode row, where the per-call cost is the whole cost, and at a
-prompt's rows), then `sllm_cpu.small_linear` against `F.linear` (MKL). The machine's load average is
-printed: on a shared machine the numbers move with it."""
+prompt's rows), then `sllm_cpu.small_linear` against `F.linear` (MKL) on each path. The CPU's model and
+vector flags and the machine's load average are printed: on a shared machine the numbers move with it."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ from kernels.bench import (
     rotary_case,
     store_kv_case,
 )
-from kernels.cpu.attention import best_isa, paged_attention_cpu, paged_decode_attention_cpu
+from kernels.cpu import isa
+from kernels.cpu.attention import paged_attention_cpu, paged_decode_attention_cpu
 from kernels.cpu.build import cpu_kernels_available
 from kernels.linear import use_small_linear
 
@@ -140,9 +142,9 @@ def layer_op_cases(prompt_len, hidden, num_q_heads, num_kv_heads, head_dim, bloc
     return cases
 
 
-def small_linear_cases(hidden: int, intermediate: int) -> list[Case]:
-    """fp32 x [M, hidden] @ W^T, W as large as a SmolLM2 layer's gate_up, for M = 1 and 4:
-    bandwidth-bound, so the rows report GB/s."""
+def small_linear_cases(hidden: int, intermediate: int, path: str) -> list[Case]:
+    """fp32 x [M, hidden] @ W^T, W as large as a SmolLM2 layer's gate_up, for M = 1 and 4, on the path
+    the caller forced (`isa.forced`) while the case is timed: bandwidth-bound, so the rows report GB/s."""
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(2 * intermediate, hidden, generator=gen)
     cases = []
@@ -157,7 +159,7 @@ def small_linear_cases(hidden: int, intermediate: int) -> list[Case]:
         def ref(x=x):
             return F.linear(x, weight)
 
-        cases.append(Case(name="small_linear [C++] vs F.linear", shape=f"M={m} N={2 * intermediate} K={hidden}",
+        cases.append(Case(name=f"small_linear [C++ {path}] vs F.linear", shape=f"M={m} N={2 * intermediate} K={hidden}",
                           run=run, ref=ref, check=lambda run=run, ref=ref: rel_err(run(), ref()),
                           tol=TOL[torch.float32], bytes=weight.numel() * 4))
     return cases
@@ -193,50 +195,41 @@ def cpu_main(
         raise SystemExit("sllm bench kernels --cpu: the C++ CPU kernels are not available (see the warning above)")
     if not set(dtypes) <= set(DTYPES):
         raise SystemExit(f"sllm bench kernels: dtypes must be among {sorted(DTYPES)}")
-    isas = ["avx512", "generic"] if best_isa(head_dim) == "avx512" else ["generic"]
+    # Every path the CPU runs whose vectors divide the head size, best first.
+    isas = [p for p in reversed(isa.supported()) if isa.PATHS.index(p) <= isa.PATHS.index(isa.resolve(head_dim))]
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print_fn(f"CPU: {isa.cpu_flags_summary()}")
     print_fn(
-        f"CPU: {_cpu_name()}  torch {torch.__version__}  threads {torch.get_num_threads()}  "
-        f"load average {load}  paths {'/'.join(isas)}"
+        f"torch {torch.__version__}  threads {torch.get_num_threads()}  load average {load}  "
+        f"paths timed: {'/'.join(isas)} (the engine takes {isa.resolve(head_dim)} under the ceiling "
+        f"{isa.current()}, {isa.ENV}={os.environ.get(isa.ENV, 'auto')})"
     )
     copy_gbps = copy_bandwidth_gbps(copy_bytes)
     print_fn(f"memory copy bandwidth: {copy_gbps:.1f} GB/s (read + write), the 100% below\n")
     heads = (num_q_heads, num_kv_heads, head_dim, block_size)
     half = prefill_len // 2
     rows = []
-    for name, isa in itertools.product(dtypes, isas):
+    for name, path in itertools.product(dtypes, isas):
         dt = DTYPES[name]
         cases = [
-            decode_case(batch, context, *heads, dt, isa),
+            decode_case(batch, context, *heads, dt, path),
             # One sequence: its few (sequence, KV head) tasks are split along the context.
-            decode_case(1, long_context, *heads, dt, isa),
-            prefill_case([prefill_len] * 4, [0] * 4, *heads, dt, isa),
-            prefill_case([half] * 4, [half] * 4, *heads, dt, isa),
+            decode_case(1, long_context, *heads, dt, path),
+            prefill_case([prefill_len] * 4, [0] * 4, *heads, dt, path),
+            prefill_case([half] * 4, [half] * 4, *heads, dt, path),
         ]
-        if isa == isas[0]:  # the small ops and matmuls pick their own path
+        if path == isas[0]:  # the small ops have one path
             cases += layer_op_cases(prefill_len, hidden, num_q_heads, num_kv_heads, head_dim, block_size, dt)
-            if name == "float32":
-                cases += small_linear_cases(hidden, intermediate)
-        for case in cases:
-            row = time_case(case, copy_gbps, min_seconds)
-            row.shape = f"{name} {row.shape}"
-            rows.append(row)
+        if name == "float32":
+            cases += small_linear_cases(hidden, intermediate, path)
+        with isa.forced(path):
+            for case in cases:
+                row = time_case(case, copy_gbps, min_seconds)
+                row.shape = f"{name} {row.shape}"
+                rows.append(row)
     print_fn("timings (ms = median wall time; ref = the torch reference):")
     print_fn(format_table(rows))
     failures = [r for r in rows if r.note]
     if failures:
         print_fn(f"\n{len(failures)} correctness failure(s): " + "; ".join(f"{r.name} {r.shape}" for r in failures))
     return rows
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()

@@ -4,7 +4,8 @@ The library is built with `torch.utils.cpp_extension.load` (g++ and ninja) into
 `$SLLM_CACHE_DIR/torch_extensions/<name>` (default `~/.cache/sllm/...`), where the name carries a hash
 of the sources, the flags and the torch version: a change to any of them builds a new library, and an
 existing one is loaded directly, without ninja. When the build cannot run (no compiler, no ninja) one
-warning is logged and the callers keep the torch reference. `SLLM_CPU_KERNELS=0` turns them off."""
+warning is logged and the callers keep the torch reference. `SLLM_CPU_KERNELS=0` turns them off;
+`SLLM_CPU_ISA` chooses their instruction-set path (`kernels/cpu/isa.py`)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,15 @@ log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = (
-    "decode_attention.cpp", "decode_task_generic.cpp", "decode_task_avx512.cpp", "fused_ops.cpp",
-    "small_linear.cpp", "small_linear_avx512.cpp", "decode_layers.cpp",
+    "isa.cpp", "decode_attention.cpp", "decode_task_generic.cpp", "decode_task_avx2.cpp",
+    "decode_task_avx512.cpp", "fused_ops.cpp", "small_linear.cpp", "small_linear_generic.cpp",
+    "small_linear_avx2.cpp", "small_linear_avx512.cpp", "decode_layers.cpp",
 )
-HEADERS = ("decode_attention.h", "decode_task_impl.h", "small_linear.h", "ops.h")
-# No -march: the library may sit in a cache shared with other machines. AVX-512 code is confined to
-# the *_avx512.cpp files (enabled by a pragma there) and chosen at run time. OpenMP must be on for
-# at::parallel_for, whose parallel region is compiled into this library from ATen's headers.
+HEADERS = ("isa.h", "decode_attention.h", "decode_task_impl.h", "small_linear.h", "ops.h")
+# No -march: the library may sit in a cache shared with other machines. AVX2 and AVX-512 code is
+# confined to the *_avx2.cpp and *_avx512.cpp files (enabled by a pragma there) and chosen at run time
+# (isa.cpp). OpenMP must be on for at::parallel_for, whose parallel region is compiled into this
+# library from ATen's headers.
 CFLAGS = ("-O3", "-fopenmp")
 LDFLAGS = ("-fopenmp",)
 
@@ -71,6 +74,9 @@ def _load_or_disable() -> bool:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.warning("C++ CPU kernels unavailable (%s); using the torch reference attention", first)
         return False
+    from kernels.cpu.isa import apply_environment
+
+    apply_environment()  # SLLM_CPU_ISA: a path this CPU cannot run is an error, not a silent fallback
     return True
 
 

@@ -1,8 +1,9 @@
 """The C++ CPU decode attention kernel (kernels/cpu) against the torch reference.
 
 Like the Triton tests, every case reads caches whose unowned slots hold NaN, so a kernel that touches
-a slot outside a sequence's context fails. Both code paths are checked where the CPU allows: the
-AVX-512 one and the plain C++ one that CPUs without AVX-512 (or head sizes not divisible by 16) use."""
+a slot outside a sequence's context fails. Every instruction-set path is checked where the CPU runs it
+(tests/cpu_paths.py): AVX-512, AVX2 and the portable C++ one (also taken for head sizes the vector
+paths do not divide)."""
 
 import logging
 import os
@@ -13,14 +14,9 @@ from kernel_helpers import alibi_slopes, paged_cache, rel_err
 
 import kernels
 from kernels.attention import paged_attention_ref, paged_decode_attention_ref
-from kernels.cpu import (
-    best_isa,
-    build,
-    cpu_kernels_available,
-    paged_attention_cpu,
-    paged_decode_attention_cpu,
-)
+from kernels.cpu import build, cpu_kernels_available, isa, paged_attention_cpu, paged_decode_attention_cpu
 from kernels.dispatch import use_cpu_kernels
+from tests.cpu_paths import cpu_paths
 
 if os.environ.get("SLLM_CPU_KERNELS") == "0":
     pytest.skip("C++ CPU kernels disabled by SLLM_CPU_KERNELS=0", allow_module_level=True)
@@ -37,20 +33,12 @@ def built():
     assert cpu_kernels_available(), "the C++ CPU kernels failed to build; see the logged warning"
 
 
-def _isas(head_dim: int) -> list:
-    avx = pytest.param(
-        "avx512",
-        marks=pytest.mark.skipif(best_isa(64) != "avx512", reason="this CPU has no AVX-512"),
-    )
-    return [avx, "generic"] if head_dim % 16 == 0 else ["generic"]
-
-
 def head_major(cache: torch.Tensor) -> torch.Tensor:
     """The engine's layout: [Hkv, blocks, block_size, D] storage under the logical cache view."""
     return cache.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
 
 
-def _run_case(isa, dtype, block_size, group, head_dim, lens, alibi, layout, seed):
+def _run_case(path, dtype, block_size, group, head_dim, lens, alibi, layout, seed):
     gen = torch.Generator().manual_seed(seed)
     k_cache, v_cache, k_dirty, v_dirty, block_tables = paged_cache(
         lens, block_size, NUM_KV_HEADS, head_dim, dtype, gen
@@ -62,32 +50,32 @@ def _run_case(isa, dtype, block_size, group, head_dim, lens, alibi, layout, seed
     context_lens = torch.tensor(lens, dtype=torch.int32)
     slopes = alibi_slopes(num_q_heads) if alibi else None
     scale = head_dim**-0.5
-    out = paged_decode_attention_cpu(q, k_dirty, v_dirty, block_tables, context_lens, scale, slopes, isa=isa)
+    out = paged_decode_attention_cpu(q, k_dirty, v_dirty, block_tables, context_lens, scale, slopes, isa=path)
     ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale, slopes)
     assert out.dtype == dtype and out.shape == ref.shape
     err = rel_err(out, ref)
     assert err < TOL[dtype], f"relative error {err:.3g} >= {TOL[dtype]}"
 
 
-@pytest.mark.parametrize("isa", _isas(64))
+@pytest.mark.parametrize("path", cpu_paths(64))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("block_size", [8, 16])
 @pytest.mark.parametrize("group", [1, 3], ids=["mha", "gqa3"])
 @pytest.mark.parametrize("alibi", [False, True], ids=["rope", "alibi"])
 @pytest.mark.parametrize("layout", ["head_major", "token_major"])
-def test_decode_matches_reference(isa, dtype, block_size, group, alibi, layout):
+def test_decode_matches_reference(path, dtype, block_size, group, alibi, layout):
     # Ragged lengths: one token; exactly one block; one past a block; several blocks plus a ragged tail.
     lens = [1, block_size, block_size + 1, 3 * block_size - 5, 150]
-    _run_case(isa, dtype, block_size, group, 64, lens, alibi, layout, seed=block_size * 10 + group)
+    _run_case(path, dtype, block_size, group, 64, lens, alibi, layout, seed=block_size * 10 + group)
 
 
-@pytest.mark.parametrize("head_dim", [32, 128, 40])
+@pytest.mark.parametrize("head_dim", [32, 128, 40, 24])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
 def test_decode_other_head_sizes_and_fp16(head_dim, dtype):
-    """Head sizes that take the AVX-512 64-wide loop with and without a 16-wide remainder, one that
-    AVX-512 cannot take at all (40, generic path), and the fp16 cache conversion."""
-    for isa in ["auto", "generic"]:
-        _run_case(isa, dtype, 16, 2, head_dim, [7, 16, 70], True, "head_major", seed=head_dim)
+    """Head sizes that take the vector paths' wide loops with and without a remainder, ones that
+    AVX-512 (40, 24) cannot take, and the fp16 cache conversion: on every path that takes them."""
+    for path in [p for p in isa.supported() if head_dim % {"generic": 1, "avx2": 8, "avx512": 16}[p] == 0]:
+        _run_case(path, dtype, 16, 2, head_dim, [7, 16, 70], True, "head_major", seed=head_dim)
 
 
 def _prefill_batch(block_size: int) -> list[tuple[int, int]]:
@@ -97,11 +85,11 @@ def _prefill_batch(block_size: int) -> list[tuple[int, int]]:
     return [(1, 20), (block_size, block_size), (37, 37), (0, 9), (20, 20 + 2 * block_size), (70, 100)]
 
 
-@pytest.mark.parametrize("isa", _isas(64))
+@pytest.mark.parametrize("path", cpu_paths(64))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("block_size", [8, 16])
 @pytest.mark.parametrize("alibi", [False, True], ids=["rope", "alibi"])
-def test_varlen_prefill_matches_reference(isa, dtype, block_size, alibi):
+def test_varlen_prefill_matches_reference(path, dtype, block_size, alibi):
     """Prefill, chunked prefill and decode rows in one packed batch, one decode query per token."""
     gen = torch.Generator().manual_seed(block_size + 100 * alibi)
     batch = _prefill_batch(block_size)
@@ -113,7 +101,7 @@ def test_varlen_prefill_matches_reference(isa, dtype, block_size, alibi):
     context_lens = torch.tensor(ctx, dtype=torch.int32)
     slopes = alibi_slopes(3 * NUM_KV_HEADS) if alibi else None
     out = paged_attention_cpu(
-        q, head_major(k_dirty), head_major(v_dirty), block_tables, starts, context_lens, 0.125, slopes, isa=isa
+        q, head_major(k_dirty), head_major(v_dirty), block_tables, starts, context_lens, 0.125, slopes, isa=path
     )
     ref = paged_attention_ref(q, k_cache, v_cache, block_tables, starts, context_lens, 0.125, slopes)
     assert out.dtype == dtype
@@ -121,7 +109,7 @@ def test_varlen_prefill_matches_reference(isa, dtype, block_size, alibi):
     assert err < TOL[dtype], f"relative error {err:.3g} >= {TOL[dtype]}"
 
 
-@pytest.mark.parametrize("isa", _isas(64))
+@pytest.mark.parametrize("path", cpu_paths(64))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("alibi", [False, True], ids=["rope", "alibi"])
 @pytest.mark.parametrize(
@@ -132,13 +120,34 @@ def test_varlen_prefill_matches_reference(isa, dtype, block_size, alibi):
     [[700], [700, 50], [200], [300, 1, 17, 640, 129]],
     ids=["one-long", "long-and-short", "short", "five"],
 )
-def test_split_context_decode_matches_reference(isa, dtype, alibi, lens):
-    _run_case(isa, dtype, 16, 3, 64, lens, alibi, "head_major", seed=len(lens) + sum(lens))
+def test_split_context_decode_matches_reference(path, dtype, alibi, lens):
+    _run_case(path, dtype, 16, 3, 64, lens, alibi, "head_major", seed=len(lens) + sum(lens))
 
 
-def test_auto_picks_avx512_only_for_head_sizes_divisible_by_16():
-    assert best_isa(40) == "generic"
-    assert best_isa(64) in ("avx512", "generic")
+def test_auto_picks_the_best_path_that_divides_the_size():
+    best = isa.supported()[-1]
+    assert isa.current() == best  # no SLLM_CPU_ISA in the test run: the best path the CPU runs
+    assert isa.resolve(64) == best
+    assert isa.resolve(40) == ("avx2" if "avx2" in isa.supported() else "generic")
+    assert isa.resolve(42) == "generic"
+
+
+@pytest.mark.parametrize("path", cpu_paths(64))
+def test_forcing_a_path_caps_every_op(path):
+    with isa.forced(path):
+        assert isa.current() == path and isa.resolve(64) == path and isa.resolve(24) in ("generic", "avx2")
+    assert isa.current() == isa.supported()[-1]
+
+
+def test_a_path_the_cpu_cannot_run_is_refused(monkeypatch):
+    missing = [p for p in isa.PATHS if p not in isa.supported()]
+    for name in ["sse9", *missing]:
+        with pytest.raises(isa.UnsupportedIsaError, match="SLLM_CPU_ISA"):
+            isa.select(name)
+    assert isa.current() == isa.supported()[-1]
+    with pytest.raises(RuntimeError, match="needs a size divisible"):
+        q, k, v, tables = torch.zeros(1, 1, 36), torch.zeros(2, 16, 1, 36), torch.zeros(2, 16, 1, 36), torch.zeros(1, 1)
+        paged_decode_attention_cpu(q, k, v, tables.int(), torch.tensor([3]), 0.1, isa="avx2")
 
 
 def test_the_thread_count_does_not_change_the_result():
@@ -159,7 +168,10 @@ def test_the_thread_count_does_not_change_the_result():
         assert torch.equal(one, two)
 
 
-def test_dispatch_uses_the_kernel_for_cpu_tensors_and_mixed_batches():
+@pytest.mark.parametrize("cpu_path", cpu_paths(64), indirect=True)
+def test_dispatch_uses_the_kernel_for_cpu_tensors_and_mixed_batches(cpu_path):
+    """Through the public entry points on the forced path, which on the portable path send a mixed batch
+    to the torch reference: slots outside a context (NaN here) must not reach a result there either."""
     gen = torch.Generator().manual_seed(4)
     ctx = [20, 1, 37, 45]
     q_lens = [20, 1, 1, 8]  # a prompt, two decode rows, a chunk after a cached prefix
@@ -228,11 +240,12 @@ def test_cpu_benchmark_dry_run():
                     copy_bytes=1 << 16, hidden=64, intermediate=96, long_context=300)
     text = "\n".join(lines)
     assert "memory copy bandwidth" in text and "correctness failure" not in text, text
-    paths = 2 if best_isa(64) == "avx512" else 1
+    paths = len(isa.supported())
+    assert f"paths timed: {'/'.join(reversed(isa.supported()))}" in text and "flags:" in text
     attention = [r for r in rows if "attention" in r.name]
     assert len(attention) == 2 * paths * 4
     assert len([r for r in rows if r.name.endswith("[C++]")]) == 2 * 2 * 3  # 3 small ops, 2 sizes, 2 dtypes
-    assert len([r for r in rows if r.name.startswith("small_linear")]) == (2 if paths == 2 else 0)
+    assert len([r for r in rows if r.name.startswith("small_linear")]) == 2 * paths
     assert all(r.err <= r.tol and r.ms and r.ref_ms for r in rows)
     decode = [r for r in rows if r.name.startswith("paged_decode")]
     assert all(r.gbps and r.frac for r in decode)

@@ -8,23 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <vector>
 
 #include "decode_attention.h"
 #include "ops.h"
 
 namespace sllm_cpu {
-
-bool cpu_has_avx512() {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return ok;
-#else
-  return false;
-#endif
-}
 
 namespace {
 
@@ -67,18 +56,6 @@ void combine_partitions(const DecodeProblem& p, int64_t batch) {
   });
 }
 
-// The code path `isa` ("auto", "avx512" or "generic") resolves to for head size `head_dim`.
-std::string resolve_isa(c10::string_view isa, int64_t head_dim) {
-  const bool avx512 = cpu_has_avx512() && head_dim % 16 == 0;
-  if (isa == "generic") return "generic";
-  if (isa == "avx512") {
-    TORCH_CHECK(avx512, "sllm_cpu: the AVX-512 path needs an AVX-512 CPU and a head size divisible by 16");
-    return "avx512";
-  }
-  TORCH_CHECK(isa == "auto", "sllm_cpu: isa must be auto, avx512 or generic, got ", std::string(isa));
-  return avx512 ? "avx512" : "generic";
-}
-
 KvType kv_type(const at::Tensor& cache) {
   switch (cache.scalar_type()) {
     case at::kFloat:
@@ -111,7 +88,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
   TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == batch, "sllm_cpu: block_tables must be [B, n]");
   TORCH_CHECK(context_lens.numel() == batch, "sllm_cpu: context_lens must be [B]");
 
-  const std::string path = resolve_isa(isa, head_dim);
+  const Isa path = choose_isa(isa, head_dim);
   const at::Tensor tables = block_tables.to(at::kInt).contiguous();
   const at::Tensor lens = context_lens.to(at::kInt).contiguous();
   const int32_t* table_ptr = tables.data_ptr<int32_t>();
@@ -169,7 +146,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
     p.part_sum = p.part_max + slots;
   }
 
-  const auto task = path == "avx512" ? decode_task_avx512 : decode_task_generic;
+  const auto task = path == Isa::Avx512 ? decode_task_avx512 : path == Isa::Avx2 ? decode_task_avx2 : decode_task_generic;
   const int64_t group = num_q_heads / num_kv_heads;
   const int64_t scratch_floats = group * block_size + 2 * block_size * head_dim + group * head_dim + 3 * group;
   const int64_t parts = p.num_parts;
@@ -192,15 +169,12 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
   return out.to(q.scalar_type());
 }
 
-std::string best_isa(int64_t head_dim) { return resolve_isa("auto", head_dim); }
-
 }  // namespace sllm_cpu
 
 TORCH_LIBRARY(sllm_cpu, m) {
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
       "Tensor context_lens, float scale, Tensor? alibi_slopes=None, str isa='auto') -> Tensor");
-  m.def("best_isa(int head_dim) -> str", &sllm_cpu::best_isa);
 }
 
 TORCH_LIBRARY_IMPL(sllm_cpu, CPU, m) { m.impl("paged_decode_attention", &sllm_cpu::paged_decode_attention); }

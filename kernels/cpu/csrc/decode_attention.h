@@ -1,17 +1,14 @@
 // Paged decode attention on the CPU: the problem description shared by the op (decode_attention.cpp)
 // and the per-ISA task bodies (decode_task_generic.cpp, decode_task_avx512.cpp).
 //
-// This header includes no torch headers on purpose: the AVX-512 translation unit compiles everything
-// after its includes for AVX-512, and any inline library function it instantiated could be merged by
+// This header includes no torch headers on purpose: the AVX2 and AVX-512 translation units compile
+// everything after their includes for their instruction set, and any inline library function it instantiated could be merged by
 // the linker with the generic copy and then crash on a CPU without AVX-512.
 #pragma once
 
 #include <cstdint>
 
 namespace sllm_cpu {
-
-// The CPU runs AVX-512 (F, BW, VL, DQ): the paths in *_avx512.cpp may be called.
-bool cpu_has_avx512();
 
 enum class KvType { F32, BF16, F16 };
 
@@ -56,6 +53,7 @@ struct Scratch {
 // Attention of one sequence's query heads that share KV head `kv_head`, over context partition `part`;
 // writes their output rows (or, when split, their partial results).
 void decode_task_generic(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s);
+void decode_task_avx2(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s);
 void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s);
 
 }  // namespace sllm_cpu

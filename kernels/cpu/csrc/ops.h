@@ -7,7 +7,13 @@
 #include <optional>
 #include <tuple>
 
+#include "isa.h"
+
 namespace sllm_cpu {
+
+// The path for an op's `isa` argument: "auto" picks under the ceiling (isa.h); "generic", "avx2" or
+// "avx512" names one, which the CPU and the operand size `n` must allow (tests and benchmarks).
+Isa choose_isa(c10::string_view requested, int64_t n);
 
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,

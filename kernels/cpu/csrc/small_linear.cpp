@@ -2,12 +2,12 @@
 // the shape of every matmul in a decode step with a few sequences. At M = 1 MKL's GEMV through
 // F.linear streamed SmolLM2's layer weights at 25-30 GB/s on this kind of machine, and each call paid
 // for the transpose view and matmul dispatch; this reads the weight once, four rows at a time, each
-// thread one contiguous slice of it.
+// thread one contiguous slice of it, on the instruction-set path isa.h picks for K.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include "decode_attention.h"
+#include "isa.h"
 #include "ops.h"
 #include "small_linear.h"
 
@@ -20,7 +20,6 @@ constexpr int64_t kMinRowsPerThread = 64;
 }  // namespace
 
 at::Tensor small_linear(const at::Tensor& x_in, const at::Tensor& weight, const std::optional<at::Tensor>& bias_in) {
-  TORCH_CHECK(cpu_has_avx512(), "sllm_cpu: small_linear needs an AVX-512 CPU");
   TORCH_CHECK(x_in.device().is_cpu() && weight.device().is_cpu(), "sllm_cpu: CPU tensors only");
   TORCH_CHECK(x_in.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
               "sllm_cpu: small_linear is float32 only");
@@ -29,7 +28,9 @@ at::Tensor small_linear(const at::Tensor& x_in, const at::Tensor& weight, const 
   TORCH_CHECK(weight.is_contiguous(), "sllm_cpu: the weight must be contiguous");
   const int64_t m = x_in.size(0), k = x_in.size(1), n = weight.size(0);
   TORCH_CHECK(m >= 1 && m <= kSmallLinearMaxRows, "sllm_cpu: small_linear takes 1 to ", kSmallLinearMaxRows, " rows");
-  TORCH_CHECK(k % 16 == 0, "sllm_cpu: small_linear needs K divisible by 16");
+  const Isa path = pick_isa(isa_ceiling(), k);
+  const auto kernel = path == Isa::Avx512 ? small_linear_avx512 : path == Isa::Avx2 ? small_linear_avx2
+                                                                                    : small_linear_generic;
   const at::Tensor x = x_in.stride(1) == 1 ? x_in : x_in.contiguous();
   at::Tensor bias;
   if (bias_in.has_value()) {
@@ -46,7 +47,7 @@ at::Tensor small_linear(const at::Tensor& x_in, const at::Tensor& weight, const 
   const int64_t groups = (n + 3) / 4;
   const int64_t grain = std::max<int64_t>(kMinRowsPerThread / 4, (groups + at::get_num_threads() - 1) / at::get_num_threads());
   at::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
-    small_linear_avx512(xp, m, ldx, wp, k, bp, g0 * 4, std::min(n, g1 * 4), yp, n);
+    kernel(xp, m, ldx, wp, k, bp, g0 * 4, std::min(n, g1 * 4), yp, n);
   });
   return y;
 }

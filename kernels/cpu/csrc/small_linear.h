@@ -9,7 +9,12 @@ namespace sllm_cpu {
 constexpr int64_t kSmallLinearMaxRows = 4;
 
 // Output columns [n0, n1) of y [M, N] (row stride ldy) from x [M, K] (row stride ldx) and the
-// row-major float32 weight W [N, K]; bias [N] or nullptr. M <= kSmallLinearMaxRows, K % 16 == 0.
+// row-major float32 weight W [N, K]; bias [N] or nullptr. M <= kSmallLinearMaxRows; K a multiple of
+// the path's vector width (16 for AVX-512, 8 for AVX2, any for the portable path).
+void small_linear_generic(const float* x, int64_t m, int64_t ldx, const float* w, int64_t k, const float* bias,
+                          int64_t n0, int64_t n1, float* y, int64_t ldy);
+void small_linear_avx2(const float* x, int64_t m, int64_t ldx, const float* w, int64_t k, const float* bias,
+                       int64_t n0, int64_t n1, float* y, int64_t ldy);
 void small_linear_avx512(const float* x, int64_t m, int64_t ldx, const float* w, int64_t k, const float* bias,
                          int64_t n0, int64_t n1, float* y, int64_t ldy);
 

@@ -79,13 +79,15 @@ void small_linear_avx512(const float* x, int64_t m, int64_t ldx, const float* w,
 
 #pragma GCC pop_options
 
-#else  // not x86-64 GCC: never called (the op checks for AVX-512 first)
+#else  // not x86-64 GCC: never called (isa.cpp reports no AVX-512)
 
 #include "small_linear.h"
 
 namespace sllm_cpu {
-void small_linear_avx512(const float*, int64_t, int64_t, const float*, int64_t, const float*, int64_t, int64_t,
-                         float*, int64_t) {}
+void small_linear_avx512(const float* x, int64_t m, int64_t ldx, const float* w, int64_t k, const float* bias,
+                         int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  small_linear_generic(x, m, ldx, w, k, bias, n0, n1, y, ldy);
+}
 }  // namespace sllm_cpu
 
 #endif
