@@ -1,5 +1,6 @@
 """The one-call C++ decode path (kernels/cpu/csrc/decode_layers.cpp) against its reference, the model's
-Python layer loop: the same logits, step after step, for 1 to 4 sequences, with and without q/k/v biases."""
+Python layer loop: the same logits, step after step, for 1 to 4 sequences, with and without q/k/v biases,
+on every instruction-set path this CPU runs."""
 
 import pytest
 import torch
@@ -7,6 +8,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from engine import LLM, SamplingParams
 from engine.model_runner import ModelRunner
+from tests.cpu_paths import cpu_paths
 from tests.engine.conftest import TOKENIZER_FILES, make_tiny_llama
 
 
@@ -32,7 +34,7 @@ def llm(request, tmp_path_factory, default_model_dir):
         folder = _qwen2_with_biases(root, default_model_dir)
     llm = LLM(model=str(folder), num_kv_blocks=64)
     if llm.engine.runner.model.decode_layers is None:
-        pytest.skip("the one-call decode path needs an AVX-512 CPU and the C++ kernels")
+        pytest.skip("the one-call decode path needs the C++ kernels")
     return llm
 
 
@@ -59,8 +61,9 @@ def _logits_per_step(llm, prompts, fused: bool) -> list[torch.Tensor]:
     return seen
 
 
+@pytest.mark.parametrize("cpu_path", cpu_paths(64), indirect=True)
 @pytest.mark.parametrize("batch", [1, 4])
-def test_one_call_decode_equals_the_layer_loop(llm, batch):
+def test_one_call_decode_equals_the_layer_loop(llm, batch, cpu_path):
     prompts = ["The capital of France is", "SELECT name FROM", "안녕하세요", "1, 2, 3,"][:batch]
     fused = _logits_per_step(llm, prompts, fused=True)
     loop = _logits_per_step(llm, prompts, fused=False)

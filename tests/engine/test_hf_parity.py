@@ -1,5 +1,5 @@
 """Greedy tokens equal HF transformers' generate, whatever the batch composition, chunking,
-preemption or prefix-cache hits."""
+preemption or prefix-cache hits, on every instruction-set path of the C++ kernels this CPU runs."""
 
 import random
 
@@ -7,9 +7,12 @@ import pytest
 from transformers import LlamaForCausalLM
 
 from engine import LLM, SamplingParams
+from tests.cpu_paths import cpu_paths
 from tests.engine.conftest import hf_greedy_with
 
 MAX_NEW = 12
+# The tiny models' head size is 16, the default model's 64: every path divides both.
+per_path = pytest.mark.parametrize("cpu_path", cpu_paths(16), indirect=True)
 
 
 def prompts_of(n: int, seed: int, vocab: int = 49152, lo: int = 1, hi: int = 70) -> list[list[int]]:
@@ -17,11 +20,25 @@ def prompts_of(n: int, seed: int, vocab: int = 49152, lo: int = 1, hi: int = 70)
     return [[rng.randrange(3, vocab) for _ in range(rng.randint(lo, hi))] for _ in range(n)]
 
 
+class Reference:
+    """HF's greedy tokens for one model, computed once per prompt: each path's run compares with the
+    same answers, so the per-path runs cost only the engine's time."""
+
+    def __init__(self, folder):
+        self.model = LlamaForCausalLM.from_pretrained(folder).eval()
+        self.answers: dict[tuple, list[int]] = {}
+
+    def __call__(self, prompts: list[list[int]], max_new: int = MAX_NEW) -> list[list[int]]:
+        for p in prompts:
+            if (key := (tuple(p), max_new)) not in self.answers:
+                self.answers[key] = hf_greedy_with(self.model, p, max_new)
+        return [self.answers[tuple(p), max_new] for p in prompts]
+
+
 @pytest.fixture(scope="module", params=["gqa", "mha_tied"])
 def tiny(request, tiny_models):
     folder = tiny_models[request.param]
-    hf = LlamaForCausalLM.from_pretrained(folder).eval()
-    return folder, hf
+    return folder, Reference(folder)
 
 
 def run(folder, prompts, **config) -> list[list[int]]:
@@ -32,24 +49,27 @@ def run(folder, prompts, **config) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("batch", [1, 5, 16])
-def test_greedy_equals_hf_mixed_batches(tiny, batch):
+@per_path
+def test_greedy_equals_hf_mixed_batches(tiny, cpu_path, batch):
     folder, hf = tiny
     prompts = prompts_of(batch, seed=batch)
-    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    expected = hf(prompts)
     assert run(folder, prompts, num_kv_blocks=256, max_num_seqs=16) == expected
 
 
-def test_chunked_prefill_forced_small(tiny):
+@per_path
+def test_chunked_prefill_forced_small(tiny, cpu_path):
     folder, hf = tiny
     prompts = prompts_of(4, seed=11, lo=30, hi=90)
-    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    expected = hf(prompts)
     assert run(folder, prompts, num_kv_blocks=256, max_num_batched_tokens=7, block_size=8) == expected
 
 
-def test_preemption_by_tiny_kv_budget(tiny):
+@per_path
+def test_preemption_by_tiny_kv_budget(tiny, cpu_path):
     folder, hf = tiny
     prompts = prompts_of(8, seed=12, lo=20, hi=40)
-    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    expected = hf(prompts)
     llm = LLM(model=str(folder), num_kv_blocks=12, block_size=8)
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True), use_tqdm=False)
     assert llm.engine.scheduler.num_preemptions > 0
@@ -57,11 +77,12 @@ def test_preemption_by_tiny_kv_budget(tiny):
     llm.engine.block_manager.check_no_leak()
 
 
-def test_prefix_cache_hits(tiny):
+@per_path
+def test_prefix_cache_hits(tiny, cpu_path):
     folder, hf = tiny
     shared = prompts_of(1, seed=13, lo=40, hi=40)[0]
     prompts = [shared + tail for tail in prompts_of(4, seed=14, lo=1, hi=9)]
-    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    expected = hf(prompts)
     llm = LLM(model=str(folder), num_kv_blocks=128, block_size=8)
     params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
     first = llm.generate(prompts[:1], params, use_tqdm=False)
@@ -80,13 +101,18 @@ def test_prefix_cache_hits(tiny):
 def test_static_and_dynamic_policies_agree(tiny, scheduling):
     folder, hf = tiny
     prompts = prompts_of(6, seed=15)
-    expected = [hf_greedy_with(hf, p, MAX_NEW) for p in prompts]
+    expected = hf(prompts)
     assert run(folder, prompts, num_kv_blocks=256, max_num_seqs=4, scheduling=scheduling) == expected
 
 
+@pytest.fixture(scope="module")
+def default_reference(default_model_dir):
+    return Reference(default_model_dir)
+
+
 @pytest.mark.default_model
-def test_default_model_matches_hf(default_model_dir):
-    hf = LlamaForCausalLM.from_pretrained(default_model_dir).eval()
+@per_path
+def test_default_model_matches_hf(default_reference, cpu_path):
     llm = LLM(model="default", num_kv_blocks=256)
     tok = llm.tokenizer
     texts = [
@@ -97,7 +123,7 @@ def test_default_model_matches_hf(default_model_dir):
         llm.apply_chat_template([{"role": "user", "content": "List three colors."}]),
     ]
     prompts = [tok.encode(t, add_special_tokens=False) for t in texts]
-    expected = [hf_greedy_with(hf, p, 24) for p in prompts]
+    expected = default_reference(prompts, 24)
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True), use_tqdm=False)
     assert [o.outputs[0].token_ids for o in outs] == expected
     llm.engine.block_manager.check_no_leak()
