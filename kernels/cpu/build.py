@@ -26,9 +26,10 @@ CSRC = Path(__file__).parent / "csrc"
 SOURCES = (
     "isa.cpp", "decode_attention.cpp", "decode_task_generic.cpp", "decode_task_avx2.cpp",
     "decode_task_avx512.cpp", "fused_ops.cpp", "small_linear.cpp", "small_linear_generic.cpp",
-    "small_linear_avx2.cpp", "small_linear_avx512.cpp", "decode_layers.cpp",
+    "small_linear_avx2.cpp", "small_linear_avx512.cpp", "quantized_linear.cpp", "quantized_linear_generic.cpp",
+    "quantized_linear_avx2.cpp", "quantized_linear_avx512.cpp", "decode_layers.cpp",
 )
-HEADERS = ("isa.h", "decode_attention.h", "decode_task_impl.h", "small_linear.h", "ops.h")
+HEADERS = ("isa.h", "decode_attention.h", "decode_task_impl.h", "small_linear.h", "quantized_linear.h", "ops.h")
 # No -march: the library may sit in a cache shared with other machines. AVX2 and AVX-512 code is
 # confined to the *_avx2.cpp and *_avx512.cpp files (enabled by a pragma there) and chosen at run time
 # (isa.cpp). OpenMP must be on for at::parallel_for, whose parallel region is compiled into this

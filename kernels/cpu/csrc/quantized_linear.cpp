@@ -1,0 +1,108 @@
+// The ops `torch.ops.sllm_cpu.quantized_linear` (x [M, K] float32 times a GGUF-quantized weight [N, K],
+// see quantized_linear.h) and `torch.ops.sllm_cpu.dequantize` (GGUF blocks to float32 rows: the large-M
+// fallback and the embedding lookup).
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <vector>
+
+#include "isa.h"
+#include "ops.h"
+#include "quantized_linear.h"
+
+namespace sllm_cpu {
+
+int64_t quant_block_bytes(int64_t qtype) {
+  switch (qtype) {
+    case kQ4_0: return 18;
+    case kQ4_1: return 20;
+    case kQ8_0: return 34;
+    default: return 0;
+  }
+}
+
+namespace {
+
+// Weight rows per thread at the least: 128 rows of 576 Q4 weights is ~40 KB, above the fork cost.
+constexpr int64_t kMinRowsPerThread = 128;
+
+QuantizedKernel pick_kernel() {
+  switch (pick_isa(isa_ceiling(), kQuantBlock)) {
+    case Isa::Avx512: return quantized_linear_avx512;
+    case Isa::Avx2: return quantized_linear_avx2;
+    default: return quantized_linear_generic;
+  }
+}
+
+void check_weight(const at::Tensor& data, int64_t qtype, int64_t n, int64_t k) {
+  const int64_t bb = quant_block_bytes(qtype);
+  TORCH_CHECK(bb > 0, "sllm_cpu: no quantized kernel for GGML type ", qtype);
+  TORCH_CHECK(k % kQuantBlock == 0, "sllm_cpu: K must be a multiple of ", kQuantBlock);
+  TORCH_CHECK(data.device().is_cpu() && data.scalar_type() == at::kByte && data.is_contiguous() && data.dim() == 2 &&
+                  data.size(0) == n && data.size(1) == k / kQuantBlock * bb,
+              "sllm_cpu: the weight must be contiguous uint8 [N, K / 32 * block bytes]");
+}
+
+}  // namespace
+
+at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int64_t qtype, int64_t n, int64_t k,
+                            const std::optional<at::Tensor>& bias_in) {
+  check_weight(data, qtype, n, k);
+  TORCH_CHECK(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat && x_in.dim() == 2 && x_in.size(1) == k,
+              "sllm_cpu: quantized_linear takes float32 x [M, K]");
+  const at::Tensor x = x_in.stride(1) == 1 ? x_in : x_in.contiguous();
+  const int64_t m = x.size(0);
+  at::Tensor bias;
+  if (bias_in.has_value()) {
+    bias = bias_in->to(at::kFloat).contiguous();
+    TORCH_CHECK(bias.numel() == n, "sllm_cpu: bias must be [N]");
+  }
+  at::Tensor y = at::empty({m, n}, x.options());
+  if (m == 0) return y;
+  const QuantizedKernel kernel = pick_kernel();
+  const int64_t row_bytes = data.size(1), ldx = x.stride(0);
+  const float* xp = x.data_ptr<float>();
+  const uint8_t* wp = data.data_ptr<uint8_t>();
+  const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  const int64_t threads = at::get_num_threads();
+  const int64_t grain = std::max<int64_t>(kMinRowsPerThread, (n + threads - 1) / threads);
+  at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
+    // Rows of x in groups of kQuantMaxRows, each group one pass over this thread's weight rows.
+    for (int64_t i0 = 0; i0 < m; i0 += kQuantMaxRows) {
+      const int64_t rows = std::min(kQuantMaxRows, m - i0);
+      kernel(xp + i0 * ldx, rows, ldx, k, wp, qtype, row_bytes, bp, n0, n1, yp + i0 * n, n);
+    }
+  });
+  return y;
+}
+
+at::Tensor dequantize(const at::Tensor& data, int64_t qtype, int64_t k) {
+  TORCH_CHECK(data.dim() == 2, "sllm_cpu: dequantize takes uint8 rows [N, bytes]");
+  const int64_t n = data.size(0);
+  check_weight(data, qtype, n, k);
+  at::Tensor out = at::empty({n, k}, data.options().dtype(at::kFloat));
+  const int64_t bb = quant_block_bytes(qtype), blocks = k / kQuantBlock, row_bytes = data.size(1);
+  const uint8_t* src = data.data_ptr<uint8_t>();
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t b = 0; b < blocks; ++b) dequantize_block(src + r * row_bytes + b * bb, qtype, dst + r * k + b * kQuantBlock);
+    }
+  });
+  return out;
+}
+
+}  // namespace sllm_cpu
+
+TORCH_LIBRARY_FRAGMENT(sllm_cpu, m) {
+  m.def("quantized_linear(Tensor x, Tensor data, int qtype, int n, int k, Tensor? bias=None) -> Tensor");
+  m.def("dequantize(Tensor data, int qtype, int k) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(sllm_cpu, CPU, m) {
+  m.impl("quantized_linear", &sllm_cpu::quantized_linear);
+  m.impl("dequantize", &sllm_cpu::dequantize);
+}

@@ -1,0 +1,40 @@
+// y = x W^T (+ bias) where W stays in GGUF's quantized blocks (Q4_0, Q4_1, Q8_0: 32 weights a block).
+// Each block is dequantized in registers (d * q + m, as the format defines it) and multiplied with the
+// float32 activations, so the result is the float product with the dequantized weight up to rounding
+// (kernels/quantized.py's `quantized_linear_ref`). The weight is read once for all rows of x.
+//
+// llama.cpp instead quantizes the activations to int8 per block and takes integer dot products, which
+// costs fewer instructions; on the default model that flipped greedy choices against the float
+// reference in 212 of 512 tokens (16 prompts), far from the float product's agreement, so it is not used.
+// No torch headers (see decode_attention.h).
+#pragma once
+
+#include <cstdint>
+
+namespace sllm_cpu {
+
+constexpr int64_t kQuantBlock = 32;
+constexpr int64_t kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8;  // GGML type ids
+// Rows of x one pass over the weight serves; more rows take more passes.
+constexpr int64_t kQuantMaxRows = 8;
+
+// Bytes of one block of `qtype`, or 0 for a type without a kernel.
+int64_t quant_block_bytes(int64_t qtype);
+
+// Output columns [n0, n1) of y [M, N] (row stride ldy) from M <= kQuantMaxRows rows of x [M, K] (row
+// stride ldx); weight row n starts at w + n * row_bytes.
+using QuantizedKernel = void (*)(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                                 int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
+void quantized_linear_generic(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                              int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
+void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                           int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
+void quantized_linear_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                             int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
+
+// IEEE half to float, for the blocks' scales (portable; the vector paths use F16C).
+float half_to_float(uint16_t h);
+// One block's 32 weights as the format defines them (the dequantize op and the portable path).
+void dequantize_block(const uint8_t* blk, int64_t qtype, float* out);
+
+}  // namespace sllm_cpu

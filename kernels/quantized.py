@@ -1,0 +1,117 @@
+"""Weights kept in GGUF's quantized blocks (`QuantizedWeight`), and the ops that read them: the matmul
+(`quantized_linear`) and the row lookup of a quantized embedding table (`quantized_embedding`).
+
+The torch reference dequantizes the blocks as the GGUF format defines them (ggml's `dequantize_row_*`)
+and calls `F.linear`; on the CPU, few-row products go to the C++ kernel (csrc/quantized_linear.h), which
+reads each block once and dequantizes it in registers, so its result is the reference's up to float
+rounding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from kernels.cpu.build import cpu_kernels_available
+
+# GGML type ids (gguf.GGMLQuantizationType), and (weights, bytes) per block.
+F32, Q4_0, Q4_1, Q8_0 = 0, 2, 3, 8
+BLOCK = {Q4_0: (32, 18), Q4_1: (32, 20), Q8_0: (32, 34)}
+SUPPORTED_TYPES = frozenset(BLOCK)
+NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0"}
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """A matrix [N, K] as GGUF stores it: N rows of K // block_weights blocks, bytes as in the file."""
+
+    data: torch.Tensor  # uint8 [N, row_bytes], contiguous
+    qtype: int
+    shape: tuple[int, int]  # (N out_features, K in_features)
+
+    def __post_init__(self) -> None:
+        per, size = BLOCK[self.qtype]
+        n, k = self.shape
+        if k % per or tuple(self.data.shape) != (n, k // per * size) or self.data.dtype != torch.uint8:
+            raise ValueError(f"{NAMES[self.qtype]} weight {self.shape} needs uint8 [{n}, {k // per * size}] "
+                             f"(K a multiple of {per}), got {self.data.dtype} {list(self.data.shape)}")
+
+    @property
+    def device(self) -> torch.device:
+        return self.data.device
+
+
+def cat_rows(parts: list[torch.Tensor | QuantizedWeight]) -> torch.Tensor | QuantizedWeight:
+    """Stacks matrices along their output rows (q, k, v into one projection); quantized ones stay
+    quantized when they share a type, and are dequantized otherwise."""
+    if all(isinstance(p, QuantizedWeight) for p in parts) and len({p.qtype for p in parts}) == 1:
+        k = parts[0].shape[1]
+        return QuantizedWeight(torch.cat([p.data for p in parts]), parts[0].qtype,
+                               (sum(p.shape[0] for p in parts), k))
+    floats = [dequantize(p) if isinstance(p, QuantizedWeight) else p for p in parts]
+    return torch.cat(floats).contiguous()
+
+
+def dequantize(w: QuantizedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The reference: every block's weights as the format defines them, [N, K]."""
+    return _dequantize_rows(w.data, w.qtype).reshape(w.shape).to(dtype)
+
+
+def _dequantize_rows(data: torch.Tensor, qtype: int) -> torch.Tensor:
+    per, size = BLOCK[qtype]
+    blocks = data.reshape(-1, size)
+    d = blocks[:, :2].contiguous().view(torch.float16).float()  # [B, 1]
+    if qtype == Q8_0:
+        return d * blocks[:, 2:].contiguous().view(torch.int8).float()
+    start = 4 if qtype == Q4_1 else 2
+    qs = blocks[:, start:]
+    # A block's 16 bytes hold weights 0-15 in their low nibbles and 16-31 in their high ones.
+    q = torch.cat([qs & 0x0F, qs >> 4], dim=1).float()  # [B, 32]
+    if qtype == Q4_0:
+        return d * (q - 8)
+    m = blocks[:, 2:4].contiguous().view(torch.float16).float()
+    return d * q + m
+
+
+def quantized_linear_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The product with the dequantized weight, in float: what the model means."""
+    return F.linear(x, dequantize(w, x.dtype), bias)
+
+
+# Rows of x up to which the C++ kernel beats dequantizing the weight for MKL's GEMM: on a 2-core Xeon
+# (AVX-512) it took 0.16 ms against 0.35 ms for SmolLM2's gate_up at 8 rows, 0.61 against 0.46 at 32
+# (`sllm bench kernels --cpu`). It serves rows in passes of 8.
+QUANT_MAX_ROWS = 16
+
+
+def quantized_linear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W^T (+ bias) for a weight in GGUF blocks: the C++ kernel (blocks dequantized in registers) for
+    float32 CPU activations of a few rows, else the weight dequantized for MKL's GEMM."""
+    rows = x.reshape(-1, x.shape[-1])
+    if x.dtype == torch.float32 and x.device.type == "cpu" and cpu_kernels_available():
+        if rows.shape[0] <= QUANT_MAX_ROWS:
+            y = torch.ops.sllm_cpu.quantized_linear(rows, w.data, w.qtype, w.shape[0], w.shape[1], bias)
+        else:
+            y = F.linear(rows, torch.ops.sllm_cpu.dequantize(w.data, w.qtype, w.shape[1]), bias)
+        return y.reshape(*x.shape[:-1], w.shape[0])
+    return quantized_linear_ref(x, w, bias)
+
+
+def quantized_embedding(ids: torch.Tensor, w: QuantizedWeight) -> torch.Tensor:
+    """Rows of a quantized table, dequantizing only the rows asked for."""
+    rows = w.data.index_select(0, ids.reshape(-1))
+    if rows.device.type == "cpu" and cpu_kernels_available():
+        flat = torch.ops.sllm_cpu.dequantize(rows, w.qtype, w.shape[1])
+    else:
+        flat = _dequantize_rows(rows, w.qtype)
+    return flat.reshape(*ids.shape, w.shape[1])
+
+
+def serves_quantized(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether `quantization="auto"` keeps a GGUF file's blocks: on the CPU, in float32, where a vector
+    path of the C++ kernel runs (the portable one measured 0.4x of the float32 matmul it replaces)."""
+    from kernels.cpu import isa
+
+    return (device.type == "cpu" and dtype == torch.float32 and cpu_kernels_available()
+            and isa.resolve(32) != "generic")

@@ -1,0 +1,80 @@
+"""GGUF-quantized weights (kernels/quantized.py): blocks decoded bit-exactly as the `gguf` package
+decodes them, and the C++ product against its torch reference on every CPU path, over ragged shapes."""
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from kernels.cpu.build import cpu_kernels_available
+from kernels.quantized import (
+    BLOCK,
+    NAMES,
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    QuantizedWeight,
+    cat_rows,
+    dequantize,
+    quantized_embedding,
+    quantized_linear,
+    quantized_linear_ref,
+)
+from tests.cpu_paths import cpu_paths
+
+TYPES = [Q4_0, Q4_1, Q8_0]
+needs_kernels = pytest.mark.skipif(not cpu_kernels_available(), reason="the C++ CPU kernels did not build")
+
+
+def random_weight(n: int, k: int, qtype: int, seed: int = 0) -> QuantizedWeight:
+    """Random blocks: every quant byte value, scales (and Q4_1 minimums) finite halves of both signs."""
+    per, size = BLOCK[qtype]
+    gen = np.random.default_rng(seed)
+    blocks = gen.integers(0, 256, size=(n * k // per, size), dtype=np.uint8)
+    heads = 4 if qtype == Q4_1 else 2
+    halves = (gen.standard_normal((n * k // per, heads // 2)) * 0.02).astype(np.float16)
+    blocks[:, :heads] = halves.view(np.uint8).reshape(-1, heads)
+    return QuantizedWeight(torch.from_numpy(blocks.reshape(n, -1)), qtype, (n, k))
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)
+def test_blocks_decode_as_the_gguf_package_does(qtype):
+    w = random_weight(24, 96, qtype)
+    want = gguf_dequantize(w.data.numpy(), GGMLQuantizationType(qtype))
+    assert np.array_equal(dequantize(w).numpy(), want)
+    if cpu_kernels_available():
+        assert np.array_equal(torch.ops.sllm_cpu.dequantize(w.data, qtype, 96).numpy(), want)
+
+
+@needs_kernels
+@pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
+@pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)
+@pytest.mark.parametrize("m,n,k", [(1, 37, 32), (2, 200, 96), (3, 129, 576), (4, 64, 160), (5, 77, 64),
+                                   (8, 300, 128), (9, 41, 224), (17, 53, 96), (64, 33, 64)])
+def test_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
+    w = random_weight(n, k, qtype, seed=m * n)
+    gen = torch.Generator().manual_seed(k)
+    x = torch.randn(m, k, generator=gen)
+    bias = torch.randn(n, generator=gen)
+    got = quantized_linear(x, w, bias)
+    want = quantized_linear_ref(x, w, bias)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)
+def test_embedding_rows_and_stacked_rows(qtype):
+    w = random_weight(50, 64, qtype, seed=5)
+    ids = torch.tensor([[3, 0, 49], [7, 7, 1]])
+    assert torch.equal(quantized_embedding(ids, w), dequantize(w)[ids])
+    parts = [random_weight(8, 64, qtype, seed=s) for s in (1, 2)]
+    both = cat_rows(parts)
+    assert isinstance(both, QuantizedWeight) and both.shape == (16, 64)
+    assert torch.equal(dequantize(both), torch.cat([dequantize(p) for p in parts]))
+    mixed = cat_rows([parts[0], random_weight(8, 64, Q8_0 if qtype != Q8_0 else Q4_0)])
+    assert isinstance(mixed, torch.Tensor) and mixed.shape == (16, 64)
+
+
+def test_a_malformed_weight_is_refused():
+    with pytest.raises(ValueError, match="multiple of 32"):
+        QuantizedWeight(torch.zeros(4, 20, dtype=torch.uint8), Q4_1, (4, 40))
