@@ -24,6 +24,8 @@ def generate(
     seed: int | None = typer.Option(None),
     chat: bool = typer.Option(False, help="Wrap each prompt as a user message in the chat template"),
     max_num_seqs: int = typer.Option(128),
+    quantization: str = typer.Option("auto", "--quantization", "-q", envvar="SLLM_QUANTIZATION",
+                                     help="auto, none (GGUF dequantized to float) or gguf"),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per prompt"),
 ):
     """Offline batch generation with continuous batching and a progress bar."""
@@ -37,7 +39,7 @@ def generate(
             items.append(json.loads(line)["prompt"] if file.suffix == ".jsonl" else line)
     if not items:
         raise typer.BadParameter("give prompts as arguments or with --file")
-    llm = LLM(model=model, max_num_seqs=max_num_seqs)
+    llm = LLM(model=model, max_num_seqs=max_num_seqs, quantization=quantization)
     if chat:
         items = [llm.apply_chat_template([{"role": "user", "content": p}]) for p in items]
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed)

@@ -4,6 +4,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Scheduling = Literal["continuous", "static", "dynamic"]
+# auto: a GGUF model keeps its quantized blocks on the CPU (fp32 activations), anything else as stored;
+# none: GGUF dequantized to float (the HF-exact reference); gguf: the file's blocks, required.
+Quantization = Literal["auto", "none", "gguf"]
 
 
 @dataclass
@@ -11,6 +14,7 @@ class EngineConfig:
     model: str = "default"  # "default", an HF folder, or a .gguf file
     served_model_name: str | None = None
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    quantization: Quantization = "auto"
     device: str = "auto"
     block_size: int = 16
     num_kv_blocks: int | None = None  # the KV budget in blocks; wins over kv_cache_bytes
@@ -45,5 +49,7 @@ class EngineConfig:
             raise ValueError("max_num_batched_tokens must be at least 1")
         if self.guided_loop_repeats < 0 or self.guided_loop_repeats == 1:
             raise ValueError(f"guided_loop_repeats must be 0 (off) or at least 2, got {self.guided_loop_repeats}")
+        if self.quantization not in ("auto", "none", "gguf"):
+            raise ValueError(f"quantization must be auto, none or gguf, got {self.quantization!r}")
         if self.scheduling not in ("continuous", "static", "dynamic"):
             raise ValueError(f"scheduling must be continuous, static or dynamic, got {self.scheduling!r}")

@@ -80,6 +80,14 @@ def convert_gguf(gguf: Path) -> Path:
     return target
 
 
+def gguf_source(model: str) -> Path | None:
+    """The GGUF file behind `model`, or None for a Hugging Face folder."""
+    if model in ("default", DEFAULT_MODEL_NAME, "", None):
+        return default_model_path()
+    path = Path(model).expanduser()
+    return path if path.is_file() and path.suffix == ".gguf" else None
+
+
 def resolve_model(model: str) -> Path:
     """Returns an HF-style folder for `model`, converting GGUF on first use."""
     if model in ("default", DEFAULT_MODEL_NAME, "", None):
@@ -126,6 +134,28 @@ def _tokenizer_class(folder: Path) -> str | None:
     if not path.exists():
         return None
     return json.loads(path.read_text()).get("tokenizer_class")
+
+
+def load_weights(folder: Path, model: str, quantization: str, device: torch.device, dtype: torch.dtype,
+                 config: ModelConfig) -> dict:
+    """The state dict the model loads: the GGUF file's quantized blocks (engine/gguf_weights.py) where
+    `quantization` asks for them, or the folder's float safetensors."""
+    source = gguf_source(model)
+    if quantization == "auto":
+        from kernels.quantized import serves_quantized
+
+        quantization = "gguf" if source is not None and serves_quantized(device, dtype) else "none"
+    if quantization == "gguf":
+        if source is None:
+            raise ValueError(f"--quantization gguf needs a .gguf model; {model!r} is a folder")
+        if device.type != "cpu" or dtype != torch.float32:
+            raise ValueError("--quantization gguf runs on the CPU in float32 (--device cpu --dtype float32); "
+                             "use --quantization none elsewhere")
+        from engine.gguf_weights import read_gguf_weights
+
+        log.info("weights: %s's quantized blocks, served as they are", source.name)
+        return read_gguf_weights(source, config)
+    return load_state_dict(folder)
 
 
 def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:

@@ -7,7 +7,7 @@ import torch
 
 import kernels
 from engine.config import EngineConfig
-from engine.loader import load_state_dict
+from engine.loader import load_weights
 from engine.model_config import ModelConfig
 from engine.models import AttentionMetadata, LlamaForCausalLM
 from engine.scheduler import SchedulerOutput
@@ -57,7 +57,9 @@ class ModelRunner:
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.block_size = config.block_size
         self.model = LlamaForCausalLM(model_config, self.dtype, self.device, max_model_len)
-        self.model.load_weights(load_state_dict(folder))
+        self.model.load_weights(
+            load_weights(folder, config.model, config.quantization, self.device, self.dtype, model_config)
+        )
         self.num_blocks = self._num_blocks()
         m = self.model
         # Head-major storage under the logical [blocks, block_size, Hkv, D] view that the kernels take:

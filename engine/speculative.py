@@ -85,7 +85,8 @@ class DraftModel:
         folder = resolve_model(spec.model or "")
         if load_tokenizer(folder).get_vocab() != target_tokenizer.get_vocab():
             raise ValueError(f"the draft model {spec.model!r} does not share the target model's tokenizer")
-        cfg = EngineConfig(model=str(folder), block_size=target_config.block_size, dtype=target_config.dtype,
+        cfg = EngineConfig(model=spec.model or "default", block_size=target_config.block_size,
+                           dtype=target_config.dtype, quantization=target_config.quantization,
                            device=target_config.device, kv_cache_bytes=target_config.kv_cache_bytes and target_config.kv_cache_bytes // 4,
                            enable_prefix_caching=False)
         self.runner = ModelRunner(cfg, load_model_config(folder), folder, max_model_len)

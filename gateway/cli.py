@@ -31,6 +31,10 @@ def serve(
     num_kv_blocks: int | None = typer.Option(None, "--num-kv-blocks", envvar="SLLM_NUM_KV_BLOCKS"),
     dtype: str = typer.Option("auto", "--dtype", envvar="SLLM_DTYPE",
                               help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16 or float16"),
+    quantization: str = typer.Option(
+        "auto", "--quantization", "-q", envvar="SLLM_QUANTIZATION",
+        help="auto (a GGUF model keeps its quantized blocks on the CPU), none (GGUF dequantized to "
+             "float: the HF-exact reference) or gguf (the file's blocks, required)"),
     max_queued_requests: int = typer.Option(
         256, "--max-queued-requests", envvar="SLLM_MAX_QUEUED_REQUESTS",
         help="Requests allowed to wait beyond --max-num-seqs; past it the server answers 429",
@@ -85,7 +89,8 @@ def serve(
     flags = dict(
         host=host, port=port, api_keys=list(api_key),
         max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,
-        num_kv_blocks=num_kv_blocks, dtype=dtype, max_queued_requests=max_queued_requests,
+        num_kv_blocks=num_kv_blocks, dtype=dtype, quantization=quantization,
+        max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=json.loads(speculative_config) if speculative_config else None,
         guided_loop_repeats=guided_loop_repeats, tool_call_bias=tool_call_bias,

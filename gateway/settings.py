@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 DType = Literal["auto", "float32", "bfloat16", "float16"]
+Quantization = Literal["auto", "none", "gguf"]
 
 
 def default_db_path() -> str:
@@ -60,6 +61,7 @@ class ModelEntry(BaseModel):
     num_kv_blocks: int | None = None
     kv_cache_bytes: int | None = None
     dtype: DType | None = None
+    quantization: Quantization | None = None
     speculative_config: dict | None = None
 
     @model_validator(mode="before")
@@ -107,6 +109,7 @@ class Settings(BaseModel):
     db: str = Field(default_factory=default_db_path)
     log_level: str = "info"
     dtype: DType = "auto"  # auto: float32 on CPU; bfloat16 runs much faster on CPUs with AMX or AVX512-BF16
+    quantization: Quantization = "auto"  # as EngineConfig.quantization
     speculative_config: dict | None = None  # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
     # Guided decoding steering, as EngineConfig documents them: the loop breaker's repeat count (0:
     # off) and the bias toward opening a tool call under tool_choice auto (None: by chat template).
@@ -163,6 +166,7 @@ class Settings(BaseModel):
             num_kv_blocks=pick("num_kv_blocks"),
             kv_cache_bytes=e.kv_cache_bytes,
             dtype=pick("dtype"),
+            quantization=pick("quantization"),
             speculative_config=pick("speculative_config"),
             guided_loop_repeats=self.guided_loop_repeats,
             tool_call_bias=self.tool_call_bias,

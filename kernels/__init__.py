@@ -5,13 +5,14 @@ C++ kernels (`kernels.cpu`, built at first use). `kernels.dispatch` picks one pe
 from kernels.activation import silu_and_mul
 from kernels.attention import paged_attention, paged_decode_attention
 from kernels.cache import copy_blocks, store_kv
-from kernels.linear import linear
+from kernels.linear import embedding, linear
 from kernels.linear import pack as pack_linear
 from kernels.norm import rms_norm
 from kernels.rotary import rotary_embedding
 
 __all__ = [
     "copy_blocks",
+    "embedding",
     "linear",
     "pack_linear",
     "paged_attention",

@@ -19,13 +19,15 @@ import torch
 import torch.nn.functional as F
 
 from kernels.cpu.build import cpu_kernels_available
+from kernels.quantized import QuantizedWeight, quantized_embedding, quantized_linear
 
 log = logging.getLogger(__name__)
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor | None:
     """The weight packed for `linear`, or None where packing does not apply or is unavailable."""
-    if weight.device.type != "cpu" or weight.dtype not in (torch.bfloat16, torch.float16):
+    if (isinstance(weight, QuantizedWeight) or weight.device.type != "cpu"
+            or weight.dtype not in (torch.bfloat16, torch.float16)):
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
@@ -43,18 +45,27 @@ SMALL_LINEAR_MAX_ROWS = 4
 def small_linear_takes(weight: torch.Tensor) -> bool:
     """The weight half of `use_small_linear`: a contiguous fp32 CPU matrix (any K: a K that the vector
     paths do not divide takes the portable one)."""
-    return (weight.dtype == torch.float32 and weight.device.type == "cpu" and weight.dim() == 2
-            and weight.is_contiguous() and cpu_kernels_available())
+    return (isinstance(weight, torch.Tensor) and weight.dtype == torch.float32 and weight.device.type == "cpu"
+            and weight.dim() == 2 and weight.is_contiguous() and cpu_kernels_available())
 
 
 def use_small_linear(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return x.dim() == 2 and x.shape[0] <= SMALL_LINEAR_MAX_ROWS and x.dtype == torch.float32 and small_linear_takes(weight)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None,
            packed: torch.Tensor | None = None) -> torch.Tensor:
+    if isinstance(weight, QuantizedWeight):
+        return quantized_linear(x, weight, bias)
     if packed is not None:
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     if use_small_linear(x, weight):
         return torch.ops.sllm_cpu.small_linear(x, weight, bias)
     return F.linear(x, weight, bias)
+
+
+def embedding(ids: torch.Tensor, table: torch.Tensor | QuantizedWeight) -> torch.Tensor:
+    """Rows of the embedding table (which may also be the tied LM head's weight, quantized)."""
+    if isinstance(table, QuantizedWeight):
+        return quantized_embedding(ids, table)
+    return F.embedding(ids, table)

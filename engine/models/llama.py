@@ -7,13 +7,13 @@ share one matmul, as do gate and up: fewer, larger GEMMs are what a CPU or GPU r
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 import kernels
 from engine.model_config import ModelConfig
 from engine.models.rope import rope_inv_freq
 from kernels.cpu.fused_ops import decode_layers_cpu
 from kernels.linear import SMALL_LINEAR_MAX_ROWS, small_linear_takes
+from kernels.quantized import QuantizedWeight, cat_rows, dequantize
 from kernels.rotary import build_cos_sin_cache
 
 SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
@@ -60,10 +60,14 @@ class LlamaForCausalLM:
         self.packed: dict[str, torch.Tensor] = {}  # CPU bf16/fp16 matmul weights, packed once (kernels/linear.py)
 
     # -- weights ---------------------------------------------------------------------------------
-    def load_weights(self, state: dict[str, torch.Tensor]) -> None:
-        """Takes an HF-named state dict and fuses q/k/v and gate/up per layer."""
-        def get(name: str) -> torch.Tensor:
-            return state.pop(name).to(self.device, self.dtype)
+    def load_weights(self, state: dict[str, torch.Tensor | QuantizedWeight]) -> None:
+        """Takes an HF-named state dict and fuses q/k/v and gate/up per layer. Matrices may come
+        quantized (GGUF blocks, engine/gguf_weights.py): they stay so on the CPU."""
+        def get(name: str) -> torch.Tensor | QuantizedWeight:
+            value = state.pop(name)
+            if isinstance(value, QuantizedWeight):
+                return value if self.device.type == "cpu" else dequantize(value, self.dtype).to(self.device)
+            return value.to(self.device, self.dtype)
 
         w = self.weights
         w["embed"] = get("model.embed_tokens.weight")
@@ -75,11 +79,11 @@ class LlamaForCausalLM:
             w["lm_head"] = w["embed"]
         for i in range(self.num_layers):
             p = f"model.layers.{i}."
-            w[p + "qkv"] = torch.cat([get(p + f"self_attn.{x}_proj.weight") for x in "qkv"]).contiguous()
+            w[p + "qkv"] = cat_rows([get(p + f"self_attn.{x}_proj.weight") for x in "qkv"])
             if p + "self_attn.q_proj.bias" in state:
                 w[p + "qkv_bias"] = torch.cat([get(p + f"self_attn.{x}_proj.bias") for x in "qkv"])
             w[p + "o"] = get(p + "self_attn.o_proj.weight")
-            w[p + "gate_up"] = torch.cat([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")]).contiguous()
+            w[p + "gate_up"] = cat_rows([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")])
             w[p + "down"] = get(p + "mlp.down_proj.weight")
             w[p + "in_norm"] = get(p + "input_layernorm.weight")
             w[p + "post_norm"] = get(p + "post_attention_layernorm.weight")
@@ -96,14 +100,15 @@ class LlamaForCausalLM:
 
     def _decode_layer_lists(self) -> dict[str, list[torch.Tensor]] | None:
         """Per-layer weight lists for the one-call C++ decode path (`decode_layers_cpu`), or None where
-        it does not apply: it takes fp32 CPU weights that the few-row C++ matmul can read."""
+        it does not apply: it takes fp32 CPU weights that the few-row C++ matmul can read, or GGUF blocks
+        (the quantized C++ matmul)."""
         w = self.weights
         names = ("in_norm", "qkv", "o", "post_norm", "gate_up", "down")
         lists = {n: [w[f"model.layers.{i}.{n}"] for i in range(self.num_layers)] for n in names}
         lists["qkv_bias"] = [w[f"model.layers.{i}.qkv_bias"] for i in range(self.num_layers)
                              if f"model.layers.{i}.qkv_bias" in w]
         matrices = lists["qkv"] + lists["o"] + lists["gate_up"] + lists["down"]
-        if not all(small_linear_takes(m) for m in matrices):
+        if not all(small_linear_takes(m) or isinstance(m, QuantizedWeight) for m in matrices):
             return None
         return lists
 
@@ -122,7 +127,7 @@ class LlamaForCausalLM:
         w = self.weights
         t = input_ids.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        x = F.embedding(input_ids, w["embed"])
+        x = kernels.embedding(input_ids, w["embed"])
         if meta.all_decode and self.decode_layers is not None and t <= SMALL_LINEAR_MAX_ROWS:
             return decode_layers_cpu(
                 x, positions, self.cos_sin_cache, self.decode_layers, w["norm"],

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from kernels.quantized import QuantizedWeight
+
 CPU_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -45,9 +47,18 @@ def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list[torch.
                       num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
     """Every decoder layer and the final norm of a decode step of 1 to 4 fp32 rows in one C++ call
     (`csrc/decode_layers.cpp`); the reference is the model's own layer loop. `layers` holds per-layer
-    lists: in_norm, qkv, qkv_bias (empty without biases), o, post_norm, gate_up, down."""
+    lists: in_norm, qkv, qkv_bias (empty without biases), o, post_norm, gate_up, down; a matrix may be
+    a float32 tensor or a `QuantizedWeight` (GGUF blocks)."""
+    mats = {n: [_matrix(w) for w in layers[n]] for n in ("qkv", "o", "gate_up", "down")}
+    types = [t for row in zip(*(mats[n] for n in ("qkv", "o", "gate_up", "down")), strict=True) for _, t in row]
     return torch.ops.sllm_cpu.decode_layers(
-        x, positions, cos_sin_cache, layers["in_norm"], layers["qkv"], layers["qkv_bias"], layers["o"],
-        layers["post_norm"], layers["gate_up"], layers["down"], final_norm, k_caches, v_caches, slot_mapping,
+        x, positions, cos_sin_cache, layers["in_norm"], [w for w, _ in mats["qkv"]], layers["qkv_bias"],
+        [w for w, _ in mats["o"]], layers["post_norm"], [w for w, _ in mats["gate_up"]],
+        [w for w, _ in mats["down"]], types, final_norm, k_caches, v_caches, slot_mapping,
         block_tables, context_lens, float(eps), float(scale), num_heads, num_kv_heads, head_dim,
     )
+
+
+def _matrix(w) -> tuple[torch.Tensor, int]:
+    """A weight as the C++ op takes it: the tensor, and its GGML type (0 for float32)."""
+    return (w.data, w.qtype) if isinstance(w, QuantizedWeight) else (w, 0)

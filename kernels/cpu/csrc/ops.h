@@ -25,5 +25,8 @@ void rotary_embedding(const at::Tensor& positions, at::Tensor& q, at::Tensor& k,
 void store_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at::Tensor& v_cache,
               const at::Tensor& slot_mapping);
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias);
+// x [M, K] float32 times a weight [N, K] kept in GGUF blocks (uint8 rows; `qtype` a GGML type id).
+at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& data, int64_t qtype, int64_t n, int64_t k,
+                            const std::optional<at::Tensor>& bias);
 
 }  // namespace sllm_cpu
