@@ -165,6 +165,38 @@ def small_linear_cases(hidden: int, intermediate: int, path: str) -> list[Case]:
     return cases
 
 
+def quantized_linear_cases(hidden: int, intermediate: int, vocab: int, path: str) -> list[Case]:
+    """x [M, hidden] times weights in GGUF blocks (kernels/quantized.py) against the same weight
+    dequantized for F.linear (MKL): SmolLM2's gate_up in Q4_1 and Q8_0 at M = 1, 4, 8 and 32, and its
+    tied LM head (Q8_0, vocab rows) at M = 1. Bandwidth-bound: GB/s counts the blocks read."""
+    from kernels.quantized import BLOCK, NAMES, Q4_1, Q8_0, QuantizedWeight, dequantize, quantized_linear
+
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(qt, 2 * intermediate, m) for qt in (Q4_1, Q8_0) for m in (1, 4, 8, 32)] + [(Q8_0, vocab, 1)]
+    cases = []
+    for qtype, n, m in shapes:
+        per, size = BLOCK[qtype]
+        data = torch.randint(0, 256, (n * hidden // per, size), dtype=torch.uint8, generator=gen)
+        data[:, :2] = torch.full((n * hidden // per, 1), 0.01, dtype=torch.float16).view(torch.uint8)
+        if qtype == Q4_1:
+            data[:, 2:4] = torch.full((n * hidden // per, 1), -0.05, dtype=torch.float16).view(torch.uint8)
+        w = QuantizedWeight(data.reshape(n, -1), qtype, (n, hidden))
+        dense = dequantize(w)
+        x = torch.randn(m, hidden, generator=gen)
+
+        def run(x=x, w=w):
+            return quantized_linear(x, w)
+
+        def ref(x=x, dense=dense):
+            return F.linear(x, dense)
+
+        cases.append(Case(name=f"quantized_linear {NAMES[qtype]} [C++ {path}] vs fp32 F.linear",
+                          shape=f"M={m} N={n} K={hidden}", run=run, ref=ref,
+                          check=lambda run=run, ref=ref: rel_err(run(), ref()), tol=TOL[torch.float32],
+                          bytes=data.numel()))
+    return cases
+
+
 def time_case(case: Case, copy_gbps: float, min_seconds: float) -> Row:
     err = case.check()
     ms = time_ms(case.run, min_seconds=min_seconds)
@@ -187,6 +219,7 @@ def cpu_main(
     copy_bytes: int = 1 << 28,
     hidden: int = 576,
     intermediate: int = 1536,
+    vocab: int = 49152,
     long_context: int = 2048,
 ) -> list[Row]:
     """Benchmarks the C++ CPU kernels and prints a table; returns its rows. The defaults are the
@@ -222,6 +255,7 @@ def cpu_main(
             cases += layer_op_cases(prefill_len, hidden, num_q_heads, num_kv_heads, head_dim, block_size, dt)
         if name == "float32":
             cases += small_linear_cases(hidden, intermediate, path)
+            cases += quantized_linear_cases(hidden, intermediate, vocab, path)
         with isa.forced(path):
             for case in cases:
                 row = time_case(case, copy_gbps, min_seconds)
