@@ -8,9 +8,9 @@ import asyncio
 import logging
 import queue
 import threading
-from concurrent.futures import Future
 import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from typing import Any
 
 from engine.config import EngineConfig
