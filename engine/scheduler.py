@@ -21,7 +21,9 @@ effective priority, most recently admitted among equals. Two things preempt:
 - a waiting sequence whose effective priority is strictly better than a running one's, when it lacks
   a batch slot or blocks for its first chunk. Those preemptions are planned at the start of
   `schedule()`, before any running sequence is given slots, so a step never schedules a sequence it
-  then preempts; the tokens the newcomer will take are kept from worse-priority running sequences."""
+  then preempts; the tokens the newcomer will take are kept from worse-priority running sequences.
+A step that prefills a prompt admits no worse-priority newcomer beside it: their prefill would only
+lengthen the step that brings the better request its first token."""
 
 import time
 from collections import deque
@@ -256,11 +258,17 @@ class Scheduler:
         cfg = self.config
         num_seqs = sum(_width(s) for s in self.running)
         planned = {s.seq_id for s in plan.seqs}
+        # Prompts being prefilled this step, by priority (continuous batching only: static and dynamic
+        # batching start their batch whole).
+        prefills = [s.seq.effective_priority for s in out.scheduled
+                    if s.seq.num_computed_tokens < s.seq.num_prompt_tokens and cfg.scheduling == "continuous"]
         while self.waiting and budget > 0:
             seq = self._next_waiting(now, self._key_admitted)
             width = _width(seq)
             if num_seqs + width > cfg.max_num_seqs and num_seqs > 0:
                 break
+            if prefills and self.effective_priority(seq, now) > min(prefills):
+                break  # a better prompt is being prefilled: a worse one would only lengthen its step
             cached = self.bm.cached_prefix_tokens(seq)
             n = len(seq) - cached
             if n > budget:
@@ -279,6 +287,8 @@ class Scheduler:
             self._mark_admitted(seq, now)
             out.scheduled.append(ScheduledSeq(seq, n))
             self.running.append(seq)
+            if cfg.scheduling == "continuous":
+                prefills.append(seq.effective_priority)
             num_seqs += width
             budget -= n
 

@@ -161,6 +161,21 @@ def test_high_priority_prefill_chunks_go_first(gqa):
     engine.block_manager.check_no_leak()
 
 
+def test_a_worse_prompt_waits_out_the_step_that_prefills_a_better_one(gqa):
+    folder, hf = gqa
+    engine = LLMEngine(EngineConfig(model=str(folder), num_kv_blocks=128, block_size=8))
+    low, high = prompts_of(2, seed=35, lo=30, hi=30)
+    engine.add_request("low", low, GREEDY, priority=3)
+    engine.add_request("high", high, GREEDY, priority=0)
+    engine.step()
+    assert running_ids(engine) == {"high"}  # room and budget for both, but the step is high's
+    engine.step()
+    assert running_ids(engine) == {"high", "low"}
+    done = drain(engine, {})
+    assert [done["low"].outputs[0].token_ids, done["high"].outputs[0].token_ids] == hf([low, high])
+    engine.block_manager.check_no_leak()
+
+
 def test_priority_must_be_an_integer(gqa):
     folder, _ = gqa
     engine = LLMEngine(EngineConfig(model=str(folder), num_kv_blocks=16, block_size=8))
