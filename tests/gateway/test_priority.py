@@ -1,8 +1,9 @@
 """Priority through the gateway, with the official openai client on a real socket: an interactive
 request preempts batch lines that fill the engine, `priority` in the body is a 400 unless the server
-allows it and is honoured when it does, and queue time, TTFT and preemptions are reported per priority."""
+allows it and is honoured when it does, API keys flooding at once take turns, and queue time, TTFT and preemptions are reported per priority."""
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import openai
 import pytest
@@ -87,3 +88,40 @@ def test_an_interactive_request_preempts_batch_lines_that_fill_the_engine(lenien
     done = wait_batch(client, batch.id)
     assert done.status == "completed" and done.request_counts.completed == 4
     assert lenient.metric("sllm:request_queue_time_by_priority_seconds_count", priority="10") >= 4
+
+
+def test_two_api_keys_flooding_at_once_take_turns(tmp_path_factory):
+    keys = ["key-a", "key-b", "key-c"]
+    with run_server(tmp_path_factory.mktemp("fair"), max_model_len=512, max_num_seqs=1, api_keys=keys) as server:
+        clients = {k: openai.OpenAI(base_url=server.base_url, api_key=k, max_retries=0) for k in keys}
+        scheduler = server.engine.engine.scheduler
+        admitted: list = []
+        mark = scheduler._mark_admitted
+
+        def spy(seq, now):  # records the real scheduler's admissions, in order
+            admitted.append(seq.fairness_key)
+            mark(seq, now)
+
+        scheduler._mark_admitted = spy
+
+        def chat(key: str, max_tokens: int, **extra):
+            return clients[key].chat.completions.create(model=MODEL, messages=USER, max_tokens=max_tokens, **extra)
+
+        def wait_for(cond, what: str) -> None:
+            deadline = time.monotonic() + 30
+            while not cond():
+                assert time.monotonic() < deadline, what
+                time.sleep(0.01)
+
+        with ThreadPoolExecutor(8) as pool:
+            hold = pool.submit(chat, "key-c", 128, extra_body={"ignore_eos": True})  # holds the only slot
+            wait_for(lambda: len(scheduler.running) == 1, "the first request never ran")
+            flood = [pool.submit(chat, "key-a", 2) for _ in range(3)]
+            wait_for(lambda: len(scheduler.waiting) == 3, "key-a's requests never queued")
+            flood += [pool.submit(chat, "key-b", 2) for _ in range(3)]
+            wait_for(lambda: len(scheduler.waiting) == 6, "key-b's requests never queued")
+            assert all(f.result().choices for f in [hold, *flood])
+        a, b = admitted[1], admitted[2]
+        assert a != b and None not in (a, b)
+        assert admitted[1:] == [a, b] * 3  # key-a's three arrived first, yet key-b's interleave
+        server.assert_no_leak()
