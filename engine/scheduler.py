@@ -189,6 +189,8 @@ class Scheduler:
             prio = self.effective_priority(cand, now)
             while True:
                 better = [s for s in running if s.effective_priority <= prio]
+                if any(s.num_computed_tokens < s.num_prompt_tokens for s in better):
+                    return plan  # a better prompt is being prefilled: no newcomer beside it (see below)
                 left = cfg.max_num_batched_tokens - sum(t for _, t in plan.reserved)
                 left -= sum(min(self._tokens_wanted(s), cfg.max_num_batched_tokens) for s in better)
                 if left <= 0:
@@ -198,7 +200,7 @@ class Scheduler:
                         + self._blocks_for_step(running, plan, (prio, n)))
                 if seats + _width(cand) <= cfg.max_num_seqs and need <= self.bm.num_free_blocks:
                     break
-                if running[-1].effective_priority <= prio:
+                if not running or running[-1].effective_priority <= prio:
                     return plan  # only equal or better work is left running: it waits its turn
                 victim = running.pop()
                 self.running.remove(victim)

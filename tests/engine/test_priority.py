@@ -2,6 +2,8 @@
 it must, greedy outputs of the preempted sequences still equal HF's, keys flooding at once take
 turns, and aging lets a low-priority request in despite a steady stream of better ones."""
 
+import random
+
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
@@ -173,6 +175,33 @@ def test_a_worse_prompt_waits_out_the_step_that_prefills_a_better_one(gqa):
     assert running_ids(engine) == {"high", "low"}
     done = drain(engine, {})
     assert [done["low"].outputs[0].token_ids, done["high"].outputs[0].token_ids] == hf([low, high])
+    engine.block_manager.check_no_leak()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_arrivals_of_mixed_priorities_under_pressure_equal_hf(gqa, seed):
+    """Slots, blocks and token budget all scarce, priorities and keys mixed, arrivals spread over the
+    steps: every preemption and re-admission still yields HF's greedy tokens, and no block leaks."""
+    folder, hf = gqa
+    rng = random.Random(seed)
+    engine = LLMEngine(EngineConfig(model=str(folder), num_kv_blocks=16, block_size=8, max_num_seqs=3,
+                                    max_num_batched_tokens=24, priority_aging_s=0.05))
+    prompts = prompts_of(10, seed=40 + seed, lo=5, hi=40)
+    arrivals = sorted(rng.randrange(12) for _ in prompts)
+    done: dict = {}
+    step = 0
+    while len(done) < len(prompts):
+        for i, at in enumerate(arrivals):
+            if at == step:
+                engine.add_request(f"r{i}", prompts[i], GREEDY, priority=rng.choice([0, 5, 10]),
+                                   fairness_key=rng.choice(["a", "b", None]))
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = out
+        step += 1
+        assert step < 2000
+    assert engine.scheduler.num_preemptions > 0
+    assert [done[f"r{i}"].outputs[0].token_ids for i in range(len(prompts))] == hf(prompts)
     engine.block_manager.check_no_leak()
 
 
