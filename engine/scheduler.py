@@ -168,7 +168,7 @@ class Scheduler:
                 budget -= n
         return blocks
 
-    def _make_room(self, out: SchedulerOutput, now: float) -> _Plan:
+    def _make_room(self, out: SchedulerOutput, now: float, head: Sequence | None) -> _Plan:
         """Admission plan for waiting sequences strictly better than some running one: each gets a
         slot, blocks for its first chunk and the tokens for it, preempting worse running sequences
         (worst first) where it must. Stops at the first that cannot be placed, as admission does."""
@@ -183,7 +183,7 @@ class Scheduler:
         taken: set[int] = set()
         promised_blocks = 0
         while True:
-            cand = self._next_waiting(now, admitted, taken)
+            cand = head if not taken else self._next_waiting(now, admitted, taken)
             if cand is None or not running or self.effective_priority(cand, now) >= running[-1].effective_priority:
                 return plan
             prio = self.effective_priority(cand, now)
@@ -256,7 +256,8 @@ class Scheduler:
                 return head.waiting_steps > cfg.max_waiting_steps
         return True
 
-    def _admit_waiting(self, out: SchedulerOutput, budget: int, plan: _Plan, now: float) -> None:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, plan: _Plan, now: float,
+                       first: Sequence | None) -> None:
         cfg = self.config
         num_seqs = sum(_width(s) for s in self.running)
         planned = {s.seq_id for s in plan.seqs}
@@ -265,7 +266,8 @@ class Scheduler:
         prefills = [s.seq.effective_priority for s in out.scheduled
                     if s.seq.num_computed_tokens < s.seq.num_prompt_tokens and cfg.scheduling == "continuous"]
         while self.waiting and budget > 0:
-            seq = self._next_waiting(now, self._key_admitted)
+            seq = first or self._next_waiting(now, self._key_admitted)
+            first = None
             width = _width(seq)
             if num_seqs + width > cfg.max_num_seqs and num_seqs > 0:
                 break
@@ -297,14 +299,17 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         now = self.clock()
-        plan = self._make_room(out, now)
+        # The best waiting sequence, picked once (a scan of the queue): planning starts from it and,
+        # when nothing was preempted, it is still the one admission takes first.
+        head = self._next_waiting(now, self._key_admitted) if self.waiting else None
+        plan = self._make_room(out, now, head)
         planned_preemptions = len(out.preempted)
         budget = self._schedule_running(out, self.config.max_num_batched_tokens, plan, now)
         starved = len(out.preempted) > planned_preemptions  # running work lacked blocks: admit nothing
         if not starved and self.waiting:
-            head = self._next_waiting(now, self._key_admitted)
-            if plan.seqs or self._admission_open(head, now):
-                self._admit_waiting(out, budget, plan, now)
+            first = plan.seqs[0] if plan.seqs else head
+            if plan.seqs or self._admission_open(first, now):
+                self._admit_waiting(out, budget, plan, now, first)
         out.blocks_to_copy = self.bm.take_pending_copies()
         return out
 
