@@ -54,6 +54,13 @@ def test_body_priority_is_a_400_unless_the_server_allows_it(strict):
     ok = client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2)
     assert ok.choices[0].message.content is not None
     assert strict.metric("sllm:time_to_first_token_by_priority_seconds_count", priority="0") == 1
+    # A background response runs as a job, at priority_background (5).
+    queued = client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, background=True)
+    deadline = time.monotonic() + 60
+    while client.responses.retrieve(queued.id).status in ("queued", "in_progress"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert strict.metric("sllm:request_queue_time_by_priority_seconds_count", priority="5") == 1
 
 
 def test_body_priority_is_honoured_when_allowed(lenient):
