@@ -1,6 +1,6 @@
 """The job runner inside the server: runs batches and background responses through the engine, at
-their kinds' priorities (gateway/priority.py), a bounded number at once (JobGate), and resumes whatever was queued or running when the server
-last stopped, however it stopped.
+their kinds' priorities (gateway/priority.py), a bounded number at once (JobGate), and resumes
+whatever was queued or running when the server last stopped, however it stopped.
 
 Each batch is a task that walks its unrecorded lines in file order, takes a place at the gate for
 each, and runs it as a task of its own; a line's result is recorded in its own transaction, so a
