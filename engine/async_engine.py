@@ -89,7 +89,8 @@ class AsyncEngine:
             if cmd == "add":
                 request_id, prompt, params, priority, fairness_key = args
                 try:
-                    self.engine.add_request(request_id, prompt, params, priority=priority, fairness_key=fairness_key)
+                    self.engine.add_request(request_id, prompt, params, priority=priority,
+                                            fairness_key=fairness_key)
                 except Exception as exc:  # bad input: reported to that request only
                     self._deliver(request_id, exc, last=True)
             elif cmd == "abort":

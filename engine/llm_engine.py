@@ -183,7 +183,8 @@ class LLMEngine:
             gen.seed()
         seq = Sequence(
             req.request_id, token_ids, len(req.prompt_token_ids), p, index=index, generator=gen,
-            arrival_time=req.metrics.arrival_time, priority=req.metrics.priority, fairness_key=req.fairness_key,
+            arrival_time=req.metrics.arrival_time, priority=req.metrics.priority,
+            fairness_key=req.fairness_key,
         )
         if p.guided:
             seq.matcher = self.guided_decoding().matcher(p.guided)

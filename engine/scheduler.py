@@ -162,7 +162,8 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         blocks = 0
         for seq in running:
-            n = min(self._tokens_wanted(seq), budget - sum(t for p, t in reserved if p < seq.effective_priority))
+            promised = sum(t for p, t in reserved if p < seq.effective_priority)
+            n = min(self._tokens_wanted(seq), budget - promised)
             if n > 0:
                 blocks += self.bm.blocks_needed(seq, n)
                 budget -= n
@@ -184,9 +185,11 @@ class Scheduler:
         promised_blocks = 0
         while True:
             cand = head if not taken else self._next_waiting(now, admitted, taken)
-            if cand is None or not running or self.effective_priority(cand, now) >= running[-1].effective_priority:
+            if cand is None or not running:
                 return plan
             prio = self.effective_priority(cand, now)
+            if prio >= running[-1].effective_priority:
+                return plan
             while True:
                 better = [s for s in running if s.effective_priority <= prio]
                 if any(s.num_computed_tokens < s.num_prompt_tokens for s in better):

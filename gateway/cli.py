@@ -65,7 +65,8 @@ def serve(
         help="Let clients set `priority` in the body of chat, completions and responses (otherwise a 400)"),
     priority_aging_s: float = typer.Option(
         10.0, "--priority-aging-s", envvar="SLLM_PRIORITY_AGING_S",
-        help="A waiting request's priority improves by 1 per this many seconds waited, so none starves; 0: off"),
+        help="A waiting request's priority improves by 1 per this many seconds waited, so none starves; "
+             "0: off"),
     job_concurrency: int = typer.Option(
         16, "--job-concurrency", envvar="SLLM_JOB_CONCURRENCY",
         help="Batch lines, background responses and schedule runs in the engine at once"),

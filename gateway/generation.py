@@ -113,8 +113,8 @@ class Generation:
         return ids
 
     async def _open(self, prompts: list[list[int]], params: SamplingParams) -> list[AsyncIterator[RequestOutput]]:
-        self._gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}", self.priority, self.fairness_key)
-                      for i, p in enumerate(prompts)]
+        self._gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}", self.priority,
+                                           self.fairness_key) for i, p in enumerate(prompts)]
         self._firsts = [asyncio.ensure_future(anext(g)) for g in self._gens]
         done, _ = await asyncio.wait(self._firsts, timeout=ACCEPT_WINDOW_S, return_when=asyncio.FIRST_EXCEPTION)
         failed = [t for t in done if not t.cancelled() and t.exception() is not None]

@@ -58,7 +58,8 @@ def test_high_priority_takes_a_slot_from_a_full_batch(gqa):
     assert running_ids(engine) == {"low0", "low1", "low2", "high"}
     assert engine.scheduler.preemptions_by_priority == {10: 1}
     drain(engine, done)
-    assert [done[f"low{i}"].outputs[0].token_ids for i in range(4)] + [done["high"].outputs[0].token_ids] == hf(prompts)
+    outputs = [done[f"low{i}"].outputs[0].token_ids for i in range(4)] + [done["high"].outputs[0].token_ids]
+    assert outputs == hf(prompts)
     assert done["high"].metrics.priority == 0 and done["low3"].metrics.priority == 10
     engine.block_manager.check_no_leak()
 

@@ -1,6 +1,7 @@
 """Priority through the gateway, with the official openai client on a real socket: an interactive
 request preempts batch lines that fill the engine, `priority` in the body is a 400 unless the server
-allows it and is honoured when it does, API keys flooding at once take turns, and queue time, TTFT and preemptions are reported per priority."""
+allows it and is honoured when it does, API keys flooding at once take turns, and queue time, TTFT
+and preemptions are reported per priority."""
 
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -46,7 +47,8 @@ def _refused(call) -> None:
 def test_body_priority_is_a_400_unless_the_server_allows_it(strict):
     client = _client(strict)
     extra = {"priority": 1}
-    _refused(lambda: client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2, extra_body=extra))
+    _refused(lambda: client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2,
+                                                    extra_body=extra))
     _refused(lambda: client.completions.create(model=MODEL, prompt="Hi", max_tokens=2, extra_body=extra))
     _refused(lambda: client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, extra_body=extra))
     _refused(lambda: client.responses.create(model=MODEL, input="Hi", max_output_tokens=2, background=True,
@@ -71,7 +73,8 @@ def test_body_priority_is_honoured_when_allowed(lenient):
     assert lenient.metric("sllm:time_to_first_token_by_priority_seconds_count", priority="7") == before + 2
     assert lenient.metric("sllm:request_queue_time_by_priority_seconds_count", priority="7") == before + 2
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2, extra_body={"priority": "high"})
+        client.chat.completions.create(model=MODEL, messages=USER, max_tokens=2,
+                                       extra_body={"priority": "high"})
 
 
 def test_an_interactive_request_preempts_batch_lines_that_fill_the_engine(lenient):
@@ -79,7 +82,8 @@ def test_an_interactive_request_preempts_batch_lines_that_fill_the_engine(lenien
     engine = lenient.engine.engine
     lines = [completion_line(f"l{i}", f"Count to {20 + i}:", 96, ignore_eos=True) for i in range(4)]
     upload = client.files.create(file=("fill.jsonl", jsonl(lines)), purpose="batch")
-    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions",
+                                  completion_window="24h")
     deadline = time.monotonic() + 60
     # Both batch slots (max_num_seqs 2) busy decoding batch lines, the other two lines queued behind.
     while not (len(running := list(engine.scheduler.running)) == 2
@@ -99,7 +103,8 @@ def test_an_interactive_request_preempts_batch_lines_that_fill_the_engine(lenien
 
 def test_two_api_keys_flooding_at_once_take_turns(tmp_path_factory):
     keys = ["key-a", "key-b", "key-c"]
-    with run_server(tmp_path_factory.mktemp("fair"), max_model_len=512, max_num_seqs=1, api_keys=keys) as server:
+    tmp = tmp_path_factory.mktemp("fair")
+    with run_server(tmp, max_model_len=512, max_num_seqs=1, api_keys=keys) as server:
         clients = {k: openai.OpenAI(base_url=server.base_url, api_key=k, max_retries=0) for k in keys}
         scheduler = server.engine.engine.scheduler
         admitted: list = []
@@ -112,7 +117,8 @@ def test_two_api_keys_flooding_at_once_take_turns(tmp_path_factory):
         scheduler._mark_admitted = spy
 
         def chat(key: str, max_tokens: int, **extra):
-            return clients[key].chat.completions.create(model=MODEL, messages=USER, max_tokens=max_tokens, **extra)
+            return clients[key].chat.completions.create(model=MODEL, messages=USER, max_tokens=max_tokens,
+                                                        **extra)
 
         def wait_for(cond, what: str) -> None:
             deadline = time.monotonic() + 30
