@@ -188,8 +188,8 @@ class Scheduler:
             if cand is None or not running:
                 return plan
             prio = self.effective_priority(cand, now)
-            if prio >= running[-1].effective_priority:
-                return plan
+            if prio >= running[-1].effective_priority or any(p < prio for p, _ in plan.reserved):
+                return plan  # nothing worse to preempt; or a better newcomer's prefill has this step
             while True:
                 better = [s for s in running if s.effective_priority <= prio]
                 if any(s.num_computed_tokens < s.num_prompt_tokens for s in better):
