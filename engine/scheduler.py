@@ -263,7 +263,7 @@ class Scheduler:
                        first: Sequence | None) -> None:
         cfg = self.config
         num_seqs = sum(_width(s) for s in self.running)
-        planned = {s.seq_id for s in plan.seqs}
+        planned = {s.seq_id: n for s, (_, n) in zip(plan.seqs, plan.reserved, strict=True)}
         # Prompts being prefilled this step, by priority (continuous batching only: static and dynamic
         # batching start their batch whole).
         prefills = [s.seq.effective_priority for s in out.scheduled
@@ -282,6 +282,8 @@ class Scheduler:
                 if not cfg.enable_chunked_prefill and out.scheduled:
                     break
                 n = budget
+            if seq.seq_id in planned and cfg.enable_chunked_prefill:
+                n = min(n, planned[seq.seq_id])  # what was planned, so the next planned one gets its share
             if not self.bm.can_admit(seq, n) and seq.seq_id in planned and cfg.enable_chunked_prefill:
                 # Room was made for it: start with the chunk that fits (cached ends on a block boundary).
                 n = min(n, (self.bm.num_free_blocks - self.bm.blocks_to_admit(seq, 0)) * self.bm.block_size)
