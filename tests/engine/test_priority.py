@@ -7,6 +7,7 @@ import random
 import pytest
 
 from engine import EngineConfig, LLMEngine, SamplingParams
+from engine.sequence import SequenceStatus
 from tests.engine.test_hf_parity import Reference, prompts_of
 
 MAX_NEW = 12
@@ -182,13 +183,25 @@ def test_a_worse_prompt_waits_out_the_step_that_prefills_a_better_one(gqa):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_random_arrivals_of_mixed_priorities_under_pressure_equal_hf(gqa, seed):
     """Slots, blocks and token budget all scarce, priorities and keys mixed, arrivals spread over the
-    steps: every preemption and re-admission still yields HF's greedy tokens, and no block leaks."""
+    steps: every preemption and re-admission still yields HF's greedy tokens, no block leaks, and a
+    newcomer that running sequences were preempted for is admitted in that same step."""
     folder, hf = gqa
     rng = random.Random(seed)
     engine = LLMEngine(EngineConfig(model=str(folder), num_kv_blocks=16, block_size=8, max_num_seqs=3,
                                     max_num_batched_tokens=24, priority_aging_s=0.05))
     prompts = prompts_of(10, seed=40 + seed, lo=5, hi=40)
     arrivals = sorted(rng.randrange(12) for _ in prompts)
+    scheduler = engine.scheduler
+    plans: list = []
+    make_room = scheduler._make_room
+
+    def watched(out, now, head):  # the real planning, its plan and preemptions kept for the check
+        before = len(out.preempted)
+        plan = make_room(out, now, head)
+        plans.append((plan.seqs, len(out.preempted) > before))
+        return plan
+
+    scheduler._make_room = watched
     done: dict = {}
     step = 0
     while len(done) < len(prompts):
@@ -196,9 +209,12 @@ def test_random_arrivals_of_mixed_priorities_under_pressure_equal_hf(gqa, seed):
             if at == step:
                 engine.add_request(f"r{i}", prompts[i], GREEDY, priority=rng.choice([0, 5, 10]),
                                    fairness_key=rng.choice(["a", "b", None]))
+        plans.clear()
         for out in engine.step():
             if out.finished:
                 done[out.request_id] = out
+        for newcomers, preempted in plans:
+            assert not preempted or all(s.status is not SequenceStatus.WAITING for s in newcomers)
         step += 1
         assert step < 2000
     assert engine.scheduler.num_preemptions > 0
