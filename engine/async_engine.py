@@ -9,7 +9,7 @@ import logging
 import queue
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from concurrent.futures import Future
 from typing import Any
 
@@ -71,6 +71,7 @@ class AsyncEngine:
             "prefix_queries": bm.prefix_queries,
             "prefix_hits": bm.prefix_hits,
             "num_preemptions": e.scheduler.num_preemptions,
+            "preemptions_by_priority": dict(e.scheduler.preemptions_by_priority),
             "spec": e.spec_stats,  # None unless speculative decoding is configured
             **e.stats,
         }
@@ -90,9 +91,10 @@ class AsyncEngine:
             except queue.Empty:
                 return
             if cmd == "add":
-                request_id, prompt, params = args
+                request_id, prompt, params, priority, fairness_key = args
                 try:
-                    self.engine.add_request(request_id, prompt, params)
+                    self.engine.add_request(request_id, prompt, params, priority=priority,
+                                            fairness_key=fairness_key)
                 except Exception as exc:  # bad input: reported to that request only
                     self._deliver(request_id, exc, last=True)
             elif cmd == "abort":
@@ -139,17 +141,19 @@ class AsyncEngine:
 
     # -- the asyncio side ------------------------------------------------------------------------
     async def generate(
-        self, prompt: str | list[int], params: SamplingParams | None = None, request_id: str | None = None
+        self, prompt: str | list[int], params: SamplingParams | None = None, request_id: str | None = None,
+        priority: int = 0, fairness_key: Hashable | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Streams the request's outputs; the last one has `finished` set. Cancelling the consumer
-        (a client that disconnects) aborts the request and frees its KV blocks."""
+        (a client that disconnects) aborts the request and frees its KV blocks. `priority` and
+        `fairness_key` as LLMEngine.add_request takes them."""
         if self.error is not None:
             raise EngineDeadError(f"the engine has stopped: {self.error}")
         request_id = request_id or uuid.uuid4().hex
         q: asyncio.Queue = asyncio.Queue()
         with self._lock:
             self._streams[request_id] = (asyncio.get_running_loop(), q)
-        self._commands.put(("add", (request_id, prompt, params or SamplingParams())))
+        self._commands.put(("add", (request_id, prompt, params or SamplingParams(), priority, fairness_key)))
         self._wake.set()
         finished = False
         try:
@@ -177,9 +181,10 @@ class AsyncEngine:
         self._commands.put(("abort", request_id))
         self._wake.set()
 
-    async def generate_full(self, prompt, params=None, request_id=None) -> RequestOutput:
+    async def generate_full(self, prompt, params=None, request_id=None, priority: int = 0,
+                            fairness_key: Hashable | None = None) -> RequestOutput:
         last = None
-        async for out in self.generate(prompt, params, request_id):
+        async for out in self.generate(prompt, params, request_id, priority, fairness_key):
             last = out
         assert last is not None
         return last

@@ -103,13 +103,18 @@ class BlockManager:
     def cached_prefix_tokens(self, seq: Sequence) -> int:
         return len(self._cached_prefix(seq)) * self.block_size
 
-    def can_admit(self, seq: Sequence, num_new_tokens: int) -> bool:
-        """Whether a waiting sequence (no blocks yet) can get blocks for its first chunk."""
+    def blocks_to_admit(self, seq: Sequence, num_new_tokens: int) -> int:
+        """Free blocks a waiting sequence (no blocks yet) takes for its first chunk: new ones, and the
+        cached prefix blocks it revives from the free list."""
         hits = self._cached_prefix(seq)
         start = len(hits) * self.block_size
         needed = seq.num_blocks_needed(self.block_size, min(len(seq), start + num_new_tokens)) - len(hits)
         reclaimable = sum(1 for b in hits if self.blocks[b].ref_count == 0)
-        return self.num_free_blocks - reclaimable >= needed
+        return needed + reclaimable
+
+    def can_admit(self, seq: Sequence, num_new_tokens: int) -> bool:
+        """Whether a waiting sequence (no blocks yet) can get blocks for its first chunk."""
+        return self.blocks_to_admit(seq, num_new_tokens) <= self.num_free_blocks
 
     def admit(self, seq: Sequence) -> int:
         """Gives a waiting sequence its cached prefix; returns how many tokens that covers."""

@@ -30,6 +30,10 @@ class EngineConfig:
     # admitted only once waiting >= ratio * running, or after max_waiting_steps steps. 0 admits at once.
     waiting_served_ratio: float = 0.0
     max_waiting_steps: int = 20
+    # Priority (engine/scheduler.py): a waiting request's effective priority improves by 1 for every
+    # priority_aging_s seconds it has waited, so a stream of higher-priority work delays it but never
+    # starves it. 0 turns aging off.
+    priority_aging_s: float = 10.0
     speculative_config: dict[str, Any] | None = None
     # Guided decoding (engine/guided.py): a constrained string, array or object whose tokens repeat one
     # cycle this many times is closed (0: off); under tool_choice auto, a logit bias toward opening a
@@ -51,5 +55,7 @@ class EngineConfig:
             raise ValueError(f"guided_loop_repeats must be 0 (off) or at least 2, got {self.guided_loop_repeats}")
         if self.quantization not in ("auto", "none", "gguf"):
             raise ValueError(f"quantization must be auto, none or gguf, got {self.quantization!r}")
+        if self.priority_aging_s < 0:
+            raise ValueError(f"priority_aging_s must be 0 (off) or positive, got {self.priority_aging_s}")
         if self.scheduling not in ("continuous", "static", "dynamic"):
             raise ValueError(f"scheduling must be continuous, static or dynamic, got {self.scheduling!r}")

@@ -24,15 +24,18 @@ class LLM:
         prompts: str | list[str] | list[list[int]],
         params: SamplingParams | list[SamplingParams] | None = None,
         use_tqdm: bool = True,
+        priority: list[int] | None = None,
     ) -> list[RequestOutput]:
-        """Runs every prompt to completion with continuous batching; outputs come back in prompt order."""
+        """Runs every prompt to completion with continuous batching; outputs come back in prompt order.
+        `priority`, one per prompt as vLLM takes it: lower runs first."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         params_list = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
         order: dict[str, int] = {}
-        for i, (prompt, p) in enumerate(zip(prompts, params_list, strict=True)):
+        priorities = priority if priority is not None else [0] * len(prompts)
+        for i, (prompt, p, prio) in enumerate(zip(prompts, params_list, priorities, strict=True)):
             rid = f"offline-{next(self._ids)}"
-            self.engine.add_request(rid, prompt, p)
+            self.engine.add_request(rid, prompt, p, priority=prio)
             order[rid] = i
         results: list[RequestOutput | None] = [None] * len(prompts)
         with tqdm(total=len(prompts), desc="generate", disable=not use_tqdm, unit="req") as bar:

@@ -2,6 +2,7 @@
 
 import logging
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 import torch
@@ -16,7 +17,7 @@ from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, Toke
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
-from engine.sequence import Sequence, SequenceStatus
+from engine.sequence import Sequence
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ class Request:
     metrics: RequestMetrics
     states: list[SeqState] = field(default_factory=list)
     aborted: bool = False
+    fairness_key: Hashable | None = None
 
     @property
     def finished(self) -> bool:
@@ -134,8 +136,14 @@ class LLMEngine:
         prompt: str | list[int],
         params: SamplingParams | None = None,
         arrival_time: float | None = None,
+        priority: int = 0,
+        fairness_key: Hashable | None = None,
     ) -> Request:
+        """`priority`: lower runs first, as vLLM's; `fairness_key` (an API key, say): requests of
+        equal priority take turns by key (engine/scheduler.py)."""
         params = params or SamplingParams()
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise InvalidRequestError(f"priority must be an integer, got {priority!r}", "priority")
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         if isinstance(prompt, str):
@@ -148,7 +156,8 @@ class LLMEngine:
         if params.guided:
             self.guided_decoding().compile(params.guided)  # a bad schema fails here, before queueing
         arrival = time.monotonic() if arrival_time is None else arrival_time
-        req = Request(request_id, text, token_ids, params, RequestMetrics(arrival, prompt_tokens=len(token_ids)))
+        metrics = RequestMetrics(arrival, prompt_tokens=len(token_ids), priority=priority)
+        req = Request(request_id, text, token_ids, params, metrics, fairness_key=fairness_key)
         seq = self._new_sequence(req, 0, list(token_ids))
         seq.pending_forks = params.n - 1
         self.requests[request_id] = req
@@ -174,7 +183,8 @@ class LLMEngine:
             gen.seed()
         seq = Sequence(
             req.request_id, token_ids, len(req.prompt_token_ids), p, index=index, generator=gen,
-            arrival_time=req.metrics.arrival_time,
+            arrival_time=req.metrics.arrival_time, priority=req.metrics.priority,
+            fairness_key=req.fairness_key,
         )
         if p.guided:
             seq.matcher = self.guided_decoding().matcher(p.guided)
@@ -309,9 +319,8 @@ class LLMEngine:
                     child = self._new_sequence(req, k, list(seq.token_ids))
                     child.num_computed_tokens = seq.num_computed_tokens
                     child.num_cached_tokens = seq.num_cached_tokens
-                    child.status = SequenceStatus.RUNNING
                     self.block_manager.fork(seq, child)
-                    self.scheduler.running.append(child)
+                    self.scheduler.fork(seq, child)
                     rows.append(i)
                     seqs.append(child)
                 seq.pending_forks = 0

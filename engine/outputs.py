@@ -47,6 +47,7 @@ class RequestMetrics:
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
     spec_proposed: int = 0  # speculative draft tokens proposed for this request
     spec_accepted: int = 0  # of those, accepted by the target model
+    priority: int = 0  # the request's scheduling priority (lower runs first)
 
     @property
     def spec_acceptance_rate(self) -> float | None:

@@ -3,17 +3,39 @@
 Continuous batching (the default) re-plans after every step: running sequences go first (a decode
 token each, or the next chunk of a long prompt), then waiting sequences are admitted while the token
 budget (`max_num_batched_tokens`), the sequence budget (`max_num_seqs`) and free KV blocks allow.
-When blocks run out, the most recently admitted sequence is preempted by recompute: its blocks are
-freed and it goes back to the front of the queue with everything it generated so far, to be
-prefilled again later. `static` and `dynamic` exist to reproduce the static-batching comparison."""
+`static` and `dynamic` exist to reproduce the static-batching comparison.
+
+Priority, as vLLM's `priority` argument: lower values run first. Waiting sequences are admitted in
+order of effective priority, then, at equal priority, by fairness key (an API key) taking turns:
+the key admitted least recently goes first, then arrival order within a key. Running sequences get
+the token budget in priority order too, so a high-priority prompt's prefill chunks come before a
+low-priority one's. Aging keeps that from starving anyone: a waiting sequence's effective priority
+improves by 1 for every `priority_aging_s` seconds it has waited (across preemptions); it is frozen
+when the sequence is admitted, and is what preemption compares while the sequence runs.
+
+Preemption is by recompute: the victim's blocks are freed and it waits again with everything it
+generated so far, to be prefilled again later. The victim is always the running sequence of lowest
+effective priority, most recently admitted among equals. Two things preempt:
+- a running sequence that needs a KV block and finds none (the victim may be itself, when nothing
+  worse is running); then nothing new is admitted in that step;
+- a waiting sequence whose effective priority is strictly better than a running one's, when it lacks
+  a batch slot or blocks for its first chunk. Those preemptions are planned at the start of
+  `schedule()`, before any running sequence is given slots, so a step never schedules a sequence it
+  then preempts; the tokens the newcomer will take are kept from worse-priority running sequences.
+A step that prefills a prompt admits no worse-priority newcomer beside it: their prefill would only
+lengthen the step that brings the better request its first token."""
 
 import time
 from collections import deque
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.sequence import Sequence, SequenceStatus
+
+# Fairness keys remembered beyond those of live sequences before the oldest are forgotten.
+MAX_REMEMBERED_KEYS = 1024
 
 
 @dataclass
@@ -42,46 +64,174 @@ class SchedulerOutput:
         return not self.scheduled
 
 
+@dataclass
+class _Plan:
+    """Waiting sequences that will be admitted this step, and the tokens each was promised."""
+
+    seqs: list[Sequence] = field(default_factory=list)
+    reserved: list[tuple[int, int]] = field(default_factory=list)  # (effective priority, tokens)
+
+    def reserve_for(self, priority: int) -> int:
+        """Tokens a running sequence of this priority must leave for better-priority newcomers."""
+        return sum(n for p, n in self.reserved if p < priority)
+
+
+def _width(seq: Sequence) -> int:
+    return 1 + seq.pending_forks  # an n > 1 request will fork into n running sequences
+
+
+def _running_order(seq: Sequence) -> tuple[int, int]:
+    return seq.effective_priority, seq.admitted_order
+
+
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager):
+    def __init__(self, config: EngineConfig, block_manager: BlockManager,
+                 clock: Callable[[], float] = time.monotonic):
         self.config = config
         self.bm = block_manager
-        self.waiting: deque[Sequence] = deque()
+        self.clock = clock
+        self.waiting: list[Sequence] = []  # in no particular order: _next_waiting picks
         self.running: list[Sequence] = []
         self.num_preemptions = 0
+        self.preemptions_by_priority: dict[int, int] = {}  # keyed by the victim's own priority
+        self._admissions = 0
+        self._key_admitted: dict[Hashable | None, int] = {}  # fairness key -> its last admission
 
     def add(self, seq: Sequence) -> None:
+        seq.waiting_since = self.clock()
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def effective_priority(self, seq: Sequence, now: float) -> int:
+        if seq.status is SequenceStatus.RUNNING:
+            return seq.effective_priority
+        aging = self.config.priority_aging_s
+        if aging <= 0:
+            return seq.priority
+        return seq.priority - int((seq.waited_s + now - seq.waiting_since) // aging)
+
+    def _next_waiting(self, now: float, admitted: dict, skip: set[int] | None = None) -> Sequence | None:
+        """The waiting sequence to admit next: best effective priority, then the fairness key admitted
+        least recently (never: first), then arrival."""
+        best, best_key = None, None
+        for seq in self.waiting:
+            if skip and seq.seq_id in skip:
+                continue
+            key = (self.effective_priority(seq, now), admitted.get(seq.fairness_key, -1), seq.arrival_time,
+                   seq.seq_id)
+            if best_key is None or key < best_key:
+                best, best_key = seq, key
+        return best
+
     def _tokens_wanted(self, seq: Sequence) -> int:
         return seq.num_uncomputed_tokens + len(seq.spec_tokens)
 
-    def _preempt(self, seq: Sequence, out: SchedulerOutput) -> None:
+    def _preempt(self, seq: Sequence, out: SchedulerOutput, now: float) -> None:
         self.bm.free(seq)
         seq.num_computed_tokens = 0
         seq.spec_tokens = []
         seq.status = SequenceStatus.WAITING
-        self.waiting.appendleft(seq)
+        seq.waiting_since = now
+        self.waiting.append(seq)
         out.preempted.append(seq)
         self.num_preemptions += 1
+        self.preemptions_by_priority[seq.priority] = self.preemptions_by_priority.get(seq.priority, 0) + 1
 
-    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
-        queue = deque(self.running)
+    def _mark_admitted(self, seq: Sequence, now: float) -> None:
+        seq.effective_priority = self.effective_priority(seq, now)
+        seq.waited_s += now - seq.waiting_since
+        seq.admitted_order = self._admissions
+        self._key_admitted[seq.fairness_key] = self._admissions
+        self._admissions += 1
+        seq.status = SequenceStatus.RUNNING
+        if len(self._key_admitted) > MAX_REMEMBERED_KEYS:
+            live = {s.fairness_key for s in self.waiting} | {s.fairness_key for s in self.running}
+            for key, _ in sorted(self._key_admitted.items(), key=lambda kv: kv[1]):
+                if len(self._key_admitted) <= MAX_REMEMBERED_KEYS // 2:
+                    break
+                if key not in live:
+                    del self._key_admitted[key]
+
+    # -- planning for better-priority newcomers ---------------------------------------------------------
+    def _blocks_for_step(self, running: list[Sequence], plan: _Plan, extra: tuple[int, int] | None) -> int:
+        """New blocks the running sequences (best first) take this step, given the tokens promised to
+        newcomers: what _schedule_running will hand out, computed without handing it out."""
+        reserved = plan.reserved + ([extra] if extra else [])
+        budget = self.config.max_num_batched_tokens
+        blocks = 0
+        for seq in running:
+            promised = sum(t for p, t in reserved if p < seq.effective_priority)
+            n = min(self._tokens_wanted(seq), budget - promised)
+            if n > 0:
+                blocks += self.bm.blocks_needed(seq, n)
+                budget -= n
+        return blocks
+
+    def _make_room(self, out: SchedulerOutput, now: float, head: Sequence | None) -> _Plan:
+        """Admission plan for waiting sequences strictly better than some running one: each gets a
+        slot, blocks for its first chunk and the tokens for it, preempting worse running sequences
+        (worst first) where it must. Stops at the first that cannot be placed, as admission does."""
+        plan = _Plan()
+        if self.config.scheduling != "continuous" or not self.waiting or not self.running:
+            return plan
+        cfg = self.config
+        running = sorted(self.running, key=_running_order)
+        seats = sum(_width(s) for s in running)
+        admitted = dict(self._key_admitted)
+        tick = self._admissions
+        taken: set[int] = set()
+        promised_blocks = 0
+        while True:
+            cand = head if not taken else self._next_waiting(now, admitted, taken)
+            if cand is None or not running:
+                return plan
+            prio = self.effective_priority(cand, now)
+            if prio >= running[-1].effective_priority or any(p < prio for p, _ in plan.reserved):
+                return plan  # nothing worse to preempt; or a better newcomer's prefill has this step
+            while True:
+                better = [s for s in running if s.effective_priority <= prio]
+                if any(s.num_computed_tokens < s.num_prompt_tokens for s in better):
+                    return plan  # a better prompt is being prefilled: no newcomer beside it (see below)
+                left = cfg.max_num_batched_tokens - sum(t for _, t in plan.reserved)
+                left -= sum(min(self._tokens_wanted(s), cfg.max_num_batched_tokens) for s in better)
+                if left <= 0:
+                    return plan  # better work fills this step; it is admitted in a later one
+                n = min(len(cand) - self.bm.cached_prefix_tokens(cand), left)
+                need = (promised_blocks + self.bm.blocks_to_admit(cand, n)
+                        + self._blocks_for_step(running, plan, (prio, n)))
+                if seats + _width(cand) <= cfg.max_num_seqs and need <= self.bm.num_free_blocks:
+                    break
+                if not running or running[-1].effective_priority <= prio:
+                    return plan  # only equal or better work is left running: it waits its turn
+                victim = running.pop()
+                self.running.remove(victim)
+                self._preempt(victim, out, now)
+                seats -= _width(victim)
+            promised_blocks += self.bm.blocks_to_admit(cand, n)
+            plan.seqs.append(cand)
+            plan.reserved.append((prio, n))
+            seats += _width(cand)
+            taken.add(cand.seq_id)
+            admitted[cand.fairness_key] = tick
+            tick += 1
+
+    # -- the step -------------------------------------------------------------------------------------
+    def _schedule_running(self, out: SchedulerOutput, budget: int, plan: _Plan, now: float) -> int:
+        queue = deque(sorted(self.running, key=_running_order))  # best first: the tail is preempted first
         self.running = []
         while queue:
             seq = queue.popleft()
-            n = min(self._tokens_wanted(seq), budget)
+            n = min(self._tokens_wanted(seq), budget - plan.reserve_for(seq.effective_priority))
             if n <= 0:
                 self.running.append(seq)
                 continue
             while not self.bm.can_append(seq, n):
                 if queue:
-                    self._preempt(queue.pop(), out)
+                    self._preempt(queue.pop(), out, now)
                 else:
-                    self._preempt(seq, out)
+                    self._preempt(seq, out, now)
                     seq = None
                     break
             if seq is None:
@@ -94,55 +244,87 @@ class Scheduler:
             budget -= n
         return budget
 
-    def _admission_open(self) -> bool:
+    def _admission_open(self, head: Sequence, now: float) -> bool:
         cfg = self.config
         if cfg.scheduling == "static":
             return not self.running
         if cfg.scheduling == "dynamic":
-            if self.running or not self.waiting:
+            if self.running:
                 return False
-            waited_ms = (time.monotonic() - self.waiting[0].arrival_time) * 1000
+            waited_ms = (now - min(s.arrival_time for s in self.waiting)) * 1000
             return len(self.waiting) >= cfg.max_num_seqs or waited_ms >= cfg.batch_wait_ms
         if self.running and cfg.waiting_served_ratio > 0:
-            head = self.waiting[0]
             if len(self.waiting) < cfg.waiting_served_ratio * len(self.running):
                 head.waiting_steps += 1
                 return head.waiting_steps > cfg.max_waiting_steps
         return True
 
-    def _admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+    def _admit_waiting(self, out: SchedulerOutput, budget: int, plan: _Plan, now: float,
+                       first: Sequence | None) -> None:
         cfg = self.config
-        num_seqs = len(self.running)
+        num_seqs = sum(_width(s) for s in self.running)
+        planned = {s.seq_id: n for s, (_, n) in zip(plan.seqs, plan.reserved, strict=True)}
+        # Prompts being prefilled this step, by priority (continuous batching only: static and dynamic
+        # batching start their batch whole).
+        prefills = [s.seq.effective_priority for s in out.scheduled
+                    if s.seq.num_computed_tokens < s.seq.num_prompt_tokens and cfg.scheduling == "continuous"]
         while self.waiting and budget > 0:
-            seq = self.waiting[0]
-            width = 1 + seq.pending_forks  # an n > 1 request will fork into n running sequences
+            seq = first or self._next_waiting(now, self._key_admitted)
+            first = None
+            width = _width(seq)
             if num_seqs + width > cfg.max_num_seqs and num_seqs > 0:
                 break
+            if prefills and self.effective_priority(seq, now) > min(prefills):
+                break  # a better prompt is being prefilled: a worse one would only lengthen its step
             cached = self.bm.cached_prefix_tokens(seq)
             n = len(seq) - cached
             if n > budget:
                 if not cfg.enable_chunked_prefill and out.scheduled:
                     break
                 n = budget
-            if not self.bm.can_admit(seq, n):
+            if seq.seq_id in planned and cfg.enable_chunked_prefill:
+                n = min(n, planned[seq.seq_id])  # what was planned, so the next planned one gets its share
+            if not self.bm.can_admit(seq, n) and seq.seq_id in planned and cfg.enable_chunked_prefill:
+                # Room was made for it: start with the chunk that fits (cached ends on a block boundary).
+                n = min(n, (self.bm.num_free_blocks - self.bm.blocks_to_admit(seq, 0)) * self.bm.block_size)
+            if n <= 0 or not self.bm.can_admit(seq, n):
                 break
-            self.waiting.popleft()
+            self.waiting.remove(seq)
             self.bm.admit(seq)
             n = min(n, len(seq) - seq.num_computed_tokens)
             self.bm.append_slots(seq, n)
-            seq.status = SequenceStatus.RUNNING
+            self._mark_admitted(seq, now)
             out.scheduled.append(ScheduledSeq(seq, n))
             self.running.append(seq)
+            if cfg.scheduling == "continuous":
+                prefills.append(seq.effective_priority)
             num_seqs += width
             budget -= n
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
-        budget = self._schedule_running(out, self.config.max_num_batched_tokens)
-        if not out.preempted and self.waiting and self._admission_open():
-            self._admit_waiting(out, budget)
+        now = self.clock()
+        # The best waiting sequence, picked once (a scan of the queue): planning starts from it and,
+        # when nothing was preempted, it is still the one admission takes first.
+        head = self._next_waiting(now, self._key_admitted) if self.waiting else None
+        plan = self._make_room(out, now, head)
+        planned_preemptions = len(out.preempted)
+        budget = self._schedule_running(out, self.config.max_num_batched_tokens, plan, now)
+        starved = len(out.preempted) > planned_preemptions  # running work lacked blocks: admit nothing
+        if not starved and self.waiting:
+            first = plan.seqs[0] if plan.seqs else head
+            if plan.seqs or self._admission_open(first, now):
+                self._admit_waiting(out, budget, plan, now, first)
         out.blocks_to_copy = self.bm.take_pending_copies()
         return out
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """An n > 1 sample joins the batch beside its parent, with the parent's place in the order."""
+        child.priority, child.fairness_key = parent.priority, parent.fairness_key
+        child.effective_priority, child.admitted_order = parent.effective_priority, parent.admitted_order
+        child.waited_s = parent.waited_s
+        child.status = SequenceStatus.RUNNING
+        self.running.append(child)
 
     def finish(self, seq: Sequence) -> None:
         """Removes a finished or aborted sequence and returns its blocks."""

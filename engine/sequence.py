@@ -2,6 +2,7 @@
 
 import enum
 import itertools
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +41,16 @@ class Sequence:
     waiting_steps: int = 0
     # Speculative decoding: draft tokens proposed for verification in the next step.
     spec_tokens: list[int] = field(default_factory=list)
-    num_hashed_blocks: int = 0
-    matcher: Any = None  # xgrammar GrammarMatcher when the request is constrained  # full blocks already registered in the prefix cache
+    num_hashed_blocks: int = 0  # full blocks already registered in the prefix cache
+    matcher: Any = None  # xgrammar GrammarMatcher when the request is constrained
+    # Scheduling order (engine/scheduler.py): lower priority runs first; at equal priority, fairness
+    # keys (API keys) take turns. Aging counts the seconds spent waiting, across preemptions.
+    priority: int = 0
+    fairness_key: Hashable | None = None
+    waiting_since: float = 0.0
+    waited_s: float = 0.0
+    effective_priority: int = 0  # frozen at admission: what preemption compares while it runs
+    admitted_order: int = 0
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -55,15 +55,25 @@ def serve(
         None, "--tool-call-bias", envvar="SLLM_TOOL_CALL_BIAS",
         help="tool_choice auto: logit bias toward opening a tool call at the first generated token; "
              "default 3 for models whose chat template does not render tools, 0 for those that do"),
+    priority_interactive: int = typer.Option(
+        0, "--priority-interactive", envvar="SLLM_PRIORITY_INTERACTIVE",
+        help="Engine priority of chat, completions and responses in the foreground (lower runs first)"),
+    priority_background: int = typer.Option(5, "--priority-background", envvar="SLLM_PRIORITY_BACKGROUND",
+                                            help="Engine priority of background responses"),
+    priority_batch: int = typer.Option(10, "--priority-batch", envvar="SLLM_PRIORITY_BATCH",
+                                       help="Engine priority of batch lines"),
+    priority_schedule: int = typer.Option(5, "--priority-schedule", envvar="SLLM_PRIORITY_SCHEDULE",
+                                          help="Engine priority of text-to-SQL schedule runs"),
+    allow_client_priority: bool = typer.Option(
+        False, "--allow-client-priority/--no-allow-client-priority", envvar="SLLM_ALLOW_CLIENT_PRIORITY",
+        help="Let clients set `priority` in the body of chat, completions and responses (otherwise a 400)"),
+    priority_aging_s: float = typer.Option(
+        10.0, "--priority-aging-s", envvar="SLLM_PRIORITY_AGING_S",
+        help="A waiting request's priority improves by 1 per this many seconds waited, so none starves; "
+             "0: off"),
     job_concurrency: int = typer.Option(
         16, "--job-concurrency", envvar="SLLM_JOB_CONCURRENCY",
-        help="Batch lines and background responses in the engine at once while no interactive request runs"),
-    job_concurrency_busy: int = typer.Option(
-        1, "--job-concurrency-busy", envvar="SLLM_JOB_CONCURRENCY_BUSY",
-        help="The same while interactive requests run: jobs yield the engine to them"),
-    job_quiet_s: float = typer.Option(
-        3.0, "--job-quiet-s", envvar="SLLM_JOB_QUIET_S",
-        help="Seconds after the last interactive request before jobs take --job-concurrency again"),
+        help="Batch lines, background responses and schedule runs in the engine at once"),
     max_file_bytes: int = typer.Option(100 * 1024 * 1024, "--max-file-bytes", envvar="SLLM_MAX_FILE_BYTES",
                                        help="Largest file /v1/files accepts"),
     webhook_secret: str | None = typer.Option(
@@ -94,7 +104,10 @@ def serve(
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=json.loads(speculative_config) if speculative_config else None,
         guided_loop_repeats=guided_loop_repeats, tool_call_bias=tool_call_bias,
-        job_concurrency=job_concurrency, job_concurrency_busy=job_concurrency_busy, job_quiet_s=job_quiet_s,
+        priority_interactive=priority_interactive, priority_background=priority_background,
+        priority_batch=priority_batch, priority_schedule=priority_schedule,
+        allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,
+        job_concurrency=job_concurrency,
         max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         db=db,
     )

@@ -12,6 +12,7 @@ from fastapi import Request
 from engine import AsyncEngine, InvalidRequestError, RequestOutput, SamplingParams
 from gateway.access_log import RequestRecord
 from gateway.errors import ClientDisconnected
+from gateway.priority import fairness_key, priority_of
 from gateway.state import ServerState
 
 T = TypeVar("T")
@@ -56,11 +57,15 @@ async def _resume(first: asyncio.Future, rest: AsyncIterator[RequestOutput]) -> 
 
 
 class Generation:
-    def __init__(self, state: ServerState, engine: AsyncEngine, request: Request | None):
-        """`request` None: a job's request (a batch line, a background response), run without HTTP."""
+    def __init__(self, state: ServerState, engine: AsyncEngine, request: Request | None,
+                 client_priority: int | None = None):
+        """`request` None: a job's request (a batch line, a background response), run without HTTP.
+        `client_priority`: the body's `priority`, a 400 unless the server allows it."""
         self.state = state
         self.engine = engine
         self.request = request
+        self.priority = priority_of(state.settings, request, client_priority)
+        self.fairness_key = fairness_key(request)
         self.record: RequestRecord | None = getattr(request.state, "record", None) if request is not None else None
         base = self.record.request_id if self.record else uuid.uuid4().hex
         # Engine ids must be unique even when a client reuses its x-request-id.
@@ -74,7 +79,8 @@ class Generation:
         """Admits the request (429 past the queue bound), checks each prompt against the context
         (400), and submits it; engine refusals that come back within ACCEPT_WINDOW_S are raised here,
         so they too become a 400 instead of an error inside a stream."""
-        # Jobs skip admission: the job runner admits them, below interactive requests (gateway/jobs/gate.py).
+        # Jobs skip admission: the job gate bounds them (gateway/jobs/gate.py); the engine runs them below
+        # interactive requests by priority.
         self._slot = self.state.admission.acquire() if self.request is not None else None
         try:
             token_prompts = [await self._tokens(p, params) for p in prompts]
@@ -107,7 +113,8 @@ class Generation:
         return ids
 
     async def _open(self, prompts: list[list[int]], params: SamplingParams) -> list[AsyncIterator[RequestOutput]]:
-        self._gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}") for i, p in enumerate(prompts)]
+        self._gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}", self.priority,
+                                           self.fairness_key) for i, p in enumerate(prompts)]
         self._firsts = [asyncio.ensure_future(anext(g)) for g in self._gens]
         done, _ = await asyncio.wait(self._firsts, timeout=ACCEPT_WINDOW_S, return_when=asyncio.FIRST_EXCEPTION)
         failed = [t for t in done if not t.cancelled() and t.exception() is not None]

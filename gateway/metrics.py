@@ -3,7 +3,9 @@
 
 Engine gauges and counters are read from each embedded engine's `stats()` at scrape time; upstream
 counters from each pool's snapshot; per-request latencies are observed by the gateway from each
-request's engine-side timestamps (for upstreams, the proxy's own clock)."""
+request's engine-side timestamps (for upstreams, the proxy's own clock). Queue time, TTFT and
+preemptions are also kept per engine priority (a `priority` label: gateway/priority.py maps the
+kinds of work onto priorities), in series of their own so vLLM's names keep vLLM's labels."""
 
 from collections.abc import Iterable
 from typing import Any
@@ -39,10 +41,16 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         out = _Families(["model_name"])
+        by_priority = _Families(["model_name", "priority"])
         for model in self._models.embedded:
             if model.engine is not None:  # still loading: nothing to report yet
-                self._engine(out, model.name, model.engine.stats())
+                stats = model.engine.stats()
+                self._engine(out, model.name, stats)
+                for priority, n in sorted(stats.get("preemptions_by_priority", {}).items()):
+                    by_priority.add(CounterMetricFamily, "num_preemptions_by_priority",
+                                    "Sequences preempted, by their priority.", [model.name, str(priority)], n)
         yield from out.families.values()
+        yield from by_priority.families.values()
         up = _Families(["model_name", "upstream"])
         for model in self._models.upstreams:
             for t in model.pool.snapshot():
@@ -104,6 +112,12 @@ class Metrics:
         self.tpot = hist("request_time_per_output_token_seconds", "Mean time per output token of a request.")
         self.e2e = hist("e2e_request_latency_seconds", "End-to-end request latency.")
         self.queue = hist("request_queue_time_seconds", "Time from arrival to first scheduling.")
+        self.ttft_by_priority = Histogram("sllm:time_to_first_token_by_priority_seconds",
+                                          "Time to first token, by engine priority.", labels + ["priority"],
+                                          buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_by_priority = Histogram("sllm:request_queue_time_by_priority_seconds",
+                                           "Time from arrival to first scheduling, by engine priority.",
+                                           labels + ["priority"], buckets=LATENCY_BUCKETS, registry=r)
         self.prompt_len = hist("request_prompt_tokens", "Prompt tokens per request.", TOKEN_BUCKETS)
         self.gen_len = hist("request_generation_tokens", "Generated tokens per request.", TOKEN_BUCKETS)
         self.spec_acceptance = Histogram("sllm:request_spec_acceptance_rate",
@@ -126,6 +140,7 @@ class Metrics:
         new_tokens = max((len(o.delta_token_ids) for o in out.outputs), default=0)
         if prev_last_token_time is None and m.ttft is not None:
             self.ttft.labels(model).observe(m.ttft)
+            self.ttft_by_priority.labels(model, str(m.priority)).observe(m.ttft)
         elif prev_last_token_time is not None and new_tokens and m.last_token_time is not None:
             gap = (m.last_token_time - prev_last_token_time) / new_tokens
             for _ in range(new_tokens):
@@ -138,6 +153,8 @@ class Metrics:
         for value, hist in ((m.e2e, self.e2e), (m.queue_time, self.queue), (m.tpot, self.tpot)):
             if value is not None:
                 hist.labels(model).observe(value)
+        if m.queue_time is not None:
+            self.queue_by_priority.labels(model, str(m.priority)).observe(m.queue_time)
         if m.spec_acceptance_rate is not None:
             self.spec_acceptance.labels(model).observe(m.spec_acceptance_rate)
         self.prompt_len.labels(model).observe(len(out.prompt_token_ids))

@@ -8,8 +8,9 @@ run for the due time it claimed. So:
 - a due time runs at most once, whatever restarts and races (the update checks the old
   `next_run_at`, and the run table has a unique (schedule, due time) constraint);
 - a run cut short by a stop is not run again: the next start marks it failed ("interrupted").
-Runs go through the job gate (below interactive requests), then POST their result to the
-schedule's webhook through the jobs' webhook sender (signed, retried, deliveries are rows).
+Runs go through the job gate and run at `priority_schedule` (below interactive requests), then
+POST their result to the schedule's webhook through the jobs' webhook sender (signed, retried,
+deliveries are rows).
 
 Cron expressions are evaluated in UTC. `now()` is the clock: tests fast-forward it by patching
 `gateway.scheduler.now`. One scheduler per database, as for the job runner."""
@@ -152,11 +153,12 @@ class Scheduler:
             await asyncio.gather(*list(self._runs), return_exceptions=True)
 
     async def _execute(self, run_id: str, schedule: Text2SQLSchedule) -> None:
+        from gateway.priority import run_as
+
+        run_as("schedule")
         gate = self.state.jobs.gate if self.state.jobs is not None else None
         if gate is not None:
-            from gateway.jobs.gate import PRIORITY_BATCH
-
-            await gate.acquire(PRIORITY_BATCH)
+            await gate.acquire(self.state.settings.priority_schedule)
         try:
             status, result, error = await self.run(schedule)
         except asyncio.CancelledError:

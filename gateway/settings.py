@@ -115,11 +115,17 @@ class Settings(BaseModel):
     # off) and the bias toward opening a tool call under tool_choice auto (None: by chat template).
     guided_loop_repeats: int = Field(3, ge=0)
     tool_call_bias: float | None = None
-    # Jobs (batches, background responses): how many of their requests the engine holds at once,
-    # when no interactive request is in flight and when one is (or was, within job_quiet_s).
+    # Engine priority of each kind of work (lower runs first; gateway/priority.py), whether clients may
+    # name their own in the body, and how fast waiting work ages toward the front (EngineConfig).
+    priority_interactive: int = 0
+    priority_background: int = 5
+    priority_batch: int = 10
+    priority_schedule: int = 5
+    allow_client_priority: bool = False
+    priority_aging_s: float = Field(10.0, ge=0)
+    # Jobs (batch lines, background responses, schedule runs): how many of their requests the engine
+    # holds at once (gateway/jobs/gate.py).
     job_concurrency: int = Field(16, ge=1)
-    job_concurrency_busy: int = Field(1, ge=0)
-    job_quiet_s: float = Field(3.0, ge=0)
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=1)
     max_batch_lines: int = Field(50_000, ge=1)
     # Webhooks: refused unless a secret and an allow-list of hosts are configured.
@@ -170,4 +176,5 @@ class Settings(BaseModel):
             speculative_config=pick("speculative_config"),
             guided_loop_repeats=self.guided_loop_repeats,
             tool_call_bias=self.tool_call_bias,
+            priority_aging_s=self.priority_aging_s,
         )

@@ -3,10 +3,9 @@
 Starts `sllm serve` once per scenario and sends the same light interactive load (streaming
 completions over the text-to-SQL prompts, Poisson arrivals) to it:
 - `none`: nothing else runs;
-- `gated`: a large batch runs beside it, behind the job gate (--job-concurrency-busy jobs while
-  interactive requests are in flight);
-- `ungated`: the same batch with the back-off switched off (--job-concurrency-busy equal to
-  --job-concurrency), to show what the gate buys.
+- `priority`: a large batch runs beside it, --job-concurrency lines in the engine at once, below the
+  interactive requests by engine priority (the server's defaults);
+- `flat`: the same batch with every kind of work at priority 0, to show what priority buys.
 Prints TTFT and TPOT p50/p99 per scenario, and how many batch lines finished meanwhile."""
 
 import asyncio
@@ -71,9 +70,7 @@ def bench_jobs(
     batch_max_tokens: int = typer.Option(32, "--batch-max-tokens"),
     max_num_seqs: int = typer.Option(32, "--max-num-seqs"),
     job_concurrency: int = typer.Option(16, "--job-concurrency"),
-    job_concurrency_busy: int = typer.Option(1, "--job-concurrency-busy"),
-    job_quiet_s: float = typer.Option(3.0, "--job-quiet-s"),
-    scenarios: str = typer.Option("none,gated,ungated", "--scenarios"),
+    scenarios: str = typer.Option("none,priority,flat", "--scenarios"),
     repeat: int = typer.Option(1, "--repeat", help="Rounds over the scenarios, interleaved; numbers pool the rounds"),
     seed: int = typer.Option(0, "--seed"),
 ):
@@ -85,16 +82,14 @@ def bench_jobs(
                 batch_max_tokens=batch_max_tokens, seed=seed)
     print(f"interactive: {num_requests} streaming completions, Poisson {request_rate}/s, {max_tokens} tokens each; "
           f"batch: {batch_lines} lines of {batch_max_tokens} tokens; --max-num-seqs {max_num_seqs}, "
-          f"--job-concurrency {job_concurrency}, --job-concurrency-busy {job_concurrency_busy} (gated), "
-          f"--job-quiet-s {job_quiet_s}")
+          f"--job-concurrency {job_concurrency}")
     names = scenarios.split(",")
     pooled: dict[str, tuple[list[float], list[float], list[str]]] = {n: ([], [], []) for n in names}
     for round_ in range(repeat):
         for name in names:
-            busy = job_concurrency if name == "ungated" else job_concurrency_busy
             os.environ["SLLM_JOB_CONCURRENCY"] = str(job_concurrency)
-            os.environ["SLLM_JOB_CONCURRENCY_BUSY"] = str(busy)
-            os.environ["SLLM_JOB_QUIET_S"] = str(job_quiet_s)
+            for kind, default in (("BATCH", "10"), ("BACKGROUND", "5"), ("SCHEDULE", "5")):
+                os.environ[f"SLLM_PRIORITY_{kind}"] = "0" if name == "flat" else default
             with sllm_server(model, max_num_seqs) as (url, served):
                 summary, note = asyncio.run(_scenario(name, url, served, prompts, {**args, "seed": seed + round_}))
             ttft, tpot = summary.ttfts(), summary.tpots()

@@ -1,6 +1,6 @@
-"""The job runner inside the server: runs batches and background responses through the engine,
-below interactive requests (JobGate), and resumes whatever was queued or running when the server
-last stopped, however it stopped.
+"""The job runner inside the server: runs batches and background responses through the engine, at
+their kinds' priorities (gateway/priority.py), a bounded number at once (JobGate), and resumes
+whatever was queued or running when the server last stopped, however it stopped.
 
 Each batch is a task that walks its unrecorded lines in file order, takes a place at the gate for
 each, and runs it as a task of its own; a line's result is recorded in its own transaction, so a
@@ -15,8 +15,9 @@ import time
 from sqlalchemy import select
 
 from gateway.jobs import batches, responses
-from gateway.jobs.gate import PRIORITY_BATCH, PRIORITY_RESPONSE, JobGate
+from gateway.jobs.gate import JobGate
 from gateway.jobs.webhooks import WebhookPolicy, WebhookSender
+from gateway.priority import run_as
 from gateway.state import ServerState
 from gateway.tables.batches import Batch, BatchLine
 from gateway.tables.responses import StoredResponse
@@ -80,7 +81,7 @@ class BatchJob:
                 after = line.line
                 if self.engine_failed or (expires_at is not None and time.time() > expires_at):
                     return
-                await gate.acquire(PRIORITY_BATCH)
+                await gate.acquire(self.state.settings.priority_batch)
                 task = asyncio.create_task(self._line(line), name=f"{self.batch_id}:{line.line}")
                 self._lines.add(task)
                 task.add_done_callback(self._line_done)
@@ -91,6 +92,7 @@ class BatchJob:
         self.runner.gate.release()
 
     async def _line(self, line: BatchLine) -> None:
+        run_as("batch")
         try:
             status, body = await batches.execute_line(self.state, line.url, line.body)
             # Once the answer exists it is recorded, even if a cancel arrives meanwhile, and before
@@ -116,8 +118,7 @@ class JobRunner:
     def __init__(self, state: ServerState):
         self.state = state
         s = state.settings
-        self.gate = JobGate(lambda: state.admission.in_flight, state.engine_stats, s.job_concurrency,
-                            s.job_concurrency_busy, s.job_quiet_s)
+        self.gate = JobGate(s.job_concurrency)
         self.webhooks = WebhookPolicy(s)
         self.webhook_sender = WebhookSender(state, self.webhooks)
         self._batches: dict[str, BatchJob] = {}
@@ -191,8 +192,9 @@ class JobRunner:
             return
 
         async def run() -> None:
+            run_as("background")
             try:
-                await self.gate.acquire(PRIORITY_RESPONSE)
+                await self.gate.acquire(self.state.settings.priority_background)
                 try:
                     await responses.run_background(self.state, response_id)
                 finally:

@@ -59,6 +59,8 @@ class SamplingExtras(Request):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     logit_bias: dict[str, float] | None = None
+    # vLLM's scheduling priority (lower runs first); accepted only with --allow-client-priority.
+    priority: int | None = None
 
 
 class GuidedExtras(Request):

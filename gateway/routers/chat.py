@@ -13,6 +13,7 @@ from gateway.deps import State
 from gateway.errors import APIError
 from gateway.generation import Generation
 from gateway.logprobs import chat_logprobs
+from gateway.priority import check_client_priority
 from gateway.protocol.chat import (
     AssistantMessage,
     ChatChoice,
@@ -46,6 +47,7 @@ def template_messages(messages: list[ChatMessage]) -> list[dict]:
 
 @router.post("/chat/completions", response_model=ChatCompletionResponse)
 async def create_chat_completion(body: ChatCompletionRequest, request: Request, state: State):
+    check_client_priority(state.settings, body.priority)  # before any forwarding: upstreams too
     served = state.models.resolve(body.model)
     if isinstance(served, UpstreamModel):
         return await proxy.forward(state, served, "/chat/completions", await proxy.request_body(request), request)
@@ -70,7 +72,7 @@ async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: Asyn
         stop=body.stop, seed=body.seed, presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty, guided=plan.guided,
     )
-    gen = Generation(state, engine, request)
+    gen = Generation(state, engine, request, body.priority)
     await gen.start([prompt], params)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -12,6 +12,7 @@ from gateway.deps import State
 from gateway.errors import APIError
 from gateway.generation import Generation
 from gateway.logprobs import completion_logprobs
+from gateway.priority import check_client_priority
 from gateway.protocol.common import now, random_id
 from gateway.protocol.completions import CompletionChoice, CompletionRequest, CompletionResponse
 from gateway.registry import UpstreamModel
@@ -55,6 +56,7 @@ def _cumulative_logprob(o: CompletionOutput) -> float:
 
 @router.post("/completions", response_model=CompletionResponse)
 async def create_completion(body: CompletionRequest, request: Request, state: State):
+    check_client_priority(state.settings, body.priority)  # before any forwarding: upstreams too
     served = state.models.resolve(body.model)
     if isinstance(served, UpstreamModel):
         return await proxy.forward(state, served, "/completions", await proxy.request_body(request), request)
@@ -75,7 +77,7 @@ async def run_completion(body: CompletionRequest, state: ServerState, engine: As
         top_p=body.top_p, stop=body.stop, seed=body.seed, presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty, guided=structured_output(body.response_format, body),
     )
-    gen = Generation(state, engine, request)
+    gen = Generation(state, engine, request, body.priority)
     await gen.start(prompts, params)
     echo = [_prompt_text(engine, p) for p in prompts] if body.echo else None
     if body.stream:

@@ -24,6 +24,7 @@ from gateway.errors import APIError, as_api_error
 from gateway.generation import Generation
 from gateway.jobs import responses as background
 from gateway.jobs.idempotency import IdempotencyHeader
+from gateway.priority import check_client_priority
 from gateway.protocol.responses import (
     ContentPartEvent,
     DeletedResponse,
@@ -181,6 +182,7 @@ def response_object(body: ResponsesRequest, model: str) -> ResponseObject:
 @router.post("/responses", response_model=ResponseObject)
 async def create_response(body: ResponsesRequest, request: Request, state: State, session: Session,
                           idempotency_key: IdempotencyHeader = None):
+    check_client_priority(state.settings, body.priority)  # before queueing or forwarding
     if body.background:  # queued as a job: needs no loaded engine yet
         return await background.submit(state, session, body, idempotency_key)
     return await run_response(body, state, session, request)
@@ -206,7 +208,7 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     resp = response_object(body, model)
     if queued is not None:
         resp.id, resp.created_at, resp.background = queued.id, queued.created_at, True
-    gen = Generation(state, engine, request)
+    gen = Generation(state, engine, request, body.priority)
     await gen.start([prompt], params)
     if body.stream:
         return sse_response(_stream(state, gen, resp, conversation, plan.parses_calls), gen.close)

@@ -46,6 +46,16 @@ def wait_healthy(url: str, alive: Callable[[], bool], why: Callable[[], str] = s
         time.sleep(0.1)
 
 
+def read_metric(url: str, name: str, **labels: str) -> float:
+    """The sum of one metric's samples whose labels include `labels`, read from /metrics."""
+    total = 0.0
+    for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
 @dataclass
 class RunningServer:
     url: str  # http://127.0.0.1:PORT
@@ -59,6 +69,9 @@ class RunningServer:
     def engine(self) -> AsyncEngine:
         assert self.state.engine is not None
         return self.state.engine
+
+    def metric(self, name: str, **labels: str) -> float:
+        return read_metric(self.url, name, **labels)
 
     def wait_idle(self, timeout: float = 10.0) -> None:
         """Waits until the engine holds no request; then every KV block must be free."""
@@ -103,13 +116,7 @@ class ServerProcess:
         return f"{self.url}/v1"
 
     def metric(self, name: str, **labels: str) -> float:
-        """The sum of one metric's samples whose labels include `labels`, read from /metrics."""
-        total = 0.0
-        for family in text_string_to_metric_families(httpx.get(f"{self.url}/metrics", timeout=10).text):
-            for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                    total += sample.value
-        return total
+        return read_metric(self.url, name, **labels)
 
 
 @contextmanager

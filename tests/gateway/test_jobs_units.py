@@ -1,5 +1,5 @@
 """Jobs without a model: schema migration of an old database, batch input validation, the webhook
-allow-list and signature, and the gate that keeps jobs below interactive requests."""
+allow-list and signature, and the gate that bounds the jobs in the engine."""
 
 import asyncio
 import ipaddress
@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from gateway.db import Database
 from gateway.jobs.batches import parse_input
-from gateway.jobs.gate import PRIORITY_BATCH, PRIORITY_RESPONSE, JobGate
+from gateway.jobs.gate import JobGate
 from gateway.jobs.webhooks import WebhookPolicy, WebhookRefused, sign
 from gateway.migrations import LATEST
 from gateway.settings import Settings
@@ -161,47 +161,30 @@ def test_webhook_signature_verifies_with_the_openai_sdk():
 
 
 # -- the gate --------------------------------------------------------------------------------------------
-async def test_gate_serves_responses_first_and_backs_off_while_interactive_requests_run():
-    interactive = {"n": 0}
-    gate = JobGate(lambda: interactive["n"], lambda: {"kv_usage": 0.1}, concurrency=2, concurrency_busy=1,
-                   quiet_s=0.05, poll_s=0.005)
+async def test_gate_bounds_jobs_in_the_engine_and_serves_better_priorities_first():
+    gate = JobGate(concurrency=2)
     order: list[str] = []
 
     async def take(name: str, priority: int) -> None:
         await gate.acquire(priority)
         order.append(name)
 
-    await take("b0", PRIORITY_BATCH)
-    await take("b1", PRIORITY_BATCH)  # 2 in the engine: the limit
-    waiting = [asyncio.create_task(take("b2", PRIORITY_BATCH))]
-    await asyncio.sleep(0.01)
-    waiting.append(asyncio.create_task(take("r0", PRIORITY_RESPONSE)))
-    await asyncio.sleep(0.02)
-    assert order == ["b0", "b1"]
-    interactive["n"] = 1  # an interactive request arrives: the limit drops to 1
+    await take("b0", 10)
+    await take("b1", 10)  # 2 in the engine: the bound
+    waiting = {name: asyncio.create_task(take(name, prio)) for name, prio in
+               (("b2", 10), ("gone", 5), ("b3", 10), ("r0", 5))}
+    await asyncio.sleep(0)
+    assert order == ["b0", "b1"] and gate.in_engine == 2
+    waiting["gone"].cancel()  # a waiter that gives up leaves no trace
+    await asyncio.gather(waiting["gone"], return_exceptions=True)
     gate.release()
-    await asyncio.sleep(0.03)
-    assert order == ["b0", "b1"] and gate.in_engine == 1
-    interactive["n"] = 0
-    await asyncio.sleep(0.02)  # still within quiet_s of the last interactive request
-    assert gate.in_engine == 1
-    await asyncio.sleep(0.1)
-    assert order == ["b0", "b1", "r0"]  # the response jumped the queue
+    await asyncio.sleep(0)
+    assert order == ["b0", "b1", "r0"]  # the better priority jumped the queue
     gate.release()
-    await asyncio.wait_for(asyncio.gather(*waiting), 1)
-    assert order[-1] == "b2"
-    await gate.close()
-
-
-async def test_gate_waits_while_the_engine_queue_is_not_empty_or_the_kv_cache_nearly_full():
-    stats = {"kv_usage": 0.95, "num_waiting": 0}
-    gate = JobGate(lambda: 0, lambda: stats, concurrency=4, concurrency_busy=1, quiet_s=0, poll_s=0.005)
-    task = asyncio.create_task(gate.acquire())
-    await asyncio.sleep(0.03)
-    assert not task.done()
-    stats.update(kv_usage=0.5, num_waiting=1)
-    await asyncio.sleep(0.03)
-    assert not task.done()
-    stats["num_waiting"] = 0
-    await asyncio.wait_for(task, 1)
+    gate.release()
+    await asyncio.wait_for(asyncio.gather(waiting["b2"], waiting["b3"]), 1)
+    assert order[3:] == ["b2", "b3"] and gate.in_engine == 2  # then arrival order
+    gate.release()
+    gate.release()
+    assert gate.in_engine == 0
     await gate.close()
