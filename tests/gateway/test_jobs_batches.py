@@ -3,6 +3,7 @@ flow on 50 mixed lines equal to the synchronous answers, bad input refused clean
 idempotency keys, and a signed webhook."""
 
 import sqlite3
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import openai
@@ -50,6 +51,17 @@ def client(server):
 
 def _db(server) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True)
+
+
+def _wait_rows(server, query: str, want: list[tuple], timeout: float = 120) -> list[tuple]:
+    """The rows `query` reads once they equal `want` (polled); the last rows read after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with _db(server) as db:
+            rows = db.execute(query).fetchall()
+        if rows == want or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
 
 
 def _mixed_lines(n: int, max_tokens: int) -> list[dict]:
@@ -247,12 +259,13 @@ def test_webhook_is_signed_retried_and_disallowed_urls_are_refused(server, clien
     batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h",
                                   metadata={"webhook_url": f"{receiver.url}/hooks/sllm?x=1"})
     assert wait_batch(client, batch.id).status == "completed"
-    (delivery,) = receiver.wait(1)
+    (delivery,) = receiver.wait(1, timeout=120)
     assert receiver.attempts == 2  # one 500, then the retry
     assert delivery.path == "/hooks/sllm?x=1"
     event = client.webhooks.unwrap(delivery.body, delivery.headers, secret=WEBHOOK_SECRET)
     assert event.type == "batch.completed" and event.data.id == batch.id
     with pytest.raises(openai.InvalidWebhookSignatureError):
         client.webhooks.verify_signature(delivery.body, delivery.headers, secret="whsec_" + "QUFBQUFBQUFBQUFB")
-    with _db(server) as db:
-        assert db.execute("SELECT status, attempts FROM webhook_deliveries").fetchall() == [("delivered", 2)]
+    # The receiver has the body before the server has read its 2xx and recorded the delivery.
+    delivered = [("delivered", 2)]
+    assert _wait_rows(server, "SELECT status, attempts FROM webhook_deliveries", delivered) == delivered
