@@ -572,24 +572,30 @@ class ToolCallParser:
     """Splits streamed model text into content and tool calls, fed one delta at a time.
 
     Text that could be the start of `<tool_call>` is held back until it is known not to be (and
-    dropped if the text ends there), so no raw tag reaches a client; arguments stream as the model writes them. Content is the text
-    outside the call blocks with leading and trailing whitespace removed (trailing whitespace is
-    held until more content follows). `parse_tool_calls` runs this same machine on a whole text,
-    so streamed and non-streamed results agree by construction, whatever the chunking."""
+    dropped if the text ends there), so no raw tag reaches a client. A call is held back until its
+    arguments are complete and parse as JSON, then given out whole (start and arguments): a call cut
+    off by `max_tokens` (or otherwise not JSON) is never returned, not even as streamed fragments a
+    client would have to discard. A call identical (name and parsed arguments) to one already given
+    ends the answer: it and everything after it are dropped and `ended_by_repeat` is set, since a
+    small model that starts repeating a call repeats it until the budget runs out.
+    Content is the text outside the call blocks with leading and trailing whitespace removed (trailing
+    whitespace is held until more content follows). `parse_tool_calls` runs this same machine on a
+    whole text, so streamed and non-streamed results agree by construction, whatever the chunking."""
 
     def __init__(self) -> None:
         self._buf = ""  # text received but not yet emitted or discarded
-        self._state: Literal["text", "head", "args", "tail"] = "text"
+        self._state: Literal["text", "head", "args", "tail", "ended"] = "text"
         self._pending_ws = ""  # content whitespace held until more content follows
         self._content_started = False
         self._scanner = _ArgsScanner()
-        self._names: list[str] = []
-        self._ids: list[str] = []
-        self._args: list[list[str]] = []
+        self._calls: list[ToolCall] = []
+        self._seen: list[tuple[str, Any]] = []  # (name, parsed arguments) of the calls given
+        self._open: tuple[str, list[str]] | None = None  # the call being written: name, argument text
+        self.ended_by_repeat = False
 
     @property
     def tool_calls(self) -> list[ToolCall]:
-        return [ToolCall(i, n, "".join(a)) for i, n, a in zip(self._ids, self._names, self._args, strict=True)]
+        return list(self._calls)
 
     def feed(self, delta: str) -> list[StreamEvent]:
         self._buf += delta
@@ -610,18 +616,36 @@ class ToolCallParser:
             self._content_started = True
             events.append(ContentDelta(body))
 
-    def _start_call(self, name: str, events: list[StreamEvent]) -> int:
-        index = len(self._names)
-        self._names.append(name)
-        self._ids.append(new_tool_call_id())
-        self._args.append([])
-        events.append(ToolCallStart(index, self._ids[index], name))
-        return index
+    def _start_call(self, name: str) -> None:
+        self._open = (name, [])
 
-    def _arguments(self, text: str, events: list[StreamEvent]) -> None:
-        if text:
-            self._args[-1].append(text)
-            events.append(ToolCallArguments(len(self._names) - 1, text))
+    def _arguments(self, text: str) -> None:
+        if text and self._open is not None:
+            self._open[1].append(text)
+
+    def _close_call(self, events: list[StreamEvent]) -> None:
+        """The open call's arguments are complete: give it out if they parse and it is new."""
+        if self._open is None:
+            return
+        name, parts = self._open
+        self._open = None
+        args = "".join(parts)
+        try:
+            parsed = json.loads(args)
+        except json.JSONDecodeError:
+            log.debug("dropping a tool call whose arguments are not JSON: %r", args[:200])
+            return
+        if (name, parsed) in self._seen:
+            self.ended_by_repeat = True
+            self._state, self._buf = "ended", ""
+            return
+        self._seen.append((name, parsed))
+        call = ToolCall(new_tool_call_id(), name, args)
+        index = len(self._calls)
+        self._calls.append(call)
+        events.append(ToolCallStart(index, call.id, name))
+        if args:
+            events.append(ToolCallArguments(index, args))
 
     def _whole_block(self, body: str, events: list[StreamEvent]) -> None:
         """A call not in the grammar's shape (keys reordered, `parameters`...): parsed once complete."""
@@ -633,13 +657,17 @@ class ToolCallParser:
             log.debug("dropping a malformed tool call block: %r", body[:200])
             return
         args = obj.get("arguments", obj.get("parameters", {}))
-        self._start_call(obj["name"], events)
-        self._arguments(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False), events)
+        self._start_call(obj["name"])
+        self._arguments(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
+        self._close_call(events)
 
     def _drain(self, final: bool) -> list[StreamEvent]:
         events: list[StreamEvent] = []
         while True:
             buf = self._buf
+            if self._state == "ended":
+                self._buf = ""
+                break
             if self._state == "text":
                 at = buf.find(TOOL_CALL_OPEN)
                 if at >= 0:
@@ -659,7 +687,7 @@ class ToolCallParser:
                         name = json.loads(f'"{m.group(1)}"')
                     except json.JSONDecodeError:
                         name = m.group(1)
-                    self._start_call(name, events)
+                    self._start_call(name)
                     self._buf, self._state, self._scanner = buf[m.end():], "args", _ArgsScanner()
                     continue
                 close = buf.find(TOOL_CALL_CLOSE)
@@ -670,13 +698,14 @@ class ToolCallParser:
                 break
             if self._state == "args":
                 skip, used, done = self._scanner.take(buf)
-                self._arguments(buf[skip: skip + used], events)
+                self._arguments(buf[skip: skip + used])
                 self._buf = buf[skip + used:]
                 if done:
                     self._state = "tail"
+                    self._close_call(events)
                     continue
                 if final:
-                    self._buf = ""  # cut off mid-arguments (max_tokens): the partial call stays
+                    self._buf, self._open = "", None  # cut off mid-arguments (max_tokens): dropped
                     self._state = "text"
                 break
             # tail: the rest of the block after the arguments (the outer "}"), up to </tool_call>
@@ -709,7 +738,15 @@ def collect(events: Iterable[StreamEvent]) -> tuple[str | None, list[ToolCall]]:
     return ("".join(content) or None), calls
 
 
+def parse_answer(text: str) -> tuple[str | None, list[ToolCall], bool]:
+    """(content without the call blocks or None, calls with `arguments` as JSON text, whether a
+    repeated call ended the answer)."""
+    parser = ToolCallParser()
+    content, calls = collect(parser.feed(text) + parser.finish())
+    return content, calls, parser.ended_by_repeat
+
+
 def parse_tool_calls(text: str) -> tuple[str | None, list[ToolCall]]:
     """(content without the call blocks or None, calls with `arguments` as JSON text)."""
-    parser = ToolCallParser()
-    return collect(parser.feed(text) + parser.finish())
+    content, calls, _ = parse_answer(text)
+    return content, calls

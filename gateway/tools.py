@@ -207,9 +207,13 @@ def render(tokenizer, messages: list[dict[str, Any]], plan: ToolPlan, add_genera
 # -- output --------------------------------------------------------------------------------------
 
 
-def finish_reason(reason: str | None, calls: list[ToolCall]) -> str | None:
-    """OpenAI's `tool_calls` when the model stopped after calling; a cut-off (`length`) stays."""
-    return "tool_calls" if calls and reason == "stop" else reason
+def finish_reason(reason: str | None, calls: list[ToolCall], ended_by_repeat: bool = False) -> str | None:
+    """OpenAI's `tool_calls` when the model stopped after calling, or when a repeated call ended the
+    answer (the parser dropped it and all after it, so nothing was cut); a cut-off (`length`) stays,
+    even where the only thing cut was a call the parser withheld."""
+    if calls and (reason == "stop" or ended_by_repeat):
+        return "tool_calls"
+    return reason
 
 
 def delta_messages(events: list[StreamEvent]) -> list[DeltaMessage]:

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request, Response
 
 from engine import AsyncEngine, RequestOutput
-from engine.tool_calling import ToolCallParser, parse_tool_calls
+from engine.tool_calling import ToolCallParser, parse_answer
 from gateway import chat_template, proxy
 from gateway import tools as tooling
 from gateway.deps import State
@@ -81,12 +81,12 @@ async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: Asyn
     (final,) = await gen.finals()
     choices = []
     for o in final.outputs:
-        content, calls = parse_tool_calls(o.text) if plan.parses_calls else (o.text, [])
+        content, calls, repeated = parse_answer(o.text) if plan.parses_calls else (o.text, [], False)
         choices.append(ChatChoice(
             index=o.index,
             message=AssistantMessage(content=content, tool_calls=[c.to_openai() for c in calls]),
             logprobs=chat_logprobs(o.logprobs or [], num_top) if body.logprobs else None,
-            finish_reason=tooling.finish_reason(o.finish_reason, calls),
+            finish_reason=tooling.finish_reason(o.finish_reason, calls, repeated),
             stop_reason=o.stop_reason,
         ))
     return ChatCompletionResponse(model=model, choices=choices, usage=usage_of([final]))
@@ -121,11 +121,13 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, incl
                     yield chunk([ChatChunkChoice(index=o.index, delta=delta, logprobs=lp if j == 0 else None)])
             elif o.delta_text or lp is not None:
                 yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(content=o.delta_text), logprobs=lp)])
-            if o.finish_reason:
+            # A repeated call ends the choice where it was written, not where the engine stops.
+            repeated = parses_calls and parsers[o.index].ended_by_repeat
+            if o.finish_reason or repeated:
                 finished.add(o.index)
                 called = parsers[o.index].tool_calls if parses_calls else []
-                yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(),
-                                             finish_reason=tooling.finish_reason(o.finish_reason, called),
+                reason = tooling.finish_reason(o.finish_reason, called, repeated)
+                yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(), finish_reason=reason,
                                              stop_reason=o.stop_reason)])
         if out.finished:
             final = out

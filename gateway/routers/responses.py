@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sse_starlette import ServerSentEvent
 
 from engine import RequestOutput
-from engine.tool_calling import ContentDelta, ToolCallParser, ToolCallStart, parse_tool_calls
+from engine.tool_calling import ContentDelta, ToolCallParser, ToolCallStart, parse_answer
 from gateway import chat_template, proxy
 from gateway import tools as tooling
 from gateway.deps import Session, State
@@ -104,17 +104,20 @@ async def _previous_conversation(session: AsyncSession, response_id: str | None)
 
 
 def _finish(resp: ResponseObject, message: OutputMessage, final: RequestOutput,
-            items: list[OutputItem] | None = None) -> None:
+            items: list[OutputItem] | None = None, repeated: bool = False) -> None:
     """`items`: the output already split into a message and function calls (tools offered);
-    otherwise the whole text is `message`."""
+    otherwise the whole text is `message`. `repeated`: a repeated call ended the answer, so a
+    `length` finish cut nothing that is returned."""
     o = final.outputs[0]
-    truncated = o.finish_reason == "length"
+    truncated = o.finish_reason == "length" and not repeated
     if items is None:
         message.content = [OutputText(text=o.text)]
         items = [message]
     for item in items:
         item.status = "completed"
-    items[-1].status = "incomplete" if truncated else "completed"
+    # Only a message can be cut: a function call is returned only when its arguments are complete.
+    if isinstance(items[-1], OutputMessage):
+        items[-1].status = "incomplete" if truncated else "completed"
     resp.status = "incomplete" if truncated else "completed"
     resp.incomplete_details = IncompleteDetails(reason="max_output_tokens") if truncated else None
     resp.output = items
@@ -213,7 +216,8 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     if body.stream:
         return sse_response(_stream(state, gen, resp, conversation, plan.parses_calls), gen.close)
     (final,) = await gen.finals()
-    _finish(resp, OutputMessage(), final, _output_items(final.outputs[0].text) if plan.parses_calls else None)
+    items, repeated = _output_items(final.outputs[0].text) if plan.parses_calls else (None, False)
+    _finish(resp, OutputMessage(), final, items, repeated)
     await _store(state, resp, conversation)
     return resp
 
@@ -258,14 +262,15 @@ async def _run_upstream(body: ResponsesRequest, state: ServerState, served: Upst
     return resp
 
 
-def _output_items(text: str) -> list[OutputItem]:
-    """A whole output with tools offered: its text (if any) as a message, then one item per call."""
-    content, calls = parse_tool_calls(text)
+def _output_items(text: str) -> tuple[list[OutputItem], bool]:
+    """A whole output with tools offered: its text (if any) as a message, then one item per call;
+    and whether a repeated call ended it."""
+    content, calls, repeated = parse_answer(text)
     items: list[OutputItem] = []
     if content or not calls:
         items.append(OutputMessage(content=[OutputText(text=content or "")]))
     items += [FunctionCallItem(call_id=c.id, name=c.name, arguments=c.arguments) for c in calls]
-    return items
+    return items, repeated
 
 
 class _StreamedItems:
@@ -313,7 +318,9 @@ class _StreamedItems:
 
     def finish(self, truncated: bool) -> list[Event]:
         events = [] if self.items else self.open_message()  # an empty answer is still one message
-        return events + self._close("incomplete" if truncated else "completed")
+        # A function call is streamed only once complete, so only a message can be cut.
+        cut = truncated and isinstance(self._open, OutputMessage)
+        return events + self._close("incomplete" if cut else "completed")
 
     def _close(self, status) -> list[Event]:
         item, self._open = self._open, None
@@ -362,9 +369,10 @@ async def _stream(state: ServerState, gen: Generation, resp: ResponseObject, con
                         yield event(e)
             final = out
         assert final is not None and final.finished
-        for e in items.finish(final.outputs[0].finish_reason == "length"):
+        repeated = parser is not None and parser.ended_by_repeat
+        for e in items.finish(final.outputs[0].finish_reason == "length" and not repeated):
             yield event(e)
-        _finish(resp, OutputMessage(), final, items.items)
+        _finish(resp, OutputMessage(), final, items.items, repeated)
         await _store(state, resp, conversation)
         # Always `response.completed` (a truncated answer says status "incomplete" inside it): the SDKs'
         # stream helpers and LangChain wait for that event to close the stream.

@@ -23,6 +23,7 @@ from engine.tool_calling import (
     collect,
     guided_for_response_format,
     guided_for_tools,
+    parse_answer,
     parse_tool_calls,
     render_chat,
     template_supports_tools,
@@ -158,8 +159,8 @@ def _generate(llm, mode, guided, parallel):
 
 @pytest.mark.parametrize("mode", ["auto", "required", NAMED])
 def test_constrained_calls_always_validate(runs, mode):
-    """Every call the model finishes is valid; only a call that max_tokens cuts off (auto mode's
-    shorter budget) can be incomplete, and only as the last thing in the text."""
+    """Every returned call is valid: one that max_tokens cuts off (auto mode's shorter budget) is
+    not returned at all."""
     n_calls = 0
     for (prompt, name), (text, _, finish) in zip(PROMPTS, runs(mode), strict=True):
         content, calls = parse_tool_calls(text)
@@ -168,25 +169,24 @@ def test_constrained_calls_always_validate(runs, mode):
             assert len(calls) == 1 and finish == "stop" and content is None, (prompt, text)
         if mode == NAMED:
             assert calls[0].name == name
-        complete = calls[:-1] if finish == "length" and calls and text.rstrip().endswith(
-            calls[-1].arguments) else calls
-        for call in complete:
+        for call in calls:
             assert _valid(call), (prompt, text)
             assert call.id.startswith("call_")
-        n_calls += len(complete)
+        n_calls += len(calls)
     print(f"\n{mode}: {n_calls} valid calls on {len(PROMPTS)} prompts")
 
 
 @slow
 def test_parallel_calls_are_valid_up_to_max_tokens(runs):
-    """With parallel calls the 135M model tends to repeat calls until max_tokens: every call it
-    finishes is valid; only a last call cut off by max_tokens can be incomplete."""
+    """With parallel calls the 135M model tends to repeat calls until max_tokens: every returned call
+    is valid (a cut one is not returned) and none repeats another (a repeat ends the answer)."""
     results = runs("required", parallel=True)
-    for prompt, (text, _, finish) in zip(PROMPTS, results, strict=True):
+    for prompt, (text, _, _) in zip(PROMPTS, results, strict=True):
         content, calls = parse_tool_calls(text)
         assert calls and content is None, (prompt, text)
-        complete = calls[:-1] if finish == "length" else calls
-        assert all(_valid(c) for c in complete), (prompt, text)
+        assert all(_valid(c) for c in calls), (prompt, text)
+        keys = [(c.name, json.loads(c.arguments)) for c in calls]
+        assert all(k not in keys[:i] for i, k in enumerate(keys)), (prompt, text)
     counts = [len(parse_tool_calls(text)[1]) for text, _, _ in results]
     cut = sum(1 for _, _, finish in results if finish == "length")
     print(f"\nparallel required: calls per prompt {counts}, {cut}/20 cut off by max_tokens")
@@ -291,6 +291,38 @@ def test_parse_results():
     assert parse_tool_calls("no calls here") == ("no calls here", [])
     assert parse_tool_calls("") == (None, [])
     assert isinstance(ContentDelta("x"), ContentDelta)
+
+
+CALL = '<tool_call>\n{"name": "g", "arguments": %s}\n</tool_call>'
+
+
+def test_a_cut_call_is_never_returned():
+    """A call cut off inside its arguments (max_tokens) is dropped, whole-text or streamed: no
+    start or argument fragment of it is ever given out, and the complete calls before it stay."""
+    text = CALL % '{"x": 1}' + "\n" + CALL % '{"x": 2}' + "\n" + '<tool_call>\n{"name": "g", "arguments": {"x": '
+    content, calls, repeated = parse_answer(text)
+    assert content is None and not repeated
+    assert [c.arguments for c in calls] == ['{"x": 1}', '{"x": 2}']
+    parser = ToolCallParser()
+    events = [ev for ch in text for ev in parser.feed(ch)] + parser.finish()
+    assert len([e for e in events if isinstance(e, ToolCallStart)]) == 2
+    assert "".join(e.delta for e in events if isinstance(e, ToolCallArguments)) == '{"x": 1}{"x": 2}'
+    # Arguments the scanner ends but that are not JSON (a scalar cut short) are no call either.
+    assert parse_answer('<tool_call>\n{"name": "g", "arguments": tru</tool_call>')[1] == []
+
+
+def test_a_repeated_call_ends_the_answer():
+    """A call identical to an earlier one (same name, same parsed arguments, whatever the spacing or
+    key order) ends the answer: it and all after it are dropped."""
+    text = "\n".join([CALL % '{"x": 1, "y": 2}', CALL % '{"x": 3}', CALL % '{"y":2,"x":1}', CALL % '{"x": 4}'])
+    content, calls, repeated = parse_answer(text + " trailing")
+    assert repeated and content is None
+    assert [json.loads(c.arguments) for c in calls] == [{"x": 1, "y": 2}, {"x": 3}]
+    parser = ToolCallParser()
+    events = [ev for ch in text for ev in parser.feed(ch)]
+    assert parser.ended_by_repeat and len(collect(events)[1]) == 2
+    assert parser.feed(CALL % '{"x": 5}') == [] and parser.finish() == []
+    assert not parse_answer(CALL % '{"x": 1}' + CALL % '{"x": 2}')[2]
 
 
 # -- prompts and history -----------------------------------------------------------------------------

@@ -105,10 +105,72 @@ def test_streamed_calls_equal_plain_ones_for_a_seed(server, client):
     assert finish == [plain.choices[0].finish_reason]
     expected = [{"name": t.function.name, "arguments": t.function.arguments} for t in plain.choices[0].message.tool_calls]
     assert [calls[i] for i in sorted(calls)] == expected and expected
-    # Each complete call parses and matches its tool's schema (a last one may be cut by max_tokens).
-    complete = expected if finish == ["tool_calls"] else expected[:-1]
-    for call in complete:
+    # Every call parses and matches its tool's schema (one cut by max_tokens is not returned).
+    for call in expected:
         jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+
+
+WEATHER_TOOL = [TOOLS[0]]
+# Issue 17, case 1: with parallel calls allowed the default model writes the right call, then the
+# same call again until max_tokens cuts it inside its arguments.
+REPEATERS = [[{"role": "user", "content": "What's the weather in Seoul?"}],
+             [{"role": "user", "content": "How hot is it in Cairo?"}]]
+
+
+def _no_repeats(calls) -> None:
+    keys = [(c.function.name, json.loads(c.function.arguments)) for c in calls]
+    assert all(k not in keys[:i] for i, k in enumerate(keys)), keys
+
+
+@pytest.mark.parametrize("messages", REPEATERS, ids=["seoul", "cairo"])
+def test_cut_and_repeated_calls_are_not_returned(client, messages):
+    body = {"model": MODEL, "messages": messages, "tools": WEATHER_TOOL, "tool_choice": "required",
+            "temperature": 0, "max_tokens": 64}
+    plain = client.chat.completions.create(**body).choices[0]
+    assert plain.message.tool_calls
+    _check_calls(plain.message.tool_calls)
+    _no_repeats(plain.message.tool_calls)
+    # A repeat ends the answer (tool_calls); a call cut by the budget is dropped, and the cut is
+    # reported (length).
+    assert plain.finish_reason in ("tool_calls", "length")
+    # The SDK's stream helper parses every call's arguments as they complete: it raised on a cut call.
+    with client.chat.completions.stream(**body) as stream:
+        for _ in stream:
+            pass
+        streamed = stream.get_final_completion().choices[0]
+    assert streamed.finish_reason == plain.finish_reason
+    assert [(t.function.name, t.function.arguments) for t in streamed.message.tool_calls] == \
+        [(t.function.name, t.function.arguments) for t in plain.message.tool_calls]
+
+
+def test_a_single_call_when_parallel_calls_are_off(client):
+    r = client.chat.completions.create(model=MODEL, messages=REPEATERS[0], tools=WEATHER_TOOL,
+                                       tool_choice="required", parallel_tool_calls=False, temperature=0,
+                                       max_tokens=64)
+    c = r.choices[0]
+    assert c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1
+    _check_calls(c.message.tool_calls)
+
+
+def test_responses_never_return_a_cut_call(client):
+    kwargs = {"model": MODEL, "input": "How hot is it in Cairo?", "tools": [RESPONSES_TOOL],
+              "tool_choice": "required", "max_output_tokens": 64, "temperature": 0}
+    plain = client.responses.create(**kwargs)
+    with client.responses.stream(**kwargs) as stream:
+        events = list(stream)
+        streamed = stream.get_final_response()
+    for resp in (plain, streamed):
+        calls = [item for item in resp.output if item.type == "function_call"]
+        assert calls and all(c.status == "completed" for c in calls)
+        for c in calls:
+            jsonschema.validate(json.loads(c.arguments), WEATHER)
+        keys = [(c.name, json.loads(c.arguments)) for c in calls]
+        assert all(k not in keys[:i] for i, k in enumerate(keys))
+    assert [(c.name, c.arguments) for c in plain.output] == [(c.name, c.arguments) for c in streamed.output]
+    assert plain.status == streamed.status
+    for e in events:
+        if e.type == "response.function_call_arguments.done":
+            json.loads(e.arguments)
 
 
 def test_tool_history_is_accepted(client):
