@@ -35,7 +35,8 @@ def test_no_5xx_and_no_invalid_body_accepted(server, tmp_path):
            "--phases", "examples,coverage,fuzzing", "--max-examples", str(EXAMPLES), "--workers", "1",
            "--seed", "20261124", "--request-timeout", "60", "--suppress-health-check", "all",
            "--report-dir", str(tmp_path)]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, "NO_COLOR": "1"})
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path,  # its cache folder
+                         env={**os.environ, "NO_COLOR": "1"})
     out = run.stdout + run.stderr
     cases = re.search(r"(\d+) generated", out)
     print(f"schemathesis: {cases.group(1) if cases else '?'} cases generated\n" + out[-1500:])
