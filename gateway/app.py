@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from engine import AsyncEngine
+from gateway import openapi_links
 from gateway.admission import Admission
 from gateway.db import Database
 from gateway.deps import require_api_key
@@ -61,6 +62,7 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
         app.include_router(router, dependencies=secured)
     app.include_router(tokenize.router, dependencies=secured)
     app.include_router(health.router)
+    openapi_links.install(app)
     # An upload may be as large as --max-file-bytes, plus its multipart framing.
     app.add_middleware(RequestContextMiddleware, max_body_bytes=settings.max_request_body_bytes,
                        body_limits={"/v1/files": max(settings.max_request_body_bytes, settings.max_file_bytes + 65536)})
