@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from kernels.cpu.build import cpu_kernels_available
 
 # GGML type ids (gguf.GGMLQuantizationType), and (weights, bytes) per block.
-F32, Q4_0, Q4_1, Q8_0 = 0, 2, 3, 8
+Q4_0, Q4_1, Q8_0 = 2, 3, 8
 BLOCK = {Q4_0: (32, 18), Q4_1: (32, 20), Q8_0: (32, 34)}
 SUPPORTED_TYPES = frozenset(BLOCK)
 NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0"}
@@ -36,10 +36,6 @@ class QuantizedWeight:
         if k % per or tuple(self.data.shape) != (n, k // per * size) or self.data.dtype != torch.uint8:
             raise ValueError(f"{NAMES[self.qtype]} weight {self.shape} needs uint8 [{n}, {k // per * size}] "
                              f"(K a multiple of {per}), got {self.data.dtype} {list(self.data.shape)}")
-
-    @property
-    def device(self) -> torch.device:
-        return self.data.device
 
 
 def cat_rows(parts: list[torch.Tensor | QuantizedWeight]) -> torch.Tensor | QuantizedWeight:

@@ -11,7 +11,7 @@ import torch
 import kernels
 from engine.model_config import ModelConfig
 from engine.models.rope import rope_inv_freq
-from kernels.cpu.fused_ops import decode_layers_cpu
+from kernels.cpu.fused_ops import decode_layer_weights, decode_layers_cpu
 from kernels.linear import SMALL_LINEAR_MAX_ROWS, small_linear_takes
 from kernels.quantized import QuantizedWeight, cat_rows, dequantize
 from kernels.rotary import build_cos_sin_cache
@@ -110,7 +110,7 @@ class LlamaForCausalLM:
         matrices = lists["qkv"] + lists["o"] + lists["gate_up"] + lists["down"]
         if not all(small_linear_takes(m) or isinstance(m, QuantizedWeight) for m in matrices):
             return None
-        return lists
+        return decode_layer_weights(lists)
 
     def _linear(self, x: torch.Tensor, name: str, bias: torch.Tensor | None = None) -> torch.Tensor:
         return kernels.linear(x, self.weights[name], bias, self.packed.get(name))

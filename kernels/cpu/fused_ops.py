@@ -42,23 +42,30 @@ def store_kv_cpu(k, v, k_cache, v_cache, slot_mapping):
     torch.ops.sllm_cpu.store_kv(k, v, k_cache, v_cache, slot_mapping)
 
 
-def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list[torch.Tensor]], final_norm,
+MATRICES = ("qkv", "o", "gate_up", "down")
+
+
+def decode_layer_weights(layers: dict[str, list]) -> dict[str, list]:
+    """The per-layer lists as `decode_layers_cpu` takes them, built once at load: each matrix (a float32
+    tensor or a `QuantizedWeight`) as the tensor the C++ op reads, and `types` holding every layer's
+    qkv, o, gate_up and down GGML types in that order (0 for float32)."""
+    out = dict(layers)
+    for name in MATRICES:
+        out[name] = [w.data if isinstance(w, QuantizedWeight) else w for w in layers[name]]
+    out["types"] = [w.qtype if isinstance(w, QuantizedWeight) else 0
+                    for row in zip(*(layers[n] for n in MATRICES), strict=True) for w in row]
+    return out
+
+
+def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list], final_norm,
                       k_caches, v_caches, slot_mapping, block_tables, context_lens, *, eps: float, scale: float,
                       num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
     """Every decoder layer and the final norm of a decode step of 1 to 4 fp32 rows in one C++ call
-    (`csrc/decode_layers.cpp`); the reference is the model's own layer loop. `layers` holds per-layer
-    lists: in_norm, qkv, qkv_bias (empty without biases), o, post_norm, gate_up, down; a matrix may be
-    a float32 tensor or a `QuantizedWeight` (GGUF blocks)."""
-    mats = {n: [_matrix(w) for w in layers[n]] for n in ("qkv", "o", "gate_up", "down")}
-    types = [t for row in zip(*(mats[n] for n in ("qkv", "o", "gate_up", "down")), strict=True) for _, t in row]
+    (`csrc/decode_layers.cpp`); the reference is the model's own layer loop. `layers` comes from
+    `decode_layer_weights`: in_norm, qkv, qkv_bias (empty without biases), o, post_norm, gate_up, down,
+    types."""
     return torch.ops.sllm_cpu.decode_layers(
-        x, positions, cos_sin_cache, layers["in_norm"], [w for w, _ in mats["qkv"]], layers["qkv_bias"],
-        [w for w, _ in mats["o"]], layers["post_norm"], [w for w, _ in mats["gate_up"]],
-        [w for w, _ in mats["down"]], types, final_norm, k_caches, v_caches, slot_mapping,
-        block_tables, context_lens, float(eps), float(scale), num_heads, num_kv_heads, head_dim,
+        x, positions, cos_sin_cache, layers["in_norm"], layers["qkv"], layers["qkv_bias"], layers["o"],
+        layers["post_norm"], layers["gate_up"], layers["down"], layers["types"], final_norm, k_caches, v_caches,
+        slot_mapping, block_tables, context_lens, float(eps), float(scale), num_heads, num_kv_heads, head_dim,
     )
-
-
-def _matrix(w) -> tuple[torch.Tensor, int]:
-    """A weight as the C++ op takes it: the tensor, and its GGML type (0 for float32)."""
-    return (w.data, w.qtype) if isinstance(w, QuantizedWeight) else (w, 0)
