@@ -75,10 +75,21 @@ def quantized_linear_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor
     return F.linear(x, dequantize(w, x.dtype), bias)
 
 
-# Rows of x up to which the C++ kernel beats dequantizing the weight for MKL's GEMM: on a 2-core Xeon
-# (AVX-512) it took 0.16 ms against 0.35 ms for SmolLM2's gate_up at 8 rows, 0.61 against 0.46 at 32
-# (`sllm bench kernels --cpu`). It serves rows in passes of 8.
-QUANT_MAX_ROWS = 16
+# Rows of x up to which the C++ kernel beats dequantizing the weight for MKL's GEMM. Measured against
+# the whole fallback (the dequantize op's fresh tensor, then F.linear) on a 2-core Xeon (AVX-512), for
+# SmolLM2's matrices: at 17 rows 0.50 against 0.86 ms (gate_up), 0.24 against 0.60 (down); at 32 rows
+# 0.86 against 0.95; at 64 rows the fallback wins (1.55 against 1.85). The kernel serves rows in passes
+# of 8, so its cost grows with the rows while the fallback's dequantizing is paid once.
+QUANT_MAX_ROWS = 48
+# A weight this large (the tied LM head: 49152 x 576) costs ~30 ms to dequantize into a fresh ~113 MB
+# tensor (mostly page faults), more than the kernel's extra passes up to ~200 rows: 7 against 43 ms at
+# 17 rows, 24 against 54 at 64.
+LARGE_WEIGHT = 1 << 24
+QUANT_MAX_ROWS_LARGE = 192
+
+
+def _kernel_rows(w: QuantizedWeight) -> int:
+    return QUANT_MAX_ROWS_LARGE if w.shape[0] * w.shape[1] >= LARGE_WEIGHT else QUANT_MAX_ROWS
 
 
 def quantized_linear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -86,7 +97,7 @@ def quantized_linear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | N
     float32 CPU activations of a few rows, else the weight dequantized for MKL's GEMM."""
     rows = x.reshape(-1, x.shape[-1])
     if x.dtype == torch.float32 and x.device.type == "cpu" and cpu_kernels_available():
-        if rows.shape[0] <= QUANT_MAX_ROWS:
+        if rows.shape[0] <= _kernel_rows(w):
             y = torch.ops.sllm_cpu.quantized_linear(rows, w.data, w.qtype, w.shape[0], w.shape[1], bias)
         else:
             y = F.linear(rows, torch.ops.sllm_cpu.dequantize(w.data, w.qtype, w.shape[1]), bias)
