@@ -25,21 +25,31 @@ def bench_serve(
     via_proxy: bool = typer.Option(False, "--via-proxy/--no-via-proxy",
                                    help="Also send the load through a second sllm that forwards to the first "
                                         "(--upstream): the cost of one proxy hop"),
-    llama_server: str = typer.Option("llama-server", "--llama-server", help="llama.cpp server binary to compare"),
+    llama_server: str = typer.Option(
+        "llama-server", "--llama-server",
+        help="llama.cpp server binary to compare (PATH, else the one scripts/build_llama_server.sh cached)"),
     gguf: Path | None = typer.Option(None, "--gguf", help="GGUF for llama.cpp (default: the default model's)"),
+    quantization: str = typer.Option(
+        "auto", "--quantization", help="Our server's weight modes to run, comma-separated (auto, none, gguf)"),
+    speculative_config: str | None = typer.Option(
+        None, "--speculative-config",
+        help='Also run our server with this speculative_config JSON, e.g. \'{"method": "ngram", '
+             '"num_speculative_tokens": 4}\''),
 ):
     """Throughput, TTFT p50/p99 and TPOT p50/p99 of streaming requests over the text-to-SQL prompts."""
     import asyncio
 
-    from gateway.bench_targets import in_process_engine, llama_cpp_server, sllm_proxy, sllm_server
+    from gateway.bench_targets import Target, in_process_engine, llama_cpp_server, sllm_proxy, sllm_server
     from gateway.loadgen import Summary, engine_sender, http_sender, run_load
     from integrations.text2sql.dataset import load_prompts
+    from kernels.cpu.isa import cpu_flags_summary
 
     base = load_prompts()
     prompts = [base[i % len(base)] for i in range(num_prompts)]
     mode = f"concurrency {max_concurrency}" if not math.isfinite(request_rate) else \
         f"Poisson {request_rate}/s, concurrency {max_concurrency}"
     print(f"{num_prompts} text-to-SQL prompts, {max_tokens} output tokens each (ignore_eos), {mode}")
+    print(f"CPU: {cpu_flags_summary()}; our kernel path: {_kernel_path()}")
 
     async def over_http(name: str, url: str, served: str) -> Summary:
         import httpx
@@ -51,28 +61,41 @@ def bench_serve(
                                   request_rate, seed)
 
     summaries: list[Summary] = []
+    rss: dict[str, float | None] = {}
     proxied: tuple[Summary, Summary] | None = None
 
-    def direct_and_proxied(name: str, url: str, served: str) -> None:
+    def direct_and_proxied(name: str, target: Target) -> None:
         nonlocal proxied
         if via_proxy:  # both measured runs then find the same prompts in the prefix cache: a fair pair
-            asyncio.run(over_http(f"{name} (warm-up)", url, served))
-        summaries.append(asyncio.run(over_http(name, url, served)))
+            asyncio.run(over_http(f"{name} (warm-up)", target.url, target.served))
+        summaries.append(asyncio.run(over_http(name, target.url, target.served)))
+        rss[name] = target.peak_rss_mib()
         if via_proxy:
-            with sllm_proxy(url, served) as (proxy_url, _):
-                summaries.append(asyncio.run(over_http(f"{name} via proxy", proxy_url, served)))
+            with sllm_proxy(target.url, target.served) as hop:
+                summaries.append(asyncio.run(over_http(f"{name} via proxy", hop.url, hop.served)))
             proxied = (summaries[-2], summaries[-1])
 
+    modes = [m.strip() for m in quantization.split(",") if m.strip()]
+    runs = [(f"sllm q={m}", {"SLLM_QUANTIZATION": m}) for m in modes]
+    if speculative_config:
+        runs.append((f"sllm q={modes[0]} +spec", {"SLLM_QUANTIZATION": modes[0],
+                                                  "SLLM_SPECULATIVE_CONFIG": speculative_config}))
     if base_url:
-        direct_and_proxied("server", base_url.rstrip("/"), _served_name(base_url))
+        served = _served_name(base_url)
+        summaries.append(asyncio.run(over_http("server", base_url.rstrip("/"), served)))
     else:
-        with sllm_server(model, max_num_seqs) as (url, served):
-            direct_and_proxied("sllm (HTTP)", url, served)
+        for name, env in runs:
+            with sllm_server(model, max_num_seqs, env) as target:
+                direct_and_proxied(name, target)
+    peer: Summary | None = None
     with llama_cpp_server(llama_server, gguf, max_concurrency or max_num_seqs) as found:
         if found is None:
-            print(f"llama.cpp server ({llama_server}) is not installed: its comparison is skipped")
+            print(f"llama.cpp server ({llama_server}) is not installed: its comparison is skipped "
+                  "(scripts/build_llama_server.sh builds and caches it)")
         else:
-            summaries.append(asyncio.run(over_http("llama.cpp (HTTP)", *found)))
+            peer = asyncio.run(over_http("llama.cpp", found.url, found.served))
+            summaries.append(peer)
+            rss["llama.cpp"] = found.peak_rss_mib()
     if compare_engine:
         async def in_process() -> Summary:
             with in_process_engine(model, max_num_seqs) as engine:
@@ -82,12 +105,15 @@ def bench_serve(
 
         summaries.append(asyncio.run(in_process()))
 
-    _print_table([s.row() for s in summaries])
+    rows = [s.row() | {"peak RSS MiB": round(rss[s.name]) if rss.get(s.name) else "-"} for s in summaries]
+    _print_table(rows)
+    if peer is not None:
+        _print_ratios(summaries, peer)
     failures = [r.error for s in summaries for r in s.results if not r.ok]
     if failures:
         print(f"{len(failures)} requests failed, first: {failures[0]}")
     if compare_engine and not base_url:
-        http, local = summaries[0], summaries[-1]
+        http, local = summaries[0], summaries[-1]  # the first mode's server against the same engine in-process
         overhead = 1 - http.output_throughput / local.output_throughput
         print(f"gateway overhead: HTTP throughput is {http.output_throughput / local.output_throughput:.1%} of "
               f"in-process AsyncEngine ({overhead:+.1%} lost; target within 10%)")
@@ -104,6 +130,32 @@ def bench_serve(
 
         plot_distributions(summaries, plot)
         print(f"wrote {plot}")
+
+
+def _kernel_path() -> str:
+    from kernels.cpu.build import cpu_kernels_available
+
+    if not cpu_kernels_available():
+        return "torch reference (no C++ kernels)"
+    import os
+
+    from kernels.cpu.isa import current
+
+    return f"{current()} (SLLM_CPU_ISA={os.environ.get('SLLM_CPU_ISA', 'auto')})"
+
+
+def _print_ratios(summaries, peer) -> None:
+    """Each of our runs against llama.cpp's, measured in this same process on this same machine."""
+    from gateway.loadgen import percentile
+
+    p_ttft, p_tpot = peer.ttfts(), peer.tpots()
+    for s in summaries:
+        if s is peer or not s.completed:
+            continue
+        print(f"{s.name} / llama.cpp: throughput {s.output_throughput / peer.output_throughput:.2f}x, "
+              f"TTFT p50 {percentile(s.ttfts(), 50) / percentile(p_ttft, 50):.2f}x, "
+              f"TTFT p99 {percentile(s.ttfts(), 99) / percentile(p_ttft, 99):.2f}x, "
+              f"TPOT p50 {percentile(s.tpots(), 50) / percentile(p_tpot, 50):.2f}x (lower is better for times)")
 
 
 def _served_name(base_url: str) -> str:

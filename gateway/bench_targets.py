@@ -9,6 +9,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -36,12 +37,32 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 300) -> Non
     raise RuntimeError(f"{url} did not become healthy in {timeout}s")
 
 
+@dataclass
+class Target:
+    """A server under test: its /v1 URL, the model name it serves, and its process."""
+
+    url: str
+    served: str
+    proc: subprocess.Popen
+
+    def peak_rss_mib(self) -> float | None:
+        """The process's peak resident memory so far (VmHWM), the number `ps` users compare."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        except OSError:
+            pass
+        return None
+
+
 @contextmanager
-def _process(cmd: list[str], health_url: str, env: dict | None = None) -> Iterator[None]:
+def _process(cmd: list[str], health_url: str, env: dict | None = None) -> Iterator[subprocess.Popen]:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_healthy(health_url, proc)
-        yield
+        yield proc
     finally:
         proc.terminate()
         try:
@@ -51,21 +72,22 @@ def _process(cmd: list[str], health_url: str, env: dict | None = None) -> Iterat
 
 
 @contextmanager
-def sllm_server(model: str, max_num_seqs: int) -> Iterator[tuple[str, str]]:
-    """`sllm serve` on a free loopback port, with a throwaway database; yields (/v1 URL, model name)."""
+def sllm_server(model: str, max_num_seqs: int, env: dict[str, str] | None = None) -> Iterator[Target]:
+    """`sllm serve` on a free loopback port, with a throwaway database; `env` adds `SLLM_*` settings
+    (e.g. SLLM_QUANTIZATION, SLLM_SPECULATIVE_CONFIG) to this process's environment."""
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-c", "from engine.cli import main; main()", "serve", "--model", model,
                "--port", str(port), "--max-num-seqs", str(max_num_seqs), "--db", str(Path(tmp) / "bench.db"),
                "--log-level", "warning"]
-        env = {k: v for k, v in os.environ.items() if k != "SLLM_API_KEY"}
-        with _process(cmd, f"http://127.0.0.1:{port}/health", env):
+        full_env = {k: v for k, v in os.environ.items() if k != "SLLM_API_KEY"} | (env or {})
+        with _process(cmd, f"http://127.0.0.1:{port}/health", full_env) as proc:
             url = f"http://127.0.0.1:{port}/v1"
-            yield url, httpx.get(f"{url}/models").json()["data"][0]["id"]
+            yield Target(url, httpx.get(f"{url}/models").json()["data"][0]["id"], proc)
 
 
 @contextmanager
-def sllm_proxy(upstream_url: str, served: str) -> Iterator[tuple[str, str]]:
+def sllm_proxy(upstream_url: str, served: str) -> Iterator[Target]:
     """A second `sllm serve` with no embedded model, forwarding `served` to `upstream_url`: one proxy hop."""
     port = _free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -73,14 +95,29 @@ def sllm_proxy(upstream_url: str, served: str) -> Iterator[tuple[str, str]]:
                f"{served}={upstream_url}", "--port", str(port), "--db", str(Path(tmp) / "proxy.db"),
                "--log-level", "warning"]
         env = {k: v for k, v in os.environ.items() if k not in ("SLLM_API_KEY", "SLLM_MODEL", "SLLM_CONFIG")}
-        with _process(cmd, f"http://127.0.0.1:{port}/health", env):
-            yield f"http://127.0.0.1:{port}/v1", served
+        with _process(cmd, f"http://127.0.0.1:{port}/health", env) as proc:
+            yield Target(f"http://127.0.0.1:{port}/v1", served, proc)
+
+
+def llama_cpp_cache_dir() -> Path:
+    """Where scripts/build_llama_server.sh puts llama.cpp's server, outside the repo and kept between runs."""
+    root = Path(os.environ.get("SLLM_CACHE_DIR") or Path.home() / ".cache" / "sllm")
+    return root / "llama.cpp"
+
+
+def find_llama_server(binary: str) -> str | None:
+    """`binary` on PATH (or a path), else the one scripts/build_llama_server.sh built into the cache."""
+    found = shutil.which(binary)
+    if found is None and binary == "llama-server":
+        cached = llama_cpp_cache_dir() / "bin" / "llama-server"
+        found = str(cached) if os.access(cached, os.X_OK) else None
+    return found
 
 
 @contextmanager
-def llama_cpp_server(binary: str, gguf: Path | None, parallel: int) -> Iterator[tuple[str, str] | None]:
+def llama_cpp_server(binary: str, gguf: Path | None, parallel: int) -> Iterator[Target | None]:
     """llama.cpp's server on the same GGUF, or None when it is not installed."""
-    exe = shutil.which(binary)
+    exe = find_llama_server(binary)
     if exe is None:
         yield None
         return
@@ -90,8 +127,11 @@ def llama_cpp_server(binary: str, gguf: Path | None, parallel: int) -> Iterator[
     port = _free_port()
     cmd = [exe, "-m", str(model_file), "--host", "127.0.0.1", "--port", str(port), "-np", str(parallel),
            "-c", str(4096 * parallel)]
-    with _process(cmd, f"http://127.0.0.1:{port}/health"):
-        yield f"http://127.0.0.1:{port}/v1", model_file.stem
+    # Its shared ggml libraries sit beside the binary when built from source.
+    lib_dir = str(Path(exe).resolve().parent)
+    env = os.environ | {"LD_LIBRARY_PATH": os.pathsep.join(filter(None, [lib_dir, os.environ.get("LD_LIBRARY_PATH")]))}
+    with _process(cmd, f"http://127.0.0.1:{port}/health", env) as proc:
+        yield Target(f"http://127.0.0.1:{port}/v1", model_file.stem, proc)
 
 
 @contextmanager

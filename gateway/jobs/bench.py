@@ -90,8 +90,9 @@ def bench_jobs(
             os.environ["SLLM_JOB_CONCURRENCY"] = str(job_concurrency)
             for kind, default in (("BATCH", "10"), ("BACKGROUND", "5"), ("SCHEDULE", "5")):
                 os.environ[f"SLLM_PRIORITY_{kind}"] = "0" if name == "flat" else default
-            with sllm_server(model, max_num_seqs) as (url, served):
-                summary, note = asyncio.run(_scenario(name, url, served, prompts, {**args, "seed": seed + round_}))
+            with sllm_server(model, max_num_seqs) as target:
+                summary, note = asyncio.run(_scenario(name, target.url, target.served, prompts,
+                                                      {**args, "seed": seed + round_}))
             ttft, tpot = summary.ttfts(), summary.tpots()
             pooled[name][0].extend(ttft)
             pooled[name][1].extend(tpot)
