@@ -90,27 +90,32 @@ def run_engine(llm, prompts: list[str], max_num_seqs: int, max_tokens: int, syst
 
 def _print(rows: list[Row], title: str) -> None:
     print(f"\n## {title}")
-    print(f"{'system':<9} {'batch':>5} {'prompts':>7} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'KV peak MiB':>11} {'reserved MiB':>12}")
+    print(f"{'system':<18} {'batch':>5} {'prompts':>7} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'KV peak MiB':>11} {'reserved MiB':>12}")
     for r in rows:
         kv = f"{r.peak_kv_mib:11.1f}" if r.peak_kv_mib is not None else f"{'':>11}"
         res = f"{r.reserved_kv_mib:12.1f}" if r.reserved_kv_mib is not None else f"{'':>12}"
-        print(f"{r.system:<9} {r.batch:>5} {r.prompts:>7} {r.output_tokens:>7} {r.seconds:8.1f} {r.tok_s:8.1f} {kv} {res} {r.extra}")
+        print(f"{r.system:<18} {r.batch:>5} {r.prompts:>7} {r.output_tokens:>7} {r.seconds:8.1f} {r.tok_s:8.1f} {kv} {res} {r.extra}")
 
 
 def _ratios(rows: list[Row]) -> dict[str, float]:
+    """Each of our engines (one per weight mode, and with speculation) against HF, best against best and
+    at batch 1; speculation against the same mode without it."""
     hf = [r for r in rows if r.system == "hf"]
-    ours = [r for r in rows if r.system == "sllm"]
     out: dict[str, float] = {}
-    if hf and ours:
-        out["best_vs_best"] = max(r.tok_s for r in ours) / max(r.tok_s for r in hf)
-        hf1 = [r for r in hf if r.batch == 1]
-        ours1 = [r for r in ours if r.batch == 1]
-        if hf1 and ours1:
-            out["batch1"] = ours1[0].tok_s / hf1[0].tok_s
-    plain = {r.batch: r.tok_s for r in ours}
-    for r in rows:
-        if r.system == "sllm+spec" and r.batch in plain:
-            out[f"spec_vs_plain@{r.batch}"] = r.tok_s / plain[r.batch]
+    systems = dict.fromkeys(r.system for r in rows if r.system != "hf")
+    for system in systems:
+        ours = [r for r in rows if r.system == system]
+        if hf:
+            out[f"{system}_vs_hf_best"] = max(r.tok_s for r in ours) / max(r.tok_s for r in hf)
+            hf1 = [r for r in hf if r.batch == 1]
+            ours1 = [r for r in ours if r.batch == 1]
+            if hf1 and ours1:
+                out[f"{system}_vs_hf_batch1"] = ours1[0].tok_s / hf1[0].tok_s
+        if system.endswith("+spec"):
+            plain = {r.batch: r.tok_s for r in rows if r.system == system.removesuffix("+spec")}
+            for r in ours:
+                if r.batch in plain:
+                    out[f"{system}_vs_plain@{r.batch}"] = r.tok_s / plain[r.batch]
     return out
 
 
@@ -122,11 +127,11 @@ def _plot(results: dict[str, list[Row]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
     for ax, (title, rows) in zip(axes[0], results.items(), strict=True):
-        labels = {"hf": "HF transformers (static)", "sllm": "sllm (continuous)", "sllm+spec": "sllm + speculative"}
-        for system, style in (("hf", "o--"), ("sllm", "s-"), ("sllm+spec", "^-")):
+        for system in dict.fromkeys(r.system for r in rows):
             pts = sorted((r.batch, r.tok_s) for r in rows if r.system == system)
-            if pts:
-                ax.plot(*zip(*pts, strict=True), style, label=labels[system])
+            label = "HF transformers (static)" if system == "hf" else f"{system} (continuous)"
+            style = "o--" if system == "hf" else "^-" if system.endswith("+spec") else "s-"
+            ax.plot(*zip(*pts, strict=True), style, label=label)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size / max_num_seqs")
         ax.set_ylabel("output tokens/s")
@@ -153,15 +158,22 @@ def bench_offline(
     json_out: Path | None = typer.Option(None, "--json", help="Also write the rows as JSON"),
     dtype: str = typer.Option("float32", "--dtype", help="Weights and KV cache dtype for both systems: float32 or "
                               "bfloat16 (AMX / AVX512-BF16 CPUs run bf16 matmuls several times faster)"),
+    quantization: str = typer.Option(
+        "auto,none", "--quantization",
+        help="Our engine's weight modes, comma-separated, one column each (auto: a GGUF's blocks stay quantized "
+             "on the CPU; none: dequantized, the HF-exact reference)"),
 ):
     """HF static batching versus our continuous batching on the text-to-SQL prompt set."""
     from engine import LLM
 
     if dtype not in ("float32", "bfloat16"):
         raise typer.BadParameter("--dtype must be float32 or bfloat16")
-    llm = LLM(model=model, dtype=dtype)
-    # A second engine over the same weights files, so speculation is compared with no speculation in one run.
-    llm_spec = LLM(model=model, dtype=dtype, speculative_config=json.loads(speculative)) if speculative else None
+    modes = [m.strip() for m in quantization.split(",") if m.strip()]
+    engines = {f"sllm[{m}]": LLM(model=model, dtype=dtype, quantization=m) for m in modes}
+    if speculative:  # over the first mode's weights, so speculation is compared with no speculation in one run
+        engines[f"sllm[{modes[0]}]+spec"] = LLM(model=model, dtype=dtype, quantization=modes[0],
+                                                 speculative_config=json.loads(speculative))
+    llm = next(iter(engines.values()))
     folder = llm.engine.model_path
     results: dict[str, list[Row]] = {}
     for variant in [v.strip() for v in variants.split(",") if v.strip()]:
@@ -173,11 +185,9 @@ def bench_offline(
             _print(rows[-1:], f"{variant}: HF batch {b}")
         for n in [int(x) for x in max_num_seqs.split(",") if x]:
             subset = prompts[:batch1_limit] if n == 1 else prompts
-            rows.append(run_engine(llm, subset, n, max_tokens))
-            _print(rows[-1:], f"{variant}: sllm max_num_seqs {n}")
-            if llm_spec is not None:
-                rows.append(run_engine(llm_spec, subset, n, max_tokens, "sllm+spec"))
-                _print(rows[-1:], f"{variant}: sllm+spec max_num_seqs {n}")
+            for system, engine_llm in engines.items():
+                rows.append(run_engine(engine_llm, subset, n, max_tokens, system))
+                _print(rows[-1:], f"{variant}: {system} max_num_seqs {n}")
         title = f"{variant} prompts, max_tokens={max_tokens}, greedy, {dtype}"
         _print(rows, title)
         r = _ratios(rows)
