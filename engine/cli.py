@@ -25,7 +25,7 @@ def generate(
     chat: bool = typer.Option(False, help="Wrap each prompt as a user message in the chat template"),
     max_num_seqs: int = typer.Option(128),
     quantization: str = typer.Option("auto", "--quantization", "-q", envvar="SLLM_QUANTIZATION",
-                                     help="auto, none (GGUF dequantized to float) or gguf"),
+                                     help="auto, none (GGUF dequantized to float), gguf or int8 (weight-only, groups of 32)"),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per prompt"),
 ):
     """Offline batch generation with continuous batching and a progress bar."""

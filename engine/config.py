@@ -6,7 +6,7 @@ from typing import Any, Literal
 Scheduling = Literal["continuous", "static", "dynamic"]
 # auto: a GGUF model keeps its quantized blocks on the CPU (fp32 activations), anything else as stored;
 # none: GGUF dequantized to float (the HF-exact reference); gguf: the file's blocks, required.
-Quantization = Literal["auto", "none", "gguf"]
+Quantization = Literal["auto", "none", "gguf", "int8"]
 
 
 @dataclass
@@ -53,8 +53,8 @@ class EngineConfig:
             raise ValueError("max_num_batched_tokens must be at least 1")
         if self.guided_loop_repeats < 0 or self.guided_loop_repeats == 1:
             raise ValueError(f"guided_loop_repeats must be 0 (off) or at least 2, got {self.guided_loop_repeats}")
-        if self.quantization not in ("auto", "none", "gguf"):
-            raise ValueError(f"quantization must be auto, none or gguf, got {self.quantization!r}")
+        if self.quantization not in ("auto", "none", "gguf", "int8"):
+            raise ValueError(f"quantization must be auto, none, gguf or int8, got {self.quantization!r}")
         if self.priority_aging_s < 0:
             raise ValueError(f"priority_aging_s must be 0 (off) or positive, got {self.priority_aging_s}")
         if self.scheduling not in ("continuous", "static", "dynamic"):

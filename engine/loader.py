@@ -139,7 +139,8 @@ def _tokenizer_class(folder: Path) -> str | None:
 def load_weights(folder: Path, model: str, quantization: str, device: torch.device, dtype: torch.dtype,
                  config: ModelConfig) -> dict:
     """The state dict the model loads: the GGUF file's quantized blocks (engine/gguf_weights.py) where
-    `quantization` asks for them, or the folder's float safetensors."""
+    `quantization` asks for them, the folder's float safetensors quantized to int8 groups for `int8`
+    (engine/int8_weights.py), or those safetensors as they are."""
     source = gguf_source(model)
     if quantization == "auto":
         from kernels.quantized import serves_quantized
@@ -155,6 +156,14 @@ def load_weights(folder: Path, model: str, quantization: str, device: torch.devi
 
         log.info("weights: %s's quantized blocks, served as they are", source.name)
         return read_gguf_weights(source, config)
+    if quantization == "int8":
+        if device.type != "cpu" or dtype != torch.float32:
+            raise ValueError("--quantization int8 runs on the CPU in float32 (--device cpu --dtype float32); "
+                             "use --quantization none elsewhere")
+        from engine.int8_weights import quantize_state_dict
+
+        log.info("weights: %s's matrices as weight-only int8 (groups of 32)", folder.name)
+        return quantize_state_dict(load_state_dict(folder))
     return load_state_dict(folder)
 
 

@@ -34,7 +34,8 @@ def serve(
     quantization: str = typer.Option(
         "auto", "--quantization", "-q", envvar="SLLM_QUANTIZATION",
         help="auto (a GGUF model keeps its quantized blocks on the CPU), none (GGUF dequantized to "
-             "float: the HF-exact reference) or gguf (the file's blocks, required)"),
+             "float: the HF-exact reference), gguf (the file's blocks, required) or int8 (weight-only "
+             "int8 in groups of 32, for float checkpoints; CPU, float32)"),
     max_queued_requests: int = typer.Option(
         256, "--max-queued-requests", envvar="SLLM_MAX_QUEUED_REQUESTS",
         help="Requests allowed to wait beyond --max-num-seqs; past it the server answers 429",

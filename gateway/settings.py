@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-Quantization = Literal["auto", "none", "gguf"]
+Quantization = Literal["auto", "none", "gguf", "int8"]
 
 
 def default_db_path() -> str:

@@ -115,6 +115,23 @@ def quantized_embedding(ids: torch.Tensor, w: QuantizedWeight) -> torch.Tensor:
     return flat.reshape(*ids.shape, w.shape[1])
 
 
+def quantize_q8_0(w: torch.Tensor) -> QuantizedWeight:
+    """A float matrix [N, K] (K a multiple of 32) as weight-only int8 with one scale per 32 weights:
+    GGUF's Q8_0 blocks, byte for byte as ggml (and the gguf package) writes them, so every Q8_0 kernel
+    serves it. Each block: d = max|w| / 127 as fp16, then q = round(w / d) with ties away from zero."""
+    n, k = w.shape
+    if k % 32:
+        raise ValueError(f"int8 (Q8_0) needs in_features a multiple of 32, got {k}")
+    blocks = w.detach().to(torch.float32).reshape(n, k // 32, 32)
+    d = blocks.abs().amax(dim=-1, keepdim=True) / 127
+    inv = torch.where(d == 0, torch.zeros_like(d), 1 / d)
+    scaled = blocks * inv
+    q = (torch.sign(scaled) * torch.floor(scaled.abs() + 0.5)).to(torch.int8)
+    scale = d.to(torch.float16).view(torch.uint8)  # little-endian fp16, as the file stores it
+    data = torch.cat([scale, q.view(torch.uint8)], dim=-1).reshape(n, k // 32 * 34).contiguous()
+    return QuantizedWeight(data, Q8_0, (n, k))
+
+
 def serves_quantized(device: torch.device, dtype: torch.dtype) -> bool:
     """Whether `quantization="auto"` keeps a GGUF file's blocks: on the CPU, in float32, where a vector
     path of the C++ kernel runs (the portable one measured 0.4x of the float32 matmul it replaces)."""

@@ -1,11 +1,18 @@
-"""The default model served from its GGUF blocks (`quantization="gguf"`) against the same file
-dequantized to fp32 (`quantization="none"`, the HF-exact reference): greedy tokens agree (float
-rounding differs, so a near-tie may flip and the two then diverge), on every CPU path."""
+"""The default model served from its GGUF blocks (`quantization="gguf"`), and as weight-only int8
+(`quantization="int8"`, its float weights requantized in groups of 32), against the same file
+dequantized to fp32 (`quantization="none"`, the HF-exact reference): greedy tokens agree (rounding
+differs, so a near-tie may flip and the two then diverge), on every CPU path."""
+
+import shutil
+from pathlib import Path
 
 import pytest
+from safetensors.torch import save_file
 
 from engine import LLM, SamplingParams
-from kernels.quantized import QuantizedWeight
+from engine.int8_weights import quantize_state_dict
+from engine.loader import load_state_dict, resolve_model
+from kernels.quantized import QuantizedWeight, dequantize
 from tests.cpu_paths import cpu_paths
 
 pytestmark = pytest.mark.default_model
@@ -36,17 +43,72 @@ def _greedy(llm, ids):
     return [o.outputs[0].token_ids for o in outs]
 
 
-@pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
-def test_quantized_default_model_agrees_with_its_dequantized_reference(prompts, cpu_path):
-    ids, reference = prompts
-    llm = LLM(model="default", quantization="gguf", num_kv_blocks=256)
-    assert isinstance(llm.engine.runner.model.weights["model.layers.0.qkv"], QuantizedWeight)
+def _agreement(llm, ids, reference, label: str) -> tuple[int, int]:
+    weights = llm.engine.runner.model.weights
+    assert isinstance(weights["model.layers.0.qkv"], QuantizedWeight)
+    assert isinstance(weights["lm_head"], QuantizedWeight)
     got = _greedy(llm, ids)
     same = sum(a == b for g, r in zip(got, reference, strict=True) for a, b in zip(g, r, strict=True))
     whole = sum(g == r for g, r in zip(got, reference, strict=True))
-    print(f"{cpu_path}: {same}/{len(ids) * TOKENS} tokens agree, {whole}/{len(ids)} answers whole")
+    first = [next((i for i, (a, b) in enumerate(zip(g, r, strict=True)) if a != b), None)
+             for g, r in zip(got, reference, strict=True)]
+    print(f"{label}: {same}/{len(ids) * TOKENS} tokens agree, {whole}/{len(ids)} answers whole; "
+          f"first differing token per prompt: {first}")
+    return same, whole
+
+
+@pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
+def test_quantized_default_model_agrees_with_its_dequantized_reference(prompts, cpu_path):
+    ids, reference = prompts
+    same, whole = _agreement(LLM(model="default", quantization="gguf", num_kv_blocks=256), ids, reference,
+                             f"gguf {cpu_path}")
     assert same >= 0.95 * len(ids) * TOKENS
     assert whole >= 12
+
+
+def _int8_reference(folder: Path, dest: Path) -> Path:
+    """The int8 mode's own float reference: the folder with each matrix replaced by its int8 groups
+    dequantized, served as float (`quantization="none"`)."""
+    state = quantize_state_dict(load_state_dict(folder))
+    dest.mkdir()
+    save_file({k: dequantize(v) if isinstance(v, QuantizedWeight) else v for k, v in state.items()},
+              str(dest / "model.safetensors"))
+    for f in folder.iterdir():
+        if f.is_file() and f.suffix != ".safetensors":
+            shutil.copy(f, dest / f.name)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def int8_reference(prompts, tmp_path_factory):
+    folder = _int8_reference(resolve_model("default"), tmp_path_factory.mktemp("int8") / "ref")
+    return _greedy(LLM(model=str(folder), quantization="none", num_kv_blocks=256), prompts[0])
+
+
+@pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
+def test_int8_default_model_agrees_with_its_dequantized_reference(prompts, int8_reference, cpu_path):
+    """Against the int8 weights dequantized to float (the oracle for quantized weights), and, for the
+    record, against the model's plain float weights: those are its Q4_1 blocks dequantized, which int8
+    groups round again (half a step is ~1/254 of a group's largest weight), so near-ties flip there."""
+    ids, plain = prompts
+    llm = LLM(model="default", quantization="int8", num_kv_blocks=256)
+    reference = int8_reference
+    same, whole = _agreement(llm, ids, reference, f"int8 {cpu_path}")
+    assert same >= 0.95 * len(ids) * TOKENS
+    assert whole >= 12
+    _agreement(llm, ids, plain, f"int8 {cpu_path} against the plain float weights")
+
+
+def test_int8_serves_a_float_checkpoint(tiny_models, tmp_path):
+    """A safetensors folder (a tiny random Llama) as int8: its matrices become Q8_0 groups and its greedy
+    tokens are those of its dequantized reference."""
+    folder = tiny_models["gqa"]
+    ids = [[5, 17, 42, 99, 7], [1, 2, 3], [300, 12, 12, 8, 200, 4]]
+    want = _greedy(LLM(model=str(_int8_reference(folder, tmp_path / "ref")), quantization="none",
+                       num_kv_blocks=64), ids)
+    llm = LLM(model=str(folder), quantization="int8", num_kv_blocks=64)
+    assert isinstance(llm.engine.runner.model.weights["model.layers.0.gate_up"], QuantizedWeight)
+    assert _greedy(llm, ids) == want
 
 
 def test_quantization_gguf_needs_a_gguf_file(tiny_models):

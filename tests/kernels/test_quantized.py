@@ -6,6 +6,7 @@ import pytest
 import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize as gguf_quantize
 
 from kernels.cpu.build import cpu_kernels_available
 from kernels.quantized import (
@@ -17,6 +18,7 @@ from kernels.quantized import (
     QuantizedWeight,
     cat_rows,
     dequantize,
+    quantize_q8_0,
     quantized_embedding,
     quantized_linear,
     quantized_linear_ref,
@@ -73,6 +75,19 @@ def test_embedding_rows_and_stacked_rows(qtype):
     assert torch.equal(dequantize(both), torch.cat([dequantize(p) for p in parts]))
     mixed = cat_rows([parts[0], random_weight(8, 64, Q8_0 if qtype != Q8_0 else Q4_0)])
     assert isinstance(mixed, torch.Tensor) and mixed.shape == (16, 64)
+
+
+def test_int8_weights_are_q8_0_blocks_as_the_gguf_package_writes_them():
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(40, 96, generator=gen) * torch.logspace(-3, 1, 40).unsqueeze(1)
+    w[3, :32] = 0  # an all-zero block: scale 0, no division by it
+    w[5, 7] = 2.5 * w[5, :32].abs().max()  # a block whose rounding has exact halves to break
+    q = quantize_q8_0(w)
+    want = gguf_quantize(w.numpy(), GGMLQuantizationType.Q8_0)
+    assert np.array_equal(q.data.numpy(), want)
+    torch.testing.assert_close(dequantize(q), w, rtol=0, atol=w.abs().amax(dim=1, keepdim=True).max() / 254)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_q8_0(torch.zeros(4, 40))
 
 
 def test_a_malformed_weight_is_refused():
