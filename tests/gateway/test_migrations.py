@@ -133,3 +133,13 @@ def test_the_migrations_ship_inside_the_package():
     assert folder.joinpath("env.py").is_file() and folder.joinpath("script.py.mako").is_file()
     assert sorted(p.name for p in folder.joinpath("versions").iterdir() if p.name[0].isdigit()) == [
         "0001_first_release.py", "0002_baseline.py", "0003_leases.py"]
+
+
+def test_database_urls_get_the_async_drivers(tmp_path):
+    from gateway.db import database_url
+
+    assert database_url(str(tmp_path / "a.db")) == f"sqlite+aiosqlite:///{tmp_path / 'a.db'}"
+    assert database_url("sqlite:////tmp/x.db") == "sqlite+aiosqlite:////tmp/x.db"
+    assert database_url("postgresql://u:p@db:5432/sllm") == "postgresql+asyncpg://u:p@db:5432/sllm"
+    assert database_url("postgres://u@db/sllm") == "postgresql+asyncpg://u@db/sllm"
+    assert database_url("postgresql+asyncpg://u@db/sllm") == "postgresql+asyncpg://u@db/sllm"
