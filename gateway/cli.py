@@ -75,6 +75,13 @@ def serve(
     job_concurrency: int = typer.Option(
         16, "--job-concurrency", envvar="SLLM_JOB_CONCURRENCY",
         help="Batch lines, background responses and schedule runs in the engine at once"),
+    job_lease_s: float = typer.Option(
+        15.0, "--job-lease-s", envvar="SLLM_JOB_LEASE_S",
+        help="Replicas on one database: how long a claim on a batch line, background response or schedule "
+             "run holds without its heartbeat; a dead replica's work is taken over after this"),
+    job_scan_s: float = typer.Option(
+        2.0, "--job-scan-s", envvar="SLLM_JOB_SCAN_S",
+        help="How often the server looks for job work nobody holds (new, or a dead replica's)"),
     max_file_bytes: int = typer.Option(100 * 1024 * 1024, "--max-file-bytes", envvar="SLLM_MAX_FILE_BYTES",
                                        help="Largest file /v1/files accepts"),
     webhook_secret: str | None = typer.Option(
@@ -108,7 +115,7 @@ def serve(
         priority_interactive=priority_interactive, priority_background=priority_background,
         priority_batch=priority_batch, priority_schedule=priority_schedule,
         allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,
-        job_concurrency=job_concurrency,
+        job_concurrency=job_concurrency, job_lease_s=job_lease_s, job_scan_s=job_scan_s,
         max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         db=db,
     )

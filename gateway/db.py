@@ -1,8 +1,8 @@
 """The gateway's database: SQLAlchemy 2.0 typed ORM over SQLite (WAL) or any async SQLAlchemy URL.
 
-Tables live in `gateway/tables/`, one module per concept, all on `Base`; a later feature adds its
-own module there and `Database.create_all` picks it up (a change to an existing table is a step in
-`gateway/migrations.py`). Routes get a session per request through
+Tables live in `gateway/tables/`, one module per concept, all on `Base`; the schema itself is made
+and changed by Alembic revisions (`gateway/migrations/`), which `Database.create_all` applies. Routes
+get a session per request through
 the `db_session` dependency; background work opens its own with `database.sessions()`."""
 
 from collections.abc import AsyncIterator
@@ -18,13 +18,17 @@ class Base(DeclarativeBase):
 
 
 def database_url(path_or_url: str) -> str:
-    """`--db` takes a file path (SQLite) or a SQLAlchemy URL; sync SQLite URLs get the async driver."""
+    """`--db` takes a file path (SQLite) or a SQLAlchemy URL; plain SQLite and PostgreSQL URLs get
+    the async drivers (aiosqlite, asyncpg)."""
     if "://" not in path_or_url:
         path = Path(path_or_url).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
         return f"sqlite+aiosqlite:///{path}"
     if path_or_url.startswith("sqlite://"):
         return "sqlite+aiosqlite://" + path_or_url[len("sqlite://"):]
+    for plain in ("postgresql://", "postgres://"):  # the server is async: asyncpg is the driver we ship
+        if path_or_url.startswith(plain):
+            return "postgresql+asyncpg://" + path_or_url[len(plain):]
     return path_or_url
 
 
@@ -42,13 +46,17 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
 class Database:
     def __init__(self, path_or_url: str):
         self.url = database_url(path_or_url)
-        self.engine: AsyncEngine = create_async_engine(self.url)
+        # A server database (PostgreSQL): connections checked before use, so a database restart costs
+        # no failed request; more of them than the default 5 + 10, as jobs, their heartbeats and the
+        # requests each hold one at times.
+        server = {} if self.url.startswith("sqlite") else {"pool_pre_ping": True, "pool_size": 10, "max_overflow": 30}
+        self.engine: AsyncEngine = create_async_engine(self.url, **server)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         self.sessions = async_sessionmaker(self.engine, expire_on_commit=False)
 
     async def create_all(self) -> None:
-        """Creates missing tables and migrates existing ones to the latest schema (gateway/migrations.py)."""
+        """Creates or upgrades the schema to the latest Alembic revision (gateway/migrations/)."""
         from gateway.migrations import upgrade
 
         async with self.engine.begin() as conn:

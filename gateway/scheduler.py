@@ -7,13 +7,16 @@ run for the due time it claimed. So:
   per missed time, and then waits for its next time after now;
 - a due time runs at most once, whatever restarts and races (the update checks the old
   `next_run_at`, and the run table has a unique (schedule, due time) constraint);
-- a run cut short by a stop is not run again: the next start marks it failed ("interrupted").
+- a run cut short (a stop, a crash) is not run again: it holds a lease (gateway/jobs/leases.py) that
+  its replica renews while it runs; once the lease has expired, any replica's scheduler marks it
+  failed ("interrupted"), so a live replica's runs are never mistaken for a dead one's.
 Runs go through the job gate and run at `priority_schedule` (below interactive requests), then
 POST their result to the schedule's webhook through the jobs' webhook sender (signed, retried,
 deliveries are rows).
 
 Cron expressions are evaluated in UTC. `now()` is the clock: tests fast-forward it by patching
-`gateway.scheduler.now`. One scheduler per database, as for the job runner."""
+`gateway.scheduler.now` (leases keep real time). Every replica on a database runs a scheduler;
+the claim above makes each due time run on one of them."""
 
 import asyncio
 import json
@@ -27,6 +30,7 @@ from croniter import croniter
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
+from gateway.jobs.leases import LeasePolicy, free, renew_rows, replica_id
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
 
@@ -60,12 +64,22 @@ def next_after(expr: str, t: float) -> float:
 
 
 class Scheduler:
-    def __init__(self, state: ServerState, run: RunSchedule):
+    def __init__(self, state: ServerState, run: RunSchedule, lease: LeasePolicy | None = None):
         self.state = state
         self.run = run
+        self._lease = lease
         self._wake = asyncio.Event()
         self._main: asyncio.Task | None = None
         self._runs: set[asyncio.Task] = set()
+        self._running: set[str] = set()  # ids of the runs under way here, whose leases the loop renews
+
+    @property
+    def lease(self) -> LeasePolicy:
+        """The job runner's (one owner name per replica), looked up late: it may start after us."""
+        if self._lease is None:
+            jobs = getattr(self.state, "jobs", None)
+            self._lease = jobs.lease if jobs is not None else LeasePolicy(replica_id(), 15.0, 2.0)
+        return self._lease
 
     def start(self) -> None:
         self._main = asyncio.create_task(self._loop(), name="sllm-text2sql-scheduler")
@@ -84,9 +98,16 @@ class Scheduler:
         while self.state.models.loading:  # runs need the models; schedules are rows meanwhile
             await asyncio.sleep(0.1)
         await self.recover()
+        recovered = renewed = time.monotonic()
         while True:
             self._wake.clear()
             try:
+                if time.monotonic() - renewed >= self.lease.renew_s:
+                    await self.renew()
+                    renewed = time.monotonic()
+                if time.monotonic() - recovered >= self.lease.scan_s:
+                    await self.recover()  # runs of a replica that died meanwhile
+                    recovered = time.monotonic()
                 await self.run_due()
                 wait = await self._seconds_to_next()
             except Exception:
@@ -102,10 +123,18 @@ class Scheduler:
             soonest = await session.scalar(select(func.min(Text2SQLSchedule.next_run_at)))
         return TICK_S if soonest is None else min(TICK_S, soonest - now())
 
-    async def recover(self) -> int:
-        """Marks runs left `running` by a stop as failed; returns how many."""
+    async def renew(self) -> None:
+        """Extends the leases of the runs under way here."""
         async with self.state.db.sessions() as session:
-            result = await session.execute(update(Text2SQLRun).where(Text2SQLRun.status == "running").values(
+            await renew_rows(session, Text2SQLRun, set(self._running), self.lease, status="running")
+            await session.commit()
+
+    async def recover(self) -> int:
+        """Marks runs left `running` by a stopped replica (their leases expired) as failed; returns
+        how many."""
+        async with self.state.db.sessions() as session:
+            result = await session.execute(update(Text2SQLRun).where(
+                Text2SQLRun.status == "running", free(Text2SQLRun, time.time())).values(
                 status="failed", finished_at=now(),
                 error={"code": "interrupted", "message": "the server stopped during this run; it is not run again"}))
             await session.commit()
@@ -124,6 +153,7 @@ class Scheduler:
             run_id = await self._claim(schedule, t)
             if run_id is not None:
                 started.append(run_id)
+                self._running.add(run_id)
                 task = asyncio.create_task(self._execute(run_id, schedule), name=f"text2sql-run:{run_id}")
                 self._runs.add(task)
                 task.add_done_callback(self._runs.discard)
@@ -131,7 +161,8 @@ class Scheduler:
 
     async def _claim(self, schedule: Text2SQLSchedule, t: float) -> str | None:
         run = Text2SQLRun(id=f"t2srun_{uuid.uuid4().hex}", schedule_id=schedule.id,
-                          scheduled_for=schedule.next_run_at, started_at=t, status="running")
+                          scheduled_for=schedule.next_run_at, started_at=t, status="running",
+                          owner=self.lease.owner, lease_expires_at=time.time() + self.lease.lease_s)
         async with self.state.db.sessions() as session:
             moved = await session.execute(update(Text2SQLSchedule).where(
                 Text2SQLSchedule.id == schedule.id, Text2SQLSchedule.next_run_at == schedule.next_run_at,
@@ -156,6 +187,12 @@ class Scheduler:
         from gateway.priority import run_as
 
         run_as("schedule")
+        try:
+            await self._execute_claimed(run_id, schedule)
+        finally:
+            self._running.discard(run_id)
+
+    async def _execute_claimed(self, run_id: str, schedule: Text2SQLSchedule) -> None:
         gate = self.state.jobs.gate if self.state.jobs is not None else None
         if gate is not None:
             await gate.acquire(self.state.settings.priority_schedule)
@@ -171,7 +208,7 @@ class Scheduler:
                 gate.release()
         async with self.state.db.sessions() as session:
             await session.execute(update(Text2SQLRun).where(Text2SQLRun.id == run_id).values(
-                status=status, result=result, error=error, finished_at=now()))
+                status=status, result=result, error=error, finished_at=now(), lease_expires_at=None))
             if schedule.webhook_url:
                 self._notify(session, schedule, run_id, status, result, error)
             await session.commit()

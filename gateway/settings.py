@@ -126,6 +126,11 @@ class Settings(BaseModel):
     # Jobs (batch lines, background responses, schedule runs): how many of their requests the engine
     # holds at once (gateway/jobs/gate.py).
     job_concurrency: int = Field(16, ge=1)
+    # Replicas on one database (gateway/jobs/leases.py): how long a replica's claim on a piece of job
+    # work holds without renewal (so the takeover time of a dead replica's work), and how often each
+    # replica looks for work nobody holds.
+    job_lease_s: float = Field(15.0, gt=0)
+    job_scan_s: float = Field(2.0, gt=0)
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=1)
     max_batch_lines: int = Field(50_000, ge=1)
     # Webhooks: refused unless a secret and an allow-list of hosts are configured.

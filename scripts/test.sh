@@ -7,6 +7,10 @@ bash scripts/install.sh
 . .venv/bin/activate
 ruff check .
 export TRITON_INTERPRET=1
+# The database suites start their own PostgreSQL server from Debian's binaries (tests/postgres.py).
+if [ -z "${SLLM_PG_BIN:-}" ] && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+  echo "note: no PostgreSQL server binaries (apt-get install postgresql, or set SLLM_PG_BIN): the PostgreSQL tests skip"
+fi
 python -m pytest -q -ra "$@"
 if [ -z "${SLLM_SKIP_NODE:-}" ]; then
   command -v npm >/dev/null || { echo "npm is required for the n8n-nodes package tests (set SLLM_SKIP_NODE=1 to skip)"; exit 1; }

@@ -300,46 +300,63 @@ async def record_result(state: ServerState, batch_id: str, line: BatchLine, stat
     return True
 
 
-async def pending_lines(state: ServerState, batch_id: str, after: int, limit: int) -> list[BatchLine]:
-    """Lines past `after` that have no result yet, in file order."""
-    async with state.db.sessions() as session:
-        recorded = select(BatchResult.line).where(BatchResult.batch_id == batch_id)
-        query = (select(BatchLine).where(BatchLine.batch_id == batch_id, BatchLine.line > after,
-                                         BatchLine.line.not_in(recorded))
-                 .order_by(BatchLine.line).limit(limit))
-        return list((await session.scalars(query)).all())
-
-
 # -- finalizing --------------------------------------------------------------------------------------
+async def _unrecorded(session: AsyncSession, batch_id: str, held_by_others_than: str | None = None,
+                      now: float = 0.0) -> bool:
+    """Whether a line has no result yet; with `held_by_others_than`, only lines another replica
+    holds a live lease on count."""
+    recorded = select(BatchResult.line).where(BatchResult.batch_id == batch_id)
+    query = select(BatchLine.line).where(BatchLine.batch_id == batch_id, BatchLine.line.not_in(recorded))
+    if held_by_others_than is not None:
+        query = query.where(BatchLine.owner != held_by_others_than, BatchLine.lease_expires_at >= now)
+    return (await session.scalar(query.limit(1))) is not None
+
+
 def _jsonl(lines: list[BatchOutputLine]) -> bytes:
     return "".join(line.model_dump_json() + "\n" for line in lines).encode()
 
 
-async def finalize(state: ServerState, batch_id: str) -> str | None:
+async def finalize(state: ServerState, batch_id: str, owner: str | None = None) -> str | None:
     """Writes the output and error files and the final status: `cancelled` after a cancel,
     `expired` when the window closed with lines left, `completed` when every line has a result.
-    Returns the final status, or None when the batch is not ready (lines left, window open)."""
+    Returns the final status, or None when the batch is not ready: lines left in an open window,
+    or lines that another replica (not `owner`) holds a live lease on, which it finalizes itself.
+
+    All in one transaction that starts by locking the batch's row, so of replicas finalizing at
+    once one writes the files and the others find the batch finished."""
     async with state.db.sessions() as session:
+        now = time.time()
         batch = await load_batch(session, batch_id)
         if batch.status in TERMINAL_STATUSES:
             return batch.status
+        window_open = batch.expires_at is None or now <= batch.expires_at
+        if batch.status != "cancelling" and window_open and await _unrecorded(session, batch_id):
+            return None  # the common case, seen without taking the lock
+        locked = await session.execute(update(Batch).where(Batch.id == batch_id,
+                                                           Batch.status.not_in(TERMINAL_STATUSES))
+                                       .values(finalizing_at=now).execution_options(synchronize_session=False))
+        await session.refresh(batch)
+        if not locked.rowcount or batch.status in TERMINAL_STATUSES:
+            await session.rollback()
+            return batch.status
+        if await _unrecorded(session, batch_id, held_by_others_than=owner or "", now=now):
+            await session.rollback()
+            return None
         results = {r.line: r for r in (await session.scalars(
             select(BatchResult).where(BatchResult.batch_id == batch_id))).all()}
         lines = (await session.execute(select(BatchLine.line, BatchLine.custom_id)
                                        .where(BatchLine.batch_id == batch_id).order_by(BatchLine.line))).all()
         missing = [(n, c) for n, c in lines if n not in results]
-        now = time.time()
         if batch.status == "cancelling":
             final, reason = "cancelled", ("batch_cancelled", "This request was not run: the batch was cancelled.")
-        elif missing and batch.expires_at is not None and now > batch.expires_at:
+        elif missing and not window_open:
             final, reason = "expired", ("batch_expired",
                                         "This request could not be executed before the completion window expired.")
         elif missing:
+            await session.rollback()
             return None
         else:
             final, reason = "completed", None
-        batch.status, batch.finalizing_at = "finalizing", now
-        await session.commit()
 
         out, err = [], []
         for n, _ in lines:
@@ -359,7 +376,7 @@ async def finalize(state: ServerState, batch_id: str) -> str | None:
         if err:
             name = f"{batch_id}_error.jsonl"
             batch.error_file_id = (await add_file(session, new_file_id(), name, "batch_output", _jsonl(err))).id
-        batch.status = final
+        batch.status, batch.finalizing_at = final, now
         setattr(batch, f"{final}_at", time.time())
         webhooks.enqueue(session, (batch.metadata_ or {}).get(webhooks.WEBHOOK_URL_KEY), f"batch.{final}", batch_id)
         await session.commit()

@@ -4,6 +4,7 @@ through the endpoint's own function, and stores the answer unless it was cancell
 `GET /v1/responses/{id}` polls it; `POST /v1/responses/{id}/cancel` cancels it."""
 
 import logging
+import time
 
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gateway.errors import APIError, as_api_error
 from gateway.jobs import webhooks
 from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
+from gateway.jobs.leases import LeasePolicy, free
 from gateway.protocol.responses import ResponseObject, ResponsesRequest
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
@@ -67,8 +69,20 @@ async def finish(session: AsyncSession, resp: ResponseObject, conversation: list
     return bool(result.rowcount)
 
 
-async def run_background(state: ServerState, response_id: str) -> None:
-    """Claims and runs one queued response (after a restart, one left in progress runs again)."""
+async def claim(session: AsyncSession, response_id: str, body: dict, lease: LeasePolicy) -> bool:
+    """Takes a queued response, or one whose lease expired, for this replica (`in_progress`, with
+    `body`); commits. False when it is finished, cancelled, or another replica holds it."""
+    now = time.time()
+    claimed = await session.execute(update(StoredResponse).where(
+        StoredResponse.id == response_id, StoredResponse.status.in_(ACTIVE), free(StoredResponse, now)).values(
+        status="in_progress", body=body, owner=lease.owner, lease_expires_at=now + lease.lease_s))
+    await session.commit()
+    return bool(claimed.rowcount)
+
+
+async def run_background(state: ServerState, response_id: str, lease: LeasePolicy) -> None:
+    """Claims and runs one queued response, or one whose replica stopped renewing its lease (it
+    died, or this is a restart): that one runs again from the start."""
     from gateway.routers.responses import run_response
 
     async with state.db.sessions() as session:
@@ -77,11 +91,7 @@ async def run_background(state: ServerState, response_id: str) -> None:
             return
         queued = ResponseObject.model_validate(row.body)
         queued.status = "in_progress"
-        claimed = await session.execute(update(StoredResponse).where(
-            StoredResponse.id == response_id, StoredResponse.status.in_(ACTIVE)).values(
-            status="in_progress", body=queued.model_dump(mode="json")))
-        await session.commit()
-        if not claimed.rowcount:
+        if not await claim(session, response_id, queued.model_dump(mode="json"), lease):
             return
         try:
             body = ResponsesRequest.model_validate(row.request)
@@ -89,7 +99,8 @@ async def run_background(state: ServerState, response_id: str) -> None:
         except Exception as exc:  # not CancelledError: a cancelled run leaves the row to its canceller
             err = as_api_error(exc)
             if err.status == 503:
-                log.error("background response %s paused: %s; it runs at the next start", response_id, err.message)
+                log.error("background response %s paused: %s; it runs again once its lease expires, here or on "
+                          "another replica", response_id, err.message)
                 return
             queued.status = "failed"
             queued.error = {"code": err.code or err.info.type, "message": err.message}

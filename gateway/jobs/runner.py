@@ -1,20 +1,25 @@
 """The job runner inside the server: runs batches and background responses through the engine, at
-their kinds' priorities (gateway/priority.py), a bounded number at once (JobGate), and resumes
-whatever was queued or running when the server last stopped, however it stopped.
+their kinds' priorities (gateway/priority.py), a bounded number at once (JobGate), shared with any
+other replica on the same database through leases (gateway/jobs/leases.py).
 
-Each batch is a task that walks its unrecorded lines in file order, takes a place at the gate for
-each, and runs it as a task of its own; a line's result is recorded in its own transaction, so a
-restart re-runs only lines without a result. A line cut short (cancel, shutdown, engine failure)
-records nothing. One runner per database: two servers on one database would run the same lines
-twice (each result would still be recorded once)."""
+Each batch is a task that claims its free lines one at a time as places at the gate come free, and
+runs each line as a task of its own; a line's result is recorded in its own transaction (unique per
+(batch, line): exactly once, whichever replicas ran it). Replicas on one database work on the same
+batch side by side. Every `job_scan_s` the runner looks for work nobody holds: batches with lines
+never claimed or whose lease expired (their replica died), background responses likewise, batches
+that only wait to be finalized; so work resumes after a restart, and a dead replica's work is taken
+over once its leases expire. A heartbeat renews the leases of work under way, and notices work
+cancelled through another replica. A line cut short (cancel, shutdown) records nothing and is
+handed back at once; one cut by an engine failure keeps its lease until it expires, so a replica
+whose engine works can take it over without this one retrying in a loop."""
 
 import asyncio
 import logging
 import time
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from gateway.jobs import batches, responses
+from gateway.jobs import batches, leases, responses
 from gateway.jobs.gate import JobGate
 from gateway.jobs.webhooks import WebhookPolicy, WebhookSender
 from gateway.priority import run_as
@@ -24,8 +29,6 @@ from gateway.tables.responses import StoredResponse
 
 log = logging.getLogger(__name__)
 
-_PAGE = 256
-
 
 class BatchJob:
     def __init__(self, runner: "JobRunner", batch_id: str):
@@ -34,6 +37,7 @@ class BatchJob:
         self.batch_id = batch_id
         self.cancelled = False
         self.engine_failed = False
+        self.held: set[int] = set()  # lines this replica claimed and has not recorded
         self._lines: set[asyncio.Task] = set()
         self._dispatcher: asyncio.Task | None = None
 
@@ -50,10 +54,14 @@ class BatchJob:
             while self._lines:
                 await asyncio.wait(set(self._lines))
             if self.engine_failed:
-                log.warning("batch %s paused: the engine is unavailable; it resumes at the next start", self.batch_id)
+                log.warning("batch %s paused here: the engine is unavailable; its lines are free to any replica "
+                            "once their leases expire", self.batch_id)
+                self.held.clear()  # not handed back: see the module's note
                 return
-            await batches.finalize(self.state, self.batch_id)
-            self.runner.webhook_sender.wake.set()  # its webhook, if any, goes now rather than at the next poll
+            await self._release()
+            # None: lines are left that another replica holds; the last one to finish finalizes.
+            if await batches.finalize(self.state, self.batch_id, self.runner.lease.owner) is not None:
+                self.runner.webhook_sender.wake.set()  # its webhook, if any, goes now rather than at the next poll
         finally:
             if self._dispatcher is not None:
                 self._dispatcher.cancel()
@@ -61,6 +69,19 @@ class BatchJob:
                 t.cancel()
             await asyncio.gather(*self._lines, *([self._dispatcher] if self._dispatcher else []),
                                  return_exceptions=True)
+            await asyncio.shield(self._release())
+
+    async def _release(self) -> None:
+        if not self.held:
+            return
+        held, self.held = set(self.held), set()
+        try:
+            async with self.state.db.sessions() as session:
+                await leases.release_lines(session, self.batch_id, held, self.runner.lease)
+                await session.commit()
+        except Exception:
+            log.warning("batch %s: could not hand back %d lines; they are free when their leases expire",
+                        self.batch_id, len(held), exc_info=True)
 
     def cancel(self) -> None:
         """The batch was cancelled: stop dispatching, abort running lines; run() then finalizes."""
@@ -71,20 +92,27 @@ class BatchJob:
             t.cancel()
 
     async def _dispatch(self, expires_at: float | None) -> None:
-        after = 0
         gate = self.runner.gate
-        while not self.engine_failed:
-            page = await batches.pending_lines(self.state, self.batch_id, after, _PAGE)
-            if not page:
+        while not self.engine_failed and not self.cancelled:
+            if expires_at is not None and time.time() > expires_at:
                 return
-            for line in page:
-                after = line.line
-                if self.engine_failed or (expires_at is not None and time.time() > expires_at):
-                    return
-                await gate.acquire(self.state.settings.priority_batch)
-                task = asyncio.create_task(self._line(line), name=f"{self.batch_id}:{line.line}")
-                self._lines.add(task)
-                task.add_done_callback(self._line_done)
+            # A line is claimed only once it has a place at the gate: a replica holds no more lines
+            # than it runs, and the others claim the rest of the batch meanwhile.
+            await gate.acquire(self.state.settings.priority_batch)
+            try:
+                async with self.state.db.sessions() as session:
+                    claimed = await leases.claim_lines(session, self.batch_id, self.runner.lease, 1)
+            except BaseException:
+                gate.release()
+                raise
+            if not claimed:
+                gate.release()
+                return
+            line = claimed[0]
+            self.held.add(line.line)
+            task = asyncio.create_task(self._line(line), name=f"{self.batch_id}:{line.line}")
+            self._lines.add(task)
+            task.add_done_callback(self._line_done)
 
     def _line_done(self, task: asyncio.Task) -> None:
         # A callback, not a `finally`: a task cancelled before its first step never runs its body.
@@ -103,6 +131,9 @@ class BatchJob:
             except asyncio.CancelledError:
                 await record
                 raise
+            finally:
+                if record.done() and not record.cancelled() and record.exception() is None:
+                    self.held.discard(line.line)
         except batches.EngineUnavailable as exc:
             if not self.engine_failed:
                 log.error("batch %s: %s", self.batch_id, exc)
@@ -110,7 +141,7 @@ class BatchJob:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("batch %s line %d failed outside its endpoint; it runs again at the next start",
+            log.exception("batch %s line %d failed outside its endpoint; it runs again once handed back",
                           self.batch_id, line.line)
 
 
@@ -118,6 +149,7 @@ class JobRunner:
     def __init__(self, state: ServerState):
         self.state = state
         s = state.settings
+        self.lease = leases.LeasePolicy(owner=leases.replica_id(), lease_s=s.job_lease_s, scan_s=s.job_scan_s)
         self.gate = JobGate(s.job_concurrency)
         self.webhooks = WebhookPolicy(s)
         self.webhook_sender = WebhookSender(state, self.webhooks)
@@ -135,23 +167,71 @@ class JobRunner:
         while self.state.models.loading:  # jobs wait for the models; they are rows meanwhile
             await asyncio.sleep(0.1)
         self._ready = True
-        await self._resume()
+        self._spawn(self._heartbeat(), "sllm-jobs-heartbeat")
+        first = True
+        while True:
+            try:
+                await self._scan(first)
+                first = False
+            except Exception:
+                log.exception("the job scan failed; it runs again in %.1fs", self.lease.scan_s)
+            await asyncio.sleep(self.lease.scan_s)
 
-    async def _resume(self) -> None:
+    async def _scan(self, first: bool) -> None:
+        """Submits what no replica holds: batches not finished (a batch fully held elsewhere costs
+        a claim that finds nothing), and free background responses."""
+        now = time.time()
         async with self.state.db.sessions() as session:
             batch_ids = (await session.scalars(
                 select(Batch.id).where(Batch.status.in_(("validating", "in_progress", "finalizing", "cancelling")))
                 .order_by(Batch.created_at))).all()
             response_ids = (await session.scalars(
-                select(StoredResponse.id).where(StoredResponse.status.in_(("queued", "in_progress")),
-                                                StoredResponse.background.is_(True))
+                select(StoredResponse.id).where(StoredResponse.status.in_(responses.ACTIVE),
+                                                StoredResponse.background.is_(True),
+                                                leases.free(StoredResponse, now))
                 .order_by(StoredResponse.created_at))).all()
-        if batch_ids or response_ids:
+        batch_ids = [b for b in batch_ids if b not in self._batches]
+        response_ids = [r for r in response_ids if r not in self._responses]
+        if first and (batch_ids or response_ids):
             log.info("resuming %d batches and %d background responses", len(batch_ids), len(response_ids))
         for response_id in response_ids:
             self.submit_response(response_id)
         for batch_id in batch_ids:
             self.submit_batch(batch_id)
+
+    async def _heartbeat(self) -> None:
+        """Renews the leases of the work under way here; stops work cancelled through another replica."""
+        while True:
+            await asyncio.sleep(self.lease.renew_s)
+            try:
+                await self._renew()
+            except Exception:
+                log.exception("renewing job leases failed; it is tried again in %.1fs", self.lease.renew_s)
+
+    async def _renew(self) -> None:
+        async with self.state.db.sessions() as session:
+            for batch_id, job in list(self._batches.items()):
+                held = set(job.held)
+                kept = await leases.renew_lines(session, batch_id, held, self.lease)
+                if kept < len(held):
+                    log.warning("batch %s: %d of %d lines held here were taken over by another replica",
+                                batch_id, len(held) - kept, len(held))
+            running = set(self._responses)
+            kept_responses = await leases.renew_rows(session, StoredResponse, running, self.lease,
+                                                     status="in_progress")
+            statuses = dict((await session.execute(
+                select(Batch.id, Batch.status).where(Batch.id.in_(list(self._batches))))).all()) if self._batches else {}
+            await session.commit()
+        for batch_id, status in statuses.items():
+            if status == "cancelling" and (job := self._batches.get(batch_id)) is not None and not job.cancelled:
+                job.cancel()
+        async with self.state.db.sessions() as session:
+            # Responses that left `in_progress` elsewhere (cancelled through another replica).
+            gone = (await session.scalars(select(StoredResponse.id).where(
+                StoredResponse.id.in_(list(running - kept_responses)),
+                StoredResponse.status.not_in(responses.ACTIVE)))).all() if running - kept_responses else []
+        for response_id in gone:
+            self.cancel_response(response_id)
 
     def _spawn(self, coro, name: str) -> asyncio.Task:
         task = asyncio.create_task(coro, name=name)
@@ -196,7 +276,7 @@ class JobRunner:
             try:
                 await self.gate.acquire(self.state.settings.priority_background)
                 try:
-                    await responses.run_background(self.state, response_id)
+                    await responses.run_background(self.state, response_id, self.lease)
                 finally:
                     self.gate.release()
                 self.webhook_sender.wake.set()
@@ -211,9 +291,18 @@ class JobRunner:
             task.cancel()
 
     async def stop(self) -> None:
-        """Cancels every job task; what was cut short runs again at the next start."""
+        """Cancels every job task; what was cut short is handed back, for this or another replica."""
         for task in [self._main, *self._tasks]:
             if task is not None:
                 task.cancel()
         await asyncio.gather(*[t for t in [self._main, *self._tasks] if t is not None], return_exceptions=True)
         await self.gate.close()
+        try:  # responses cut short are handed back now rather than when their leases expire
+            async with self.state.db.sessions() as session:
+                await session.execute(update(StoredResponse).where(
+                    StoredResponse.owner == self.lease.owner, StoredResponse.status == "in_progress")
+                    .values(owner=None, lease_expires_at=None))
+                await session.commit()
+        except Exception:
+            log.warning("could not hand back the background responses under way; they are free when their "
+                        "leases expire", exc_info=True)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.errors import APIError
@@ -222,7 +222,7 @@ class WebhookSender:
                         select(WebhookDelivery).where(WebhookDelivery.status == "pending")
                         .order_by(WebhookDelivery.next_attempt_at).limit(32))).all()
                 now = time.time()
-                ready = [d for d in due if d.next_attempt_at <= now]
+                ready = [d for d in due if d.next_attempt_at <= now and await self._claim(d, now)]
                 if ready:
                     await asyncio.gather(*(self._attempt(d) for d in ready))
                     continue
@@ -235,6 +235,18 @@ class WebhookSender:
                     pass
         finally:
             await self._client.aclose()
+
+    async def _claim(self, delivery: WebhookDelivery, now: float) -> bool:
+        """Takes a due delivery for one attempt, so that replicas sharing the database do not send
+        it twice: its next attempt moves past this attempt's timeout, unless another replica moved
+        it first. A replica that dies mid-attempt leaves it due again after that time."""
+        async with self.state.db.sessions() as session:
+            claimed = await session.execute(update(WebhookDelivery).where(
+                WebhookDelivery.id == delivery.id, WebhookDelivery.status == "pending",
+                WebhookDelivery.next_attempt_at == delivery.next_attempt_at,
+            ).values(next_attempt_at=now + self.settings.webhook_timeout_s + 5))
+            await session.commit()
+        return bool(claimed.rowcount)
 
     async def _attempt(self, delivery: WebhookDelivery) -> None:
         error = await self._post(delivery)

@@ -23,7 +23,9 @@ class ApiKey(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
     key_hash: Mapped[str] = mapped_column(String(64), unique=True, index=True)
-    created_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC))
+    # Naive UTC: the column is a TIMESTAMP without time zone, where PostgreSQL's driver refuses an
+    # aware datetime.
+    created_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC).replace(tzinfo=None))
     revoked: Mapped[bool] = mapped_column(default=False)
 
 

@@ -54,6 +54,9 @@ class BatchLine(Base):
     custom_id: Mapped[str] = mapped_column(String(512))
     url: Mapped[str] = mapped_column(String(64))
     body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Who runs it and until when (gateway/jobs/leases.py); revision 0003.
+    owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[float | None] = mapped_column(Float)
 
 
 class BatchResult(Base):

@@ -54,3 +54,6 @@ class Text2SQLRun(Base):
     status: Mapped[str] = mapped_column(String(16))  # running | completed | failed
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # as POST /v1/text2sql answers
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # {"code", "message"}
+    # Who runs it and until when (gateway/jobs/leases.py); revision 0003.
+    owner: Mapped[str | None] = mapped_column(String(64))
+    lease_expires_at: Mapped[float | None] = mapped_column(Float)

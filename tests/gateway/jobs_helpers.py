@@ -1,15 +1,72 @@
-"""Helpers for the jobs tests: JSONL batch files, polling, and a local webhook receiver."""
+"""Helpers for the jobs tests: JSONL batch files, polling, reading the server's database (SQLite or
+PostgreSQL), and a local webhook receiver."""
 
+import asyncio
 import json
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import openai
 
 WEBHOOK_SECRET = "whsec_" + "dGVzdC13ZWJob29rLXNlY3JldC0xMjM0NTY3ODkw"  # base64 of a test key
 TERMINAL = ("completed", "failed", "cancelled", "expired")
+
+
+class DbReader:
+    """Queries a server's database behind its back: a SQLite file (read-only) or a PostgreSQL URL,
+    with sqlite3's `?` placeholders either way; `execute(...).fetchone()` / `.fetchall()` as sqlite3."""
+
+    def __init__(self, db: str):
+        self.db = db
+
+    def __enter__(self) -> "DbReader":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        return None
+
+    def execute(self, sql: str, params: tuple = ()) -> "Rows":
+        if "://" not in self.db:
+            conn = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True)
+            try:
+                return Rows(conn.execute(sql, params).fetchall())
+            finally:
+                conn.close()
+        import asyncpg
+
+        numbered = iter(range(1, sql.count("?") + 1))
+        sql = "".join(f"${next(numbered)}" if c == "?" else c for c in sql)
+
+        async def fetch() -> list[tuple]:
+            conn = await asyncpg.connect(self.db.replace("postgresql+asyncpg://", "postgresql://"))
+            try:
+                return [tuple(r) for r in await conn.fetch(sql, *params)]
+            finally:
+                await conn.close()
+
+        return Rows(asyncio.run(fetch()))
+
+
+@dataclass
+class Rows:
+    rows: list[tuple]
+
+    def fetchone(self) -> tuple | None:
+        return self.rows[0] if self.rows else None
+
+    def fetchall(self) -> list[tuple]:
+        return self.rows
+
+
+def database_for(request, tmp: Path) -> str:
+    """The database a server fixture parametrized over ("sqlite", "postgresql") runs on."""
+    if request.param == "sqlite":
+        return str(tmp / "sllm.db")
+    return request.getfixturevalue("postgres").new_database()
 
 
 def jsonl(lines: list[dict]) -> bytes:

@@ -91,7 +91,8 @@ class RunningServer:
 @contextmanager
 def run_server(tmp_dir: Path, **settings) -> Iterator[RunningServer]:
     port = free_port()
-    config = Settings(port=port, db=str(tmp_dir / "sllm.db"), **settings)
+    settings.setdefault("db", str(tmp_dir / "sllm.db"))  # or a PostgreSQL URL
+    config = Settings(port=port, **settings)
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            access_log=False, lifespan="on"))

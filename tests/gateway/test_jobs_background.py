@@ -1,28 +1,33 @@
 """Background responses through the official openai client: queued at once, polled to the same
 answer as a synchronous call, continued with previous_response_id, cancelled (aborting the engine
-request), idempotent, and announced by a signed webhook."""
+request), idempotent, and announced by a signed webhook; on SQLite and on a real PostgreSQL server."""
 
 import time
 
 import openai
 import pytest
 
-from tests.gateway.jobs_helpers import WEBHOOK_SECRET, WebhookReceiver
+from tests.gateway.jobs_helpers import WEBHOOK_SECRET, WebhookReceiver, database_for
 from tests.gateway.server import MODEL, run_server
 
 pytestmark = pytest.mark.default_model
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def database(request, tmp_path_factory) -> str:
+    return database_for(request, tmp_path_factory.mktemp("background-db"))
+
+
 @pytest.fixture(scope="module")
-def receiver():
+def receiver(database):
     r = WebhookReceiver()
     yield r
     r.close()
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with run_server(tmp_path_factory.mktemp("background"), max_num_seqs=8, webhook_secret=WEBHOOK_SECRET,
+def server(tmp_path_factory, database):
+    with run_server(tmp_path_factory.mktemp("background"), db=database, max_num_seqs=8, webhook_secret=WEBHOOK_SECRET,
                     webhook_allow_hosts=["127.0.0.1"]) as s:
         yield s
 

@@ -1,8 +1,7 @@
 """The Files and Batch APIs through the official openai client against a real server: the whole
 flow on 50 mixed lines equal to the synchronous answers, bad input refused cleanly, cancel,
-idempotency keys, and a signed webhook."""
+idempotency keys, and a signed webhook; on SQLite and on a real PostgreSQL server."""
 
-import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,9 +10,11 @@ import pytest
 
 from tests.gateway.jobs_helpers import (
     WEBHOOK_SECRET,
+    DbReader,
     WebhookReceiver,
     chat_line,
     completion_line,
+    database_for,
     jsonl,
     output_lines,
     wait_batch,
@@ -28,19 +29,24 @@ TOPICS = ["the sea", "a robot", "autumn", "coffee", "a city at night", "mountain
           "trains", "rain", "a library", "the desert", "friendship"]
 
 
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def database(request, tmp_path_factory) -> str:
+    return database_for(request, tmp_path_factory.mktemp("jobs-db"))
+
+
 @pytest.fixture(scope="module")
-def receiver():
+def receiver(database):
     r = WebhookReceiver(fail_first=1)  # the first delivery attempt fails: it must be retried
     yield r
     r.close()
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, receiver):
+def server(tmp_path_factory, receiver, database):
     tmp = tmp_path_factory.mktemp("jobs")
-    with run_server(tmp, max_num_seqs=16, job_concurrency=8, max_file_bytes=MAX_FILE_BYTES,
+    with run_server(tmp, db=database, max_num_seqs=16, job_concurrency=8, max_file_bytes=MAX_FILE_BYTES,
                     webhook_secret=WEBHOOK_SECRET, webhook_allow_hosts=["127.0.0.1"], webhook_backoff_s=0.2) as s:
-        s.db_path = tmp / "sllm.db"
+        s.db = database
         yield s
 
 
@@ -49,8 +55,8 @@ def client(server):
     return openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0)
 
 
-def _db(server) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{server.db_path}?mode=ro", uri=True)
+def _db(server) -> DbReader:
+    return DbReader(server.db)
 
 
 def _wait_rows(server, query: str, want: list[tuple], timeout: float = 120) -> list[tuple]:

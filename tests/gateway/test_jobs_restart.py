@@ -22,7 +22,9 @@ LINES = 200
 
 def _serve(db: Path, port: int, log: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-c", "from engine.cli import main; main()", "serve", "--port", str(port), "--db", str(db),
-           "--max-num-seqs", "16", "--job-concurrency", "8", "--log-level", "info"]
+           "--max-num-seqs", "16", "--job-concurrency", "8", "--log-level", "info",
+           # The killed process's lines wait out their leases before the new one takes them.
+           "--job-lease-s", "3"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLLM_")}
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)

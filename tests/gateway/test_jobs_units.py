@@ -1,70 +1,18 @@
-"""Jobs without a model: schema migration of an old database, batch input validation, the webhook
-allow-list and signature, and the gate that bounds the jobs in the engine."""
+"""Jobs without a model: batch input validation, the webhook allow-list and signature, and the gate
+that bounds the jobs in the engine (schema migrations: test_migrations.py)."""
 
 import asyncio
 import ipaddress
 import json
-import sqlite3
 import time
 
 import openai
 import pytest
-from sqlalchemy import select
 
-from gateway.db import Database
 from gateway.jobs.batches import parse_input
 from gateway.jobs.gate import JobGate
 from gateway.jobs.webhooks import WebhookPolicy, WebhookRefused, sign
-from gateway.migrations import LATEST
 from gateway.settings import Settings
-from gateway.tables.responses import StoredResponse
-
-# The schema as first released (version 1), before versions were recorded.
-V1_SCHEMA = """
-CREATE TABLE api_keys (id INTEGER NOT NULL, name VARCHAR(200) NOT NULL, key_hash VARCHAR(64) NOT NULL,
-    created_at DATETIME NOT NULL, revoked BOOLEAN NOT NULL, PRIMARY KEY (id));
-CREATE UNIQUE INDEX ix_api_keys_key_hash ON api_keys (key_hash);
-CREATE TABLE responses (id VARCHAR(64) NOT NULL, created_at DATETIME NOT NULL, model VARCHAR(200) NOT NULL,
-    status VARCHAR(32) NOT NULL, previous_response_id VARCHAR(64), conversation JSON NOT NULL, body JSON NOT NULL,
-    PRIMARY KEY (id));
-CREATE INDEX ix_responses_previous_response_id ON responses (previous_response_id);
-INSERT INTO responses VALUES ('resp_old', '2025-01-01 00:00:00', 'm', 'completed', NULL, '[]', '{"id": "resp_old"}');
-"""
-
-
-async def test_migrates_a_version_1_database(tmp_path):
-    path = tmp_path / "old.db"
-    with sqlite3.connect(path) as conn:
-        conn.executescript(V1_SCHEMA)
-    for _ in range(2):  # the second start finds nothing to do
-        db = Database(str(path))
-        await db.create_all()
-        async with db.sessions() as session:
-            old = await session.scalar(select(StoredResponse).where(StoredResponse.id == "resp_old"))
-            assert old is not None and old.background is False and old.request is None
-        await db.dispose()
-    with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(LATEST,)]
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(responses)")}
-        assert {"background", "request"} <= columns
-        indexes = {r[1] for r in conn.execute("PRAGMA index_list(responses)")}
-        assert "ix_responses_status" in indexes
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        assert {"files", "file_contents", "batches", "batch_lines", "batch_results", "webhook_deliveries",
-                "idempotency_keys"} <= tables
-
-
-async def test_a_new_database_is_created_at_the_latest_version_and_a_newer_one_is_refused(tmp_path):
-    db = Database(str(tmp_path / "new.db"))
-    await db.create_all()
-    await db.dispose()
-    with sqlite3.connect(tmp_path / "new.db") as conn:
-        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(LATEST,)]
-        conn.execute("UPDATE schema_version SET version = ?", (LATEST + 1,))
-    db = Database(str(tmp_path / "new.db"))
-    with pytest.raises(RuntimeError, match="newer than this sllm"):
-        await db.create_all()
-    await db.dispose()
 
 
 # -- batch input validation ---------------------------------------------------------------------------

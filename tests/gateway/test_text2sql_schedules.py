@@ -1,8 +1,10 @@
 """The scheduler on its own (no model, no HTTP): schedules are rows that survive a restart, a due
 time missed while the server was down runs once and not once per missed time, a run cut short by a
-stop is marked interrupted and not run again, and a due time is claimed once even by two schedulers."""
+stop is marked interrupted (once its lease expired) and not run again, and a due time is claimed
+once even by two schedulers; on SQLite and on a real PostgreSQL server."""
 
 import asyncio
+import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -11,6 +13,7 @@ from sqlalchemy import select
 
 import gateway.scheduler as scheduling
 from gateway.db import Database
+from gateway.jobs.leases import LeasePolicy, replica_id
 from gateway.scheduler import Scheduler, check_cron, next_after
 from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
 
@@ -33,20 +36,21 @@ def clock(monkeypatch):
     return c
 
 
-async def _database(tmp_path) -> Database:
-    db = Database(str(tmp_path / "sllm.db"))
+async def _database(db_url: str) -> Database:
+    db = Database(db_url)
     await db.create_all()
     return db
 
 
-def _scheduler(db: Database, calls: list[str], block: asyncio.Event | None = None) -> Scheduler:
+def _scheduler(db: Database, calls: list[str], block: asyncio.Event | None = None,
+               lease: LeasePolicy | None = None) -> Scheduler:
     async def run(schedule: Text2SQLSchedule):
         calls.append(schedule.id)
         if block is not None:
             await block.wait()
         return "completed", {"sql": "SELECT 1"}, None
 
-    return Scheduler(SimpleNamespace(db=db, engine=object(), load_error=None, jobs=None), run)
+    return Scheduler(SimpleNamespace(db=db, engine=object(), load_error=None, jobs=None), run, lease)
 
 
 async def _runs(db: Database) -> list[Text2SQLRun]:
@@ -69,8 +73,8 @@ def test_cron_checks():
     assert next_after("0 * * * *", T0) == T0 + HOUR  # strictly after
 
 
-async def test_missed_times_while_down_run_once_after_a_restart(tmp_path, clock):
-    db = await _database(tmp_path)
+async def test_missed_times_while_down_run_once_after_a_restart(db_url, clock):
+    db = await _database(db_url)
     await _schedule(db)
     calls: list[str] = []
     first = _scheduler(db, calls)
@@ -81,7 +85,7 @@ async def test_missed_times_while_down_run_once_after_a_restart(tmp_path, clock)
 
     # The server is down for five hours; a new process opens the same database.
     clock.t = T0 + 6 * HOUR + 30
-    db = await _database(tmp_path)
+    db = await _database(db_url)
     second = _scheduler(db, calls)
     assert await second.recover() == 0
     assert len(await second.run_due()) == 1  # one run for the five missed hours
@@ -97,28 +101,35 @@ async def test_missed_times_while_down_run_once_after_a_restart(tmp_path, clock)
     await db.dispose()
 
 
-async def test_a_run_cut_by_a_stop_is_interrupted_not_rerun(tmp_path, clock):
-    db = await _database(tmp_path)
+async def test_a_run_cut_by_a_stop_is_interrupted_not_rerun(db_url, clock):
+    db = await _database(db_url)
     await _schedule(db)
     calls: list[str] = []
-    blocked = _scheduler(db, calls, block=asyncio.Event())
+    lease = LeasePolicy(replica_id(), lease_s=0.5, scan_s=0.1)
+    blocked = _scheduler(db, calls, block=asyncio.Event(), lease=lease)
     clock.t = T0 + HOUR
     assert len(await blocked.run_due()) == 1
     await asyncio.sleep(0)
-    await blocked.stop()  # the server stops mid-run
+    await blocked.renew()
+    await blocked.stop()  # the server dies mid-run: its lease is left to expire
     (run,) = await _runs(db)
-    assert run.status == "running"
+    assert run.status == "running" and run.owner == lease.owner
 
     restarted = _scheduler(db, calls)
-    assert await restarted.recover() == 1
+    # While the lease lasts, the run may be another replica's live one: it is left alone.
+    assert await restarted.recover() == 0 and run.lease_expires_at > time.time()
+    deadline = time.monotonic() + 10
+    while (recovered := await restarted.recover()) == 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert recovered == 1
     assert await restarted.run_due() == []  # its due time was claimed; the next one is an hour away
     (run,) = await _runs(db)
     assert run.status == "failed" and run.error["code"] == "interrupted"
     await db.dispose()
 
 
-async def test_two_schedulers_claim_a_due_time_once(tmp_path, clock):
-    db = await _database(tmp_path)
+async def test_two_schedulers_claim_a_due_time_once(db_url, clock):
+    db = await _database(db_url)
     await _schedule(db)
     calls: list[str] = []
     a, b = _scheduler(db, calls), _scheduler(db, calls)
