@@ -178,7 +178,7 @@ class LLMEngine:
         p = req.params
         gen = torch.Generator()
         if p.seed is not None:
-            gen.manual_seed(p.seed + index)
+            gen.manual_seed((p.seed + index) % 2**64)  # torch's own wrap-around, without its overflow error
         else:
             gen.seed()
         seq = Sequence(

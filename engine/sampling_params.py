@@ -10,7 +10,9 @@ from engine.errors import InvalidRequestError
 
 MAX_N = 128
 MAX_LOGPROBS = 20
-MAX_LOGIT_BIAS = 100.0  # OpenAI's range: -100 bans a token, 100 all but forces it
+MAX_LOGIT_BIAS = 100.0
+# What torch.Generator.manual_seed takes (it reads a seed modulo 2**64, so -1 seeds as 2**64 - 1 does).
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # OpenAI's range: -100 bans a token, 100 all but forces it
 
 
 @dataclass
@@ -84,8 +86,8 @@ class SamplingParams:
             raise bad("stop must be a list of non-empty strings", "stop")
         if len(self.stop) > 16:
             raise bad("at most 16 stop sequences are allowed", "stop")
-        if self.seed is not None and not isinstance(self.seed, int):
-            raise bad("seed must be an integer", "seed")
+        if self.seed is not None and (not isinstance(self.seed, int) or not SEED_MIN <= self.seed <= SEED_MAX):
+            raise bad(f"seed must be an integer in [{SEED_MIN}, {SEED_MAX}]", "seed")
         for token, value in self.logit_bias.items():
             if not isinstance(token, int) or token < 0:
                 raise bad(f"logit_bias keys must be token ids (non-negative integers), got {token!r}", "logit_bias")

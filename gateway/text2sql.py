@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from fastapi import Request
 from sqlalchemy import delete, select
 
-from engine import AsyncEngine, RequestOutput, SamplingParams
+from engine import AsyncEngine, InvalidRequestError, RequestOutput, SamplingParams
 from gateway import proxy
 from gateway.errors import APIError, as_api_error
 from gateway.generation import Generation
@@ -36,6 +36,7 @@ from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
 from integrations.text2sql.ask import AskResult, aask, arun_sql
 from integrations.text2sql.errors import (
     ExecutionError,
+    GenerationError,
     QueryTimeout,
     SourceUnavailable,
     Text2SQLError,
@@ -55,6 +56,16 @@ log = logging.getLogger(__name__)
 
 DEMO_SCHEMAS = ("shop", "hr", "school", "library", "delivery")
 T = TypeVar("T")
+
+
+def _refused_by_engine(exc: Text2SQLError) -> APIError | None:
+    """The engine refused the model call as a bad request (the DDL and question past the model's context,
+    max_tokens too large): the client's 400, as for a completion, not the 502 of a failed model call."""
+    cause = exc.__cause__
+    if not isinstance(exc, GenerationError) or not isinstance(cause, InvalidRequestError):
+        return None
+    return APIError(400, f"the model refused the request: {cause.message}",
+                    param="max_tokens" if cause.param == "max_tokens" else "question", code="generation_refused")
 
 
 def api_error(exc: Text2SQLError, param: str | None = None) -> APIError:
@@ -231,7 +242,7 @@ class Text2SQL:
                 result = await aask(source, question, SQLGenerator(acomplete=complete), constrained=constrained,
                                     execute=execute, max_rows=max_rows, timeout_s=timeout_s)
         except Text2SQLError as exc:
-            raise api_error(exc) from None
+            raise _refused_by_engine(exc) or api_error(exc) from None
         if isinstance(result.error, UnsafeSQL):
             where = "the given SQL" if sql is not None else f"the generated SQL ({result.sql!r})"
             raise APIError(400, f"{where} was refused: {result.error.message}. Only a single read-only SELECT "

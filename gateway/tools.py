@@ -138,6 +138,9 @@ def _choice_guided(choices: Any, param: str) -> dict[str, Any]:
 
 
 def _extra_guided(key: str, value: Any, param: str) -> dict[str, Any] | None:
+    if key not in ("json", "regex", "grammar", "choice", "json_object"):  # a typo, even with a null value
+        raise InvalidRequestError(f"{param}: unknown structured output kind {key!r} "
+                                  "(expected json, regex, grammar, choice or json_object)", param)
     if value is None:
         return None
     if key == "json":
@@ -147,10 +150,7 @@ def _extra_guided(key: str, value: Any, param: str) -> dict[str, Any] | None:
         return {key: value}
     if key == "choice":
         return _choice_guided(value, param)
-    if key == "json_object":
-        return json_guided() if value else None
-    raise InvalidRequestError(f"{param}: unknown structured output kind {key!r} "
-                              "(expected json, regex, grammar, choice or json_object)", param)
+    return json_guided() if value else None  # json_object
 
 
 def structured_output(response_format: Any, extras: GuidedExtras | None = None,

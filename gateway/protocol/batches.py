@@ -1,12 +1,14 @@
 """`/v1/batches` shapes: the create request, the Batch object, and the JSONL lines going in and out."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.protocol.common import JSONObject, Request
 
-BATCH_ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+BatchEndpoint = Literal["/v1/chat/completions", "/v1/completions", "/v1/responses"]
+BATCH_ENDPOINTS: tuple[str, ...] = get_args(BatchEndpoint)
+CompletionWindow = Literal["24h"]
 COMPLETION_WINDOWS = {"24h": 24 * 3600}
 
 BatchStatus = Literal["validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling",
@@ -14,29 +16,21 @@ BatchStatus = Literal["validating", "failed", "in_progress", "finalizing", "comp
 # A batch in one of these states is done: nothing runs, nothing changes any more.
 TERMINAL_STATUSES = ("failed", "completed", "expired", "cancelled")
 
-
-def check_metadata(metadata: dict[str, str] | None) -> dict[str, str] | None:
-    """OpenAI's metadata rule: at most 16 pairs, keys up to 64 characters, values up to 512."""
-    if metadata is None:
-        return None
-    if len(metadata) > 16:
-        raise ValueError("metadata holds at most 16 key-value pairs")
-    for key, value in metadata.items():
-        if len(key) > 64:
-            raise ValueError(f"metadata key {key[:20]!r}... is longer than 64 characters")
-        if len(value) > 512:
-            raise ValueError(f"metadata[{key!r}] is longer than 512 characters")
-    return metadata
+# OpenAI's metadata rule: at most 16 pairs, keys up to 64 characters, values up to 512.
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+                     Field(max_length=16)]
 
 
 class BatchCreateRequest(Request):
-    input_file_id: str
-    endpoint: str
-    completion_window: str = "24h"
-    metadata: dict[str, str] | None = None
+    # No example: a valid one names a file uploaded to this very server, which no document can give
+    # (the fuzzing test binds input_file_id to a file it uploads first).
+    input_file_id: str = Field(description="a file uploaded with purpose 'batch' (POST /v1/files); its lines are "
+                               "checked when the batch is created")
+    endpoint: BatchEndpoint = Field(description="recorded on the batch; lines may name any of the three")
+    completion_window: CompletionWindow = "24h"
+    metadata: Metadata | None = Field(None, description="`webhook_url` names a URL notified when the batch "
+                                      "ends (a server with webhooks enabled, the host on its allow-list)")
     output_expires_after: JSONObject | None = None  # accepted; our output files do not expire
-
-    _metadata = field_validator("metadata")(check_metadata)
 
 
 class BatchRequestCounts(BaseModel):

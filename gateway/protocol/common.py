@@ -2,9 +2,12 @@
 
 import time
 import uuid
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+
+from engine.sampling_params import SEED_MAX, SEED_MIN
 
 
 def random_id(prefix: str) -> str:
@@ -48,20 +51,46 @@ class StreamOptions(BaseModel):
     include_usage: bool | None = False
 
 
+# The engine's ranges (engine/sampling_params.py), stated here too so that the OpenAPI document
+# says what the server accepts and a bad value is refused before any work, as a 400 naming the field.
+Temperature = Annotated[float, Field(ge=0, le=2)]
+TopP = Annotated[float, Field(gt=0, le=1)]
+Penalty = Annotated[float, Field(ge=-2, le=2)]
+Seed = Annotated[int, Field(ge=SEED_MIN, le=SEED_MAX)]  # what torch.Generator takes
+TokenId = Annotated[int, Field(ge=0)]  # and below the model's vocabulary size, checked by the engine
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+Stop = NonEmptyStr | Annotated[list[NonEmptyStr], Field(max_length=16)]
+
+
+class KeysOnlyMatching:
+    """Pydantic documents a dict whose keys have a pattern with `patternProperties`, which leaves other
+    keys allowed; validation refuses them, so the document says `propertyNames` instead."""
+
+    def __get_pydantic_json_schema__(self, core_schema: Any, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        schema = handler(core_schema)
+        ((pattern, values),) = schema.pop("patternProperties").items()
+        return {**schema, "propertyNames": {"pattern": pattern}, "additionalProperties": values}
+
+
+# OpenAI sends token ids as JSON object keys, so as strings; values from -100 (ban) to 100 (all but force).
+LogitBias = Annotated[dict[Annotated[str, Field(pattern=r"^[0-9]{1,9}$")], Annotated[float, Field(ge=-100, le=100)]],
+                      KeysOnlyMatching()]
+
+
 class SamplingExtras(Request):
     """vLLM's extra sampling fields, accepted in the body next to the OpenAI ones."""
 
-    top_k: int | None = None
-    min_p: float | None = None
-    repetition_penalty: float | None = None
+    top_k: Literal[-1] | Annotated[int, Field(ge=1)] | None = Field(None, description="-1 (no limit) or at least 1")
+    min_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    repetition_penalty: Annotated[float, Field(gt=0, le=2)] | None = None
     ignore_eos: bool = False
-    min_tokens: int = Field(0, ge=0)
-    stop_token_ids: list[int] | None = None
+    min_tokens: int = Field(0, ge=0, description="at most max_tokens")
+    stop_token_ids: list[TokenId] | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
-    logit_bias: dict[str, float] | None = None
+    logit_bias: LogitBias | None = None
     # vLLM's scheduling priority (lower runs first); accepted only with --allow-client-priority.
-    priority: int | None = None
+    priority: int | None = Field(None, description="accepted only when the server runs with --allow-client-priority")
 
 
 class GuidedExtras(Request):
@@ -71,10 +100,12 @@ class GuidedExtras(Request):
     object with the same keys (`json`, `regex`, `grammar`, `choice`, `json_object`)."""
 
     guided_json: dict[str, Any] | str | None = None
-    guided_regex: str | None = None
-    guided_grammar: str | None = None
-    guided_choice: list[str] | None = None
-    structured_outputs: dict[str, Any] | None = None
+    guided_regex: NonEmptyStr | None = None  # compiled before the request runs
+    guided_grammar: NonEmptyStr | None = None
+    guided_choice: Annotated[list[NonEmptyStr], Field(min_length=1)] | None = None
+    structured_outputs: dict[str, Any] | None = Field(None, json_schema_extra={"propertyNames": {"enum": [
+        "json", "regex", "grammar", "choice", "json_object", "disable_fallback", "disable_any_whitespace",
+        "disable_additional_properties", "whitespace_pattern", "structural_tag"]}})  # gateway/tools.py
 
 
 class ModelCard(BaseModel):

@@ -5,20 +5,42 @@ Times are Unix seconds, as OpenAI's `created_at`."""
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.protocol.common import Request
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 MAX_ROWS = 10_000
+# The demo databases are registered at start as demo_<schema> (gateway/text2sql.py), so these examples
+# work on any server; their files live in $SLLM_CACHE_DIR/text2sql (by default ~/.cache/sllm/text2sql).
+DEMO_SOURCE = "demo_shop"
+DEMO_SHOP_URL = "sqlite:///~/.cache/sllm/text2sql/shop.sqlite"
+# Anything SQLAlchemy's make_url takes has a `<dialect>[+driver]://`; a URL is also opened and
+# introspected before it is registered (a 400 when it cannot be).
+URL_PATTERN = r"^[^:/]+://"
+# Five whitespace-separated fields, or a macro (@hourly, @daily, ...): the shape the scheduler takes;
+# croniter then checks each field (gateway/scheduler.py check_cron, a 400 `invalid_cron`).
+# Whitespace as Python's str.split() knows it (JSON Schema's \s lacks \x1c-\x1f and \x85).
+_SPACE, _FIELD = r"[\s\x1c-\x1f\x85]", r"[^\s\x1c-\x1f\x85]+"
+CRON_PATTERN = rf"^{_SPACE}*(@{_FIELD}|{_FIELD}({_SPACE}+{_FIELD}){{4}}){_SPACE}*$"
 
 
 class SourceCreate(Request):
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"name": "shop_copy", "url": DEMO_SHOP_URL, "description": "the shop demo database, read-only",
+         "replace": True},
+    ]})
+
     name: str = Field(pattern=NAME_PATTERN)
-    url: str = Field(min_length=1, description="a SQLAlchemy URL; SQLite files are opened read-only")
+    # The pattern is only documented: opening the URL refuses what does not match, as a 400 `bad_source_url`.
+    url: str = Field(min_length=1, json_schema_extra={"pattern": URL_PATTERN}, examples=[
+        DEMO_SHOP_URL, "postgresql+psycopg://reader:secret@db.internal:5432/shop"],
+        description="a SQLAlchemy URL of a database with tables, reachable from the server; SQLite files are "
+                    "opened read-only (an in-memory SQLite database is refused)")
     description: str = ""
-    db_schema: str | None = None  # the database-side schema (PostgreSQL namespace) to introspect
-    replace: bool = False
+    db_schema: str | None = Field(None, description="the database-side schema (PostgreSQL namespace) to "
+                                  "introspect; it must exist")
+    replace: bool = Field(False, description="replace a source of the same name instead of a 409")
 
 
 class SourceObject(BaseModel):
@@ -47,9 +69,26 @@ class SourceDeleted(BaseModel):
 class AskRequest(Request):
     """A question to answer with SQL over `source`, or `sql` to validate and run as is."""
 
-    source: str
-    question: str | None = Field(None, min_length=1)
-    sql: str | None = Field(None, min_length=1)
+    model_config = ConfigDict(json_schema_extra={
+        # Exactly one of `question` and `sql` (the handler says so with a 400 otherwise).
+        "oneOf": [{"required": ["question"], "properties": {"question": {"type": "string"}}},
+                  {"required": ["sql"], "properties": {"sql": {"type": "string"}}}],
+        "examples": [
+            {"source": DEMO_SOURCE, "sql": "SELECT name, price FROM products ORDER BY price DESC LIMIT 3"},
+            {"source": DEMO_SOURCE, "sql": "SELECT COUNT(*) FROM customers WHERE tier = 'gold'", "execute": False},
+            {"source": DEMO_SOURCE, "question": "How many customers are in the gold tier?", "max_tokens": 64,
+             "max_rows": 10},
+        ]})
+
+    source: str = Field(examples=[DEMO_SOURCE], description="a registered source (GET /v1/text2sql/sources); the "
+                        "demo databases are registered as demo_shop, demo_hr, demo_school, demo_library, "
+                        "demo_delivery")
+    question: str | None = Field(None, min_length=1, examples=["How many customers are in the gold tier?"],
+                                 description="answered by the model (with `sql` absent)")
+    sql: str | None = Field(None, min_length=1, examples=[
+        "SELECT name, price FROM products ORDER BY price DESC LIMIT 3",
+        "SELECT tier, COUNT(*) FROM customers GROUP BY tier"], description="a single read-only SELECT, validated and run as "
+                            "given (with `question` absent); anything else is a 400")
     execute: bool = True
     max_rows: int = Field(100, ge=1, le=MAX_ROWS)
     constrained: bool = True
@@ -90,10 +129,21 @@ class AskResponse(BaseModel):
 
 
 class ScheduleCreate(Request):
-    cron: str = Field(min_length=1, description="five-field cron expression (or @hourly, @daily...), in UTC")
-    source: str
+    model_config = ConfigDict(json_schema_extra={"examples": [
+        {"cron": "0 9 * * 1-5", "source": DEMO_SOURCE, "question": "How many orders are still pending?"},
+        {"cron": "@daily", "source": DEMO_SOURCE, "question": "Which product has the least stock?",
+         "execute": True, "max_rows": 5, "constrained": True},
+    ]})
+
+    # The pattern is only documented: check_cron refuses what does not match, with its own code.
+    cron: str = Field(min_length=1, json_schema_extra={"pattern": CRON_PATTERN},
+                      examples=["*/15 * * * *", "0 9 * * 1-5", "@hourly"],
+                      description="five-field cron expression (minute hour day-of-month month day-of-week) or "
+                                  "a macro (@hourly, @daily, @weekly, @monthly, @yearly), in UTC")
+    source: str = Field(examples=[DEMO_SOURCE], description="a registered source (GET /v1/text2sql/sources)")
     question: str = Field(min_length=1)
-    webhook_url: str | None = None
+    webhook_url: str | None = Field(None, description="http(s) URL to POST each run's result to (a server "
+                                    "with webhooks enabled, the host on its allow-list)")
     execute: bool = True
     max_rows: int = Field(100, ge=1, le=MAX_ROWS)
     constrained: bool = True

@@ -1,7 +1,7 @@
 """`/v1/files`: upload (multipart, `purpose=batch`), list, retrieve, download, delete. Files live in
 the database, content apart from metadata; batch outputs appear here as `purpose=batch_output`."""
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.responses import Response
@@ -16,7 +16,7 @@ from gateway.tables.files import StoredFile, add_file, new_file_id, read_content
 
 router = APIRouter(prefix="/v1")
 
-UPLOAD_PURPOSES = ("batch",)
+UploadPurpose = Literal["batch"]
 _CHUNK = 1024 * 1024
 
 
@@ -44,11 +44,14 @@ async def _read_limited(upload: UploadFile, limit: int) -> bytes:
 
 
 @router.post("/files", response_model=FileObject)
-async def upload_file(state: State, session: Session, file: Annotated[UploadFile, File()],
-                      purpose: Annotated[str, Form()], idempotency_key: IdempotencyHeader = None) -> FileObject:
-    if purpose not in UPLOAD_PURPOSES:
-        raise APIError(400, f"purpose {purpose!r} is not supported: this server stores files for the Batch API "
-                       "(purpose 'batch')", param="purpose", code="invalid_purpose")
+async def upload_file(
+    state: State, session: Session,
+    # Not empty, and at most --max-file-bytes (413): both checked as the upload is read.
+    file: Annotated[UploadFile, File(description="the JSONL input of a batch, one request per line",
+                                     json_schema_extra={"minLength": 1})],
+    purpose: Annotated[UploadPurpose, Form(description="this server stores files for the Batch API only")],
+    idempotency_key: IdempotencyHeader = None,
+) -> FileObject:
     data = await _read_limited(file, state.settings.max_file_bytes)
     if not data:
         raise APIError(400, "the file is empty", param="file", code="empty_file")

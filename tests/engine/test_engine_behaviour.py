@@ -138,11 +138,21 @@ def test_bad_requests_are_refused_clearly(engine, prompt, params, param):
     "params",
     [{"temperature": -1}, {"top_p": 0}, {"top_k": 0}, {"n": 0}, {"n": 10**6}, {"max_tokens": -5},
      {"logprobs": 1000}, {"presence_penalty": 9}, {"min_p": 2}, {"stop": [""]}, {"logit_bias": {5: 101}},
-     {"logit_bias": {-1: 1}}, {"logit_bias": {"5": 1}}],
+     {"logit_bias": {-1: 1}}, {"logit_bias": {"5": 1}}, {"seed": 2**64}, {"seed": -(2**63) - 1}],
 )
 def test_absurd_parameters_are_refused(params):
     with pytest.raises(InvalidRequestError):
         SamplingParams(**params)
+
+
+def test_seeds_at_the_ends_of_torchs_range_sample_as_torch_wraps_them(engine):
+    """A seed plus its sample's index past 2**64 - 1 wraps as torch wraps a seed (-1 seeds as 2**64 - 1);
+    it was a ValueError from torch.Generator.manual_seed when the engine added the request."""
+    texts = {}
+    for seed in (2**64 - 1, -1):
+        engine.add_request(f"seed{seed}", [11, 12, 13], SamplingParams(n=2, seed=seed, max_tokens=4, ignore_eos=True))
+        texts[seed] = [o.token_ids for o in drain(engine)[f"seed{seed}"].outputs]
+    assert texts[2**64 - 1] == texts[-1] and len(texts[-1]) == 2
 
 
 def test_stop_string_across_token_boundaries(engine):

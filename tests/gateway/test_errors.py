@@ -85,6 +85,7 @@ def test_chat_bad_requests_are_400(server, client, body, param):
     ({"prompt": "hi", "logprobs": 50}, "logprobs"),
     ({"prompt": "hi", "top_p": 0}, "top_p"),
     ({"prompt": "hi", "min_tokens": 20, "max_tokens": 5}, "min_tokens"),
+    ({"prompt": "hi", "seed": 2**64}, "seed"),  # past torch's seeds: the engine raised a ValueError
 ])
 def test_completion_bad_requests_are_400(server, client, body, param):
     err = _error(httpx.post(f"{server.base_url}/completions", json=body), 400)

@@ -127,6 +127,8 @@ def test_source_crud_never_shows_credentials(server, tmp_path):
     ("text2sql", {"source": "demo_shop"}, 400, "question", None),
     ("text2sql/schedules", {"cron": "every day", "source": "demo_shop", "question": "x"}, 400, "cron",
      "invalid_cron"),
+    # Past the model's context with the DDL: the engine refuses the request, a 400 (it was a 502, found by fuzzing).
+    ("text2sql", {"source": "demo_shop", "question": "How many? " * 3000}, 400, "question", "generation_refused"),
 ])
 def test_errors_in_the_openai_shape(server, path, body, status, param, code):
     err = _error(server, path, body, status)
