@@ -29,7 +29,10 @@ SOURCES = (
     "small_linear_avx2.cpp", "small_linear_avx512.cpp", "quantized_linear.cpp", "quantized_linear_generic.cpp",
     "quantized_linear_avx2.cpp", "quantized_linear_avx512.cpp", "decode_layers.cpp",
 )
-HEADERS = ("isa.h", "decode_attention.h", "decode_task_impl.h", "small_linear.h", "quantized_linear.h", "ops.h")
+HEADERS = (
+    "isa.h", "decode_attention.h", "decode_task_impl.h", "small_linear.h", "quantized_linear.h", "fused_ops.h", "ops.h",
+    "vec_avx2.h",
+)
 # No -march: the library may sit in a cache shared with other machines. AVX2 and AVX-512 code is
 # confined to the *_avx2.cpp and *_avx512.cpp files (enabled by a pragma there) and chosen at run time
 # (isa.cpp). OpenMP must be on for at::parallel_for, whose parallel region is compiled into this

@@ -60,8 +60,9 @@ def decode_layer_weights(layers: dict[str, list]) -> dict[str, list]:
 def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list], final_norm,
                       k_caches, v_caches, slot_mapping, block_tables, context_lens, *, eps: float, scale: float,
                       num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
-    """Every decoder layer and the final norm of a decode step of 1 to 4 fp32 rows in one C++ call
-    (`csrc/decode_layers.cpp`); the reference is the model's own layer loop. `layers` comes from
+    """Every decoder layer and the final norm of a decode step of 1 to 4 fp32 rows in one C++ call and one
+    OpenMP parallel region (`csrc/decode_layers.cpp`), over `torch.get_num_threads()` threads; the
+    reference is the model's own layer loop. `layers` comes from
     `decode_layer_weights`: in_norm, qkv, qkv_bias (empty without biases), o, post_norm, gate_up, down,
     types."""
     return torch.ops.sllm_cpu.decode_layers(

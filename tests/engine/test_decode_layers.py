@@ -1,6 +1,6 @@
 """The one-call C++ decode path (kernels/cpu/csrc/decode_layers.cpp) against its reference, the model's
 Python layer loop: the same logits, step after step, for 1 to 4 sequences, with and without q/k/v biases,
-on every instruction-set path this CPU runs."""
+on every instruction-set path this CPU runs, with one thread or a team that splits every op."""
 
 import pytest
 import torch
@@ -67,6 +67,26 @@ def test_one_call_decode_equals_the_layer_loop(llm, batch, cpu_path):
     prompts = ["The capital of France is", "SELECT name FROM", "안녕하세요", "1, 2, 3,"][:batch]
     fused = _logits_per_step(llm, prompts, fused=True)
     loop = _logits_per_step(llm, prompts, fused=False)
+    assert len(fused) == len(loop) >= 11
+    for a, b in zip(fused, loop, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    llm.engine.block_manager.check_no_leak()
+
+
+@pytest.mark.parametrize("cpu_path", cpu_paths(64), indirect=True)
+@pytest.mark.parametrize("threads", [2, 3])
+def test_one_call_decode_splits_its_work_across_threads(llm, threads, cpu_path):
+    """A team of threads (3: shares of unequal size) each taking its share of every op, over a context
+    long enough that attention is split into partitions that each thread merges."""
+    prompt = "SELECT name, price FROM products WHERE price > 10 ORDER BY price; " * 40
+    assert len(llm.tokenizer.encode(prompt)) > 512  # four 128-token partitions per (sequence, KV head)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        fused = _logits_per_step(llm, [prompt], fused=True)
+        loop = _logits_per_step(llm, [prompt], fused=False)
+    finally:
+        torch.set_num_threads(before)
     assert len(fused) == len(loop) >= 11
     for a, b in zip(fused, loop, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

@@ -31,31 +31,6 @@ int64_t num_partitions(int64_t tasks, int64_t max_ctx) {
   return std::max<int64_t>(1, std::min<int64_t>(wanted, max_ctx / kMinPartitionTokens));
 }
 
-// Merges the partitions' online-softmax states: each accumulator and sum is rescaled from its own
-// running max to the overall one, as the block loop does between blocks.
-void combine_partitions(const DecodeProblem& p, int64_t batch) {
-  const int64_t parts = p.num_parts, d = p.head_dim;
-  at::parallel_for(0, batch * p.num_q_heads, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t row = begin; row < end; ++row) {
-      const int64_t first = row * parts;
-      float m = -INFINITY;
-      for (int64_t j = 0; j < parts; ++j) m = std::max(m, p.part_max[first + j]);
-      float* out = p.out + row * d;
-      std::fill(out, out + d, 0.0f);
-      if (m == -INFINITY) continue;  // an empty context: zeros, as the unsplit task writes
-      float sum = 0.0f;
-      for (int64_t j = 0; j < parts; ++j) {
-        const float w = std::exp(p.part_max[first + j] - m);
-        sum += p.part_sum[first + j] * w;
-        const float* acc = p.part_acc + (first + j) * d;
-        for (int64_t i = 0; i < d; ++i) out[i] += acc[i] * w;
-      }
-      const float inv = 1.0f / sum;
-      for (int64_t i = 0; i < d; ++i) out[i] *= inv;
-    }
-  });
-}
-
 KvType kv_type(const at::Tensor& cache) {
   switch (cache.scalar_type()) {
     case at::kFloat:
@@ -71,29 +46,90 @@ KvType kv_type(const at::Tensor& cache) {
 
 }  // namespace
 
-at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                                  const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
-                                  const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa) {
-  TORCH_CHECK(q.device().is_cpu() && k_cache.device().is_cpu() && v_cache.device().is_cpu(),
-              "sllm_cpu: CPU tensors only");
-  TORCH_CHECK(q.dim() == 3, "sllm_cpu: q must be [B, Hq, D]");
+DecodeTask decode_task_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return decode_task_avx512;
+    case Isa::Avx2:
+      return decode_task_avx2;
+    default:
+      return decode_task_generic;
+  }
+}
+
+void plan_partitions(DecodeProblem& p, int64_t batch, int64_t max_ctx) {
+  p.num_parts = num_partitions(batch * p.num_kv_heads, max_ctx);
+  p.partition_tokens = (max_ctx + p.num_parts - 1) / p.num_parts;
+  p.partition_tokens = (p.partition_tokens + p.block_size - 1) / p.block_size * p.block_size;
+}
+
+int64_t num_decode_tasks(const DecodeProblem& p, int64_t batch) { return batch * p.num_kv_heads * p.num_parts; }
+
+int64_t scratch_floats(const DecodeProblem& p) {
+  const int64_t group = p.num_q_heads / p.num_kv_heads, bs = p.block_size, d = p.head_dim;
+  return group * bs + 2 * bs * d + group * d + 3 * group;
+}
+
+Scratch scratch_at(const DecodeProblem& p, float* buf) {
+  const int64_t group = p.num_q_heads / p.num_kv_heads, bs = p.block_size, d = p.head_dim;
+  Scratch s{};
+  s.scores = buf;
+  s.k_rows = s.scores + group * bs;
+  s.v_rows = s.k_rows + bs * d;
+  s.acc = s.v_rows + bs * d;
+  s.row_max = s.acc + group * d;
+  s.row_sum = s.row_max + group;
+  s.alpha = s.row_sum + group;
+  return s;
+}
+
+void run_decode_tasks(const DecodeProblem& p, DecodeTask task, int64_t begin, int64_t end, const Scratch& s) {
+  const int64_t parts = p.num_parts, heads = p.num_kv_heads;
+  for (int64_t i = begin; i < end; ++i) task(p, i / (heads * parts), i / parts % heads, i % parts, s);
+}
+
+// Merges the partitions' online-softmax states: each accumulator and sum is rescaled from its own
+// running max to the overall one, as the block loop does between blocks.
+void combine_partitions(const DecodeProblem& p, int64_t row0, int64_t row1) {
+  const int64_t parts = p.num_parts, d = p.head_dim;
+  for (int64_t row = row0; row < row1; ++row) {
+    const int64_t first = row * parts;
+    float m = -INFINITY;
+    for (int64_t j = 0; j < parts; ++j) m = std::max(m, p.part_max[first + j]);
+    float* out = p.out + row * d;
+    std::fill(out, out + d, 0.0f);
+    if (m == -INFINITY) continue;  // an empty context: zeros, as the unsplit task writes
+    float sum = 0.0f;
+    for (int64_t j = 0; j < parts; ++j) {
+      const float w = std::exp(p.part_max[first + j] - m);
+      sum += p.part_sum[first + j] * w;
+      const float* acc = p.part_acc + (first + j) * d;
+      for (int64_t i = 0; i < d; ++i) out[i] += acc[i] * w;
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < d; ++i) out[i] *= inv;
+  }
+}
+
+DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& tables,
+                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim) {
+  TORCH_CHECK(k_cache.device().is_cpu() && v_cache.device().is_cpu(), "sllm_cpu: CPU tensors only");
   TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes(),
               "sllm_cpu: caches must be [num_blocks, block_size, Hkv, D]");
   TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "sllm_cpu: K and V caches differ in dtype");
   TORCH_CHECK(k_cache.stride(3) == 1 && v_cache.stride(3) == 1, "sllm_cpu: head_dim must be contiguous");
-  const int64_t batch = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
   const int64_t num_blocks = k_cache.size(0), block_size = k_cache.size(1), num_kv_heads = k_cache.size(2);
   TORCH_CHECK(k_cache.size(3) == head_dim, "sllm_cpu: q and cache head sizes differ");
   TORCH_CHECK(num_q_heads % num_kv_heads == 0, "sllm_cpu: Hq must be a multiple of Hkv");
-  TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == batch, "sllm_cpu: block_tables must be [B, n]");
-  TORCH_CHECK(context_lens.numel() == batch, "sllm_cpu: context_lens must be [B]");
-
-  const Isa path = choose_isa(isa, head_dim);
-  const at::Tensor tables = block_tables.to(at::kInt).contiguous();
-  const at::Tensor lens = context_lens.to(at::kInt).contiguous();
+  TORCH_CHECK(tables.scalar_type() == at::kInt && lens.scalar_type() == at::kInt && tables.is_contiguous() &&
+                  lens.is_contiguous() && tables.dim() == 2,
+              "sllm_cpu: block tables must be int32 [B, n] and context lengths int32 [B]");
+  const int64_t batch = tables.size(0);
+  TORCH_CHECK(lens.numel() == batch, "sllm_cpu: context_lens must be [B]");
   const int32_t* table_ptr = tables.data_ptr<int32_t>();
   const int32_t* len_ptr = lens.data_ptr<int32_t>();
   // Every block a task will read must exist: a bad table would otherwise read outside the cache.
+  int64_t max_ctx = 0;
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t used = (static_cast<int64_t>(len_ptr[b]) + block_size - 1) / block_size;
     TORCH_CHECK(len_ptr[b] >= 0 && used <= tables.size(1), "sllm_cpu: context length ", len_ptr[b],
@@ -102,20 +138,9 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
       const int32_t blk = table_ptr[b * tables.size(1) + j];
       TORCH_CHECK(blk >= 0 && blk < num_blocks, "sllm_cpu: block id ", blk, " out of range");
     }
+    max_ctx = std::max<int64_t>(max_ctx, len_ptr[b]);
   }
-  at::Tensor slopes;
-  if (alibi_slopes.has_value()) {
-    slopes = alibi_slopes->to(at::kFloat).contiguous();
-    TORCH_CHECK(slopes.numel() == num_q_heads, "sllm_cpu: alibi_slopes must be [Hq]");
-  }
-
-  // Scaling q once costs B*Hq*D multiplies instead of one per score.
-  const at::Tensor qf = (q.to(at::kFloat) * scale).contiguous();
-  at::Tensor out = at::empty({batch, num_q_heads, head_dim}, q.options().dtype(at::kFloat));
-
   DecodeProblem p{};
-  p.q = qf.data_ptr<float>();
-  p.out = out.data_ptr<float>();
   p.k_cache = k_cache.data_ptr();
   p.v_cache = v_cache.data_ptr();
   p.kv_type = kv_type(k_cache);
@@ -126,17 +151,37 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
   p.block_tables = table_ptr;
   p.block_table_stride = tables.size(1);
   p.context_lens = len_ptr;
-  p.alibi_slopes = slopes.defined() ? slopes.data_ptr<float>() : nullptr;
   p.num_q_heads = num_q_heads;
   p.num_kv_heads = num_kv_heads;
   p.head_dim = head_dim;
   p.block_size = block_size;
+  plan_partitions(p, batch, max_ctx);
+  return p;
+}
 
-  int64_t max_ctx = 0;
-  for (int64_t b = 0; b < batch; ++b) max_ctx = std::max<int64_t>(max_ctx, len_ptr[b]);
-  p.num_parts = num_partitions(batch * num_kv_heads, max_ctx);
-  p.partition_tokens = (max_ctx + p.num_parts - 1) / p.num_parts;
-  p.partition_tokens = (p.partition_tokens + block_size - 1) / block_size * block_size;
+at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                                  const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
+                                  const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa) {
+  TORCH_CHECK(q.device().is_cpu(), "sllm_cpu: CPU tensors only");
+  TORCH_CHECK(q.dim() == 3, "sllm_cpu: q must be [B, Hq, D]");
+  const int64_t batch = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
+  TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == batch, "sllm_cpu: block_tables must be [B, n]");
+  const Isa path = choose_isa(isa, head_dim);
+  const at::Tensor tables = block_tables.to(at::kInt).contiguous();
+  const at::Tensor lens = context_lens.to(at::kInt).contiguous();
+  DecodeProblem p = decode_problem(k_cache, v_cache, tables, lens, num_q_heads, head_dim);
+  at::Tensor slopes;
+  if (alibi_slopes.has_value()) {
+    slopes = alibi_slopes->to(at::kFloat).contiguous();
+    TORCH_CHECK(slopes.numel() == num_q_heads, "sllm_cpu: alibi_slopes must be [Hq]");
+    p.alibi_slopes = slopes.data_ptr<float>();
+  }
+
+  // Scaling q once costs B*Hq*D multiplies instead of one per score.
+  const at::Tensor qf = (q.to(at::kFloat) * scale).contiguous();
+  at::Tensor out = at::empty({batch, num_q_heads, head_dim}, q.options().dtype(at::kFloat));
+  p.q = qf.data_ptr<float>();
+  p.out = out.data_ptr<float>();
   at::Tensor partials;
   if (p.num_parts > 1) {
     const int64_t slots = batch * num_q_heads * p.num_parts;
@@ -146,26 +191,15 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
     p.part_sum = p.part_max + slots;
   }
 
-  const auto task = path == Isa::Avx512 ? decode_task_avx512 : path == Isa::Avx2 ? decode_task_avx2 : decode_task_generic;
-  const int64_t group = num_q_heads / num_kv_heads;
-  const int64_t scratch_floats = group * block_size + 2 * block_size * head_dim + group * head_dim + 3 * group;
-  const int64_t parts = p.num_parts;
-  at::parallel_for(0, batch * num_kv_heads * parts, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> buf(scratch_floats);
-    float* f = buf.data();
-    Scratch s{};
-    s.scores = f;
-    s.k_rows = s.scores + group * block_size;
-    s.v_rows = s.k_rows + block_size * head_dim;
-    s.acc = s.v_rows + block_size * head_dim;
-    s.row_max = s.acc + group * head_dim;
-    s.row_sum = s.row_max + group;
-    s.alpha = s.row_sum + group;
-    for (int64_t i = begin; i < end; ++i) {
-      task(p, i / (num_kv_heads * parts), i / parts % num_kv_heads, i % parts, s);
-    }
+  const DecodeTask task = decode_task_for(path);
+  const int64_t floats = scratch_floats(p);
+  at::parallel_for(0, num_decode_tasks(p, batch), 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(floats);
+    run_decode_tasks(p, task, begin, end, scratch_at(p, buf.data()));
   });
-  if (parts > 1) combine_partitions(p, batch);
+  if (p.num_parts > 1) {
+    at::parallel_for(0, batch * num_q_heads, 16, [&](int64_t begin, int64_t end) { combine_partitions(p, begin, end); });
+  }
   return out.to(q.scalar_type());
 }
 

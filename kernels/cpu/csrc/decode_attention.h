@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "isa.h"
+
 namespace sllm_cpu {
 
 enum class KvType { F32, BF16, F16 };
@@ -55,5 +57,22 @@ struct Scratch {
 void decode_task_generic(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s);
 void decode_task_avx2(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s);
 void decode_task_avx512(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s);
+using DecodeTask = void (*)(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s);
+DecodeTask decode_task_for(Isa isa);
+
+// The work of one call, in raw-pointer pieces with no threading of their own: the op runs them under
+// at::parallel_for, decode_layers.cpp inside its one parallel region.
+//
+// Sets p.num_parts and p.partition_tokens for `batch` sequences whose longest context is max_ctx.
+void plan_partitions(DecodeProblem& p, int64_t batch, int64_t max_ctx);
+// Tasks in a batch: sequences x KV heads x context partitions.
+int64_t num_decode_tasks(const DecodeProblem& p, int64_t batch);
+// Floats of one thread's Scratch, and the Scratch laid out over `buf` (that many floats).
+int64_t scratch_floats(const DecodeProblem& p);
+Scratch scratch_at(const DecodeProblem& p, float* buf);
+// Tasks [begin, end) of num_decode_tasks, one after the other on the calling thread.
+void run_decode_tasks(const DecodeProblem& p, DecodeTask task, int64_t begin, int64_t end, const Scratch& s);
+// Output rows [row0, row1) of the [B * Hq] rows from the partitions' states (split mode only).
+void combine_partitions(const DecodeProblem& p, int64_t row0, int64_t row1);
 
 }  // namespace sllm_cpu

@@ -1,83 +1,320 @@
-// The op `torch.ops.sllm_cpu.decode_layers`: every decoder layer of a Llama-family model for a decode
-// step of 1 to 4 float32 sequences, in one call. Its reference is the model's own Python layer loop
-// (engine/models/llama.py), which it must match; it exists because at batch 1 that loop's ~12 op calls
-// per layer cost Python and dispatcher time between the weight streams, and the streams are the step.
+// The op `torch.ops.sllm_cpu.decode_layers`: every decoder layer of a Llama-family model and the final
+// norm for a decode step of 1 to 4 float32 sequences, in one call that opens one OpenMP parallel region.
+// Its reference is the model's own Python layer loop (engine/models/llama.py), which it must match.
+//
+// Why one region: at batch 1 a step of the default model (30 layers, ~2 MB of quantized weights each)
+// is a few milliseconds of weight streaming, and the same ops as ATen-level calls each allocated their
+// output and opened their own parallel region: ~240 fork/joins per step at tens of microseconds each,
+// about as long as the matmuls. Here every op runs on raw pointers into buffers allocated once per call,
+// split across the team (matmuls by output columns, attention by (sequence, KV head, context partition)
+// task, rotary and the KV store by heads, SiLU-and-mul by columns), with a barrier only where the next
+// op reads what other threads wrote: five per layer. Each thread recomputes RMSNorm into its own copy
+// of h (a few hundred flops a row) instead of splitting it, which saves two barriers per layer, and
+// adds the residual to the output columns it computed itself.
+//
+// The kernels are the ATen-level ops' own (small_linear.h, quantized_linear.h, decode_attention.h,
+// fused_ops.h) on the same instruction-set paths, and every value is computed by the same arithmetic
+// whatever the thread count or split, so the result is those ops' (SiLU-and-mul aside, whose exp is
+// the C library's here and ATen's vectorised one in the layer loop).
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <omp.h>
 #include <torch/library.h>
 
-#include <optional>
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "decode_attention.h"
+#include "fused_ops.h"
+#include "isa.h"
 #include "ops.h"
+#include "quantized_linear.h"
 #include "small_linear.h"
 
 namespace sllm_cpu {
 namespace {
 
-at::Tensor bias_at(const std::vector<at::Tensor>& biases, size_t i) {
-  return biases.empty() ? at::Tensor() : biases[i];
+// One weight matrix [N, K] of a layer as the kernels read it: float32 rows (`type` 0, GGML's F32) or
+// GGUF blocks (`type` a GGML quantized type), with its kernel picked once per call.
+struct Matrix {
+  const void* w = nullptr;
+  int64_t type = 0;
+  int64_t k = 0;
+  int64_t row_bytes = 0;
+  const float* bias = nullptr;
+  SmallLinearKernel small = nullptr;
+  QuantizedKernel quantized = nullptr;
+
+  // Columns [n0, n1) of y = x W^T (+ bias) for `rows` rows of x.
+  void columns(const float* x, int64_t rows, int64_t ldx, int64_t n0, int64_t n1, float* y, int64_t ldy) const {
+    if (n0 >= n1) return;
+    if (type == 0) {
+      small(x, rows, ldx, static_cast<const float*>(w), k, bias, n0, n1, y, ldy);
+    } else {
+      quantized(x, rows, ldx, k, static_cast<const uint8_t*>(w), type, row_bytes, bias, n0, n1, y, ldy);
+    }
+  }
+};
+
+Matrix matrix(const at::Tensor& w, int64_t type, int64_t n, int64_t k, const char* name, const at::Tensor& bias) {
+  Matrix m;
+  m.type = type;
+  m.k = k;
+  if (type == 0) {
+    TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == at::kFloat && w.is_contiguous() && w.dim() == 2 &&
+                    w.size(0) == n && w.size(1) == k,
+                "sllm_cpu: decode_layers' ", name, " weight must be contiguous float32 [", n, ", ", k, "]");
+    m.small = small_linear_kernel(k);
+  } else {
+    check_quantized_weight(w, type, n, k);
+    m.row_bytes = w.size(1);
+    m.quantized = quantized_linear_kernel();
+  }
+  m.w = w.data_ptr();
+  if (bias.defined()) {
+    TORCH_CHECK(bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.numel() == n,
+                "sllm_cpu: decode_layers' ", name, " bias must be contiguous float32 [", n, "]");
+    m.bias = bias.data_ptr<float>();
+  }
+  return m;
 }
 
-// y = x W^T (+ bias) with W in float32 [N, K] (`type` 0, GGML's F32) or in GGUF blocks (uint8 rows of
-// blocks, `type` a GGML quantized type), as kernels.linear.linear dispatches them.
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, int64_t type, const at::Tensor& bias = at::Tensor()) {
-  const std::optional<at::Tensor> b = bias.defined() ? std::optional<at::Tensor>(bias) : std::nullopt;
-  if (type == 0) return small_linear(x, w, b);
-  return quantized_linear(x, w, type, w.size(0), x.size(1), b);
+const float* norm_weight(const at::Tensor& w, int64_t hidden) {
+  TORCH_CHECK(w.device().is_cpu() && w.scalar_type() == at::kFloat && w.is_contiguous() && w.dim() == 1 &&
+                  w.size(0) == hidden,
+              "sllm_cpu: decode_layers' norm weights must be contiguous float32 [hidden]");
+  return w.data_ptr<float>();
 }
 
-// kernels.activation.silu_and_mul_ref, in the same two ATen ops.
-at::Tensor silu_and_mul(const at::Tensor& gate_up) {
-  const int64_t inner = gate_up.size(-1) / 2;
-  return at::silu(gate_up.narrow(-1, 0, inner)) * gate_up.narrow(-1, inner, inner);
+struct Layer {
+  const float* in_norm;
+  const float* post_norm;
+  Matrix qkv, o, gate_up, down;
+  DecodeProblem attention;
+  float* k_cache;
+  float* v_cache;
+};
+
+// Thread `tid`'s share [begin, end) of n items split over `team` threads in whole units of `unit` items.
+std::pair<int64_t, int64_t> share(int64_t n, int64_t unit, int tid, int team) {
+  const int64_t units = (n + unit - 1) / unit;
+  const int64_t u0 = units * tid / team, u1 = units * (tid + 1) / team;
+  return {std::min(n, u0 * unit), std::min(n, u1 * unit)};
 }
+
+// Floats rounded up to whole 64-byte lines, so no two threads' buffers share a line.
+int64_t lines(int64_t floats) { return (floats + 15) / 16 * 16; }
+
+// The team's barrier between ops. It spins (with the pause hint) and does not sleep, whatever
+// OMP_WAIT_POLICY / GOMP_SPINCOUNT say (they are process-wide, so we leave them alone), because the
+// gaps between two barriers of a step are microseconds and a futex sleep and wake-up costs tens of
+// them; after kSpins rounds it yields the core, so an oversubscribed machine still makes progress
+// (on a 2-core machine busy with other jobs, steps took about half as long as with libgomp's barrier).
+class SpinBarrier {
+ public:
+  void wait(int team) {
+    const unsigned gen = gen_.load(std::memory_order_relaxed);
+    if (count_.fetch_add(1, std::memory_order_acq_rel) + 1 == team) {
+      count_.store(0, std::memory_order_relaxed);
+      gen_.fetch_add(1, std::memory_order_release);
+      return;
+    }
+    for (int64_t spins = 0; gen_.load(std::memory_order_acquire) == gen; ++spins) {
+      if (spins < kSpins) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+ private:
+  static constexpr int64_t kSpins = 1 << 16;
+  alignas(64) std::atomic<int> count_{0};
+  alignas(64) std::atomic<unsigned> gen_{0};
+};
 
 }  // namespace
 
 // Returns the hidden states after the final norm, [T, hidden]. Weights come per layer in lists; q, k and
 // v share one projection (qkv) and gate and up another (gate_up), as the model stores them. `types` holds
 // each layer's qkv, o, gate_up and down weight types in that order (0: float32, else GGUF blocks).
-at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions, const at::Tensor& cos_sin_cache,
+at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in, const at::Tensor& cos_sin_cache,
                          at::TensorList in_norm, at::TensorList qkv, at::TensorList qkv_bias, at::TensorList o,
                          at::TensorList post_norm, at::TensorList gate_up, at::TensorList down,
-                         at::IntArrayRef types, const at::Tensor& final_norm, at::TensorList k_caches, at::TensorList v_caches,
-                         const at::Tensor& slot_mapping, const at::Tensor& block_tables,
+                         at::IntArrayRef types, const at::Tensor& final_norm, at::TensorList k_caches,
+                         at::TensorList v_caches, const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const at::Tensor& context_lens, double eps, double scale, int64_t num_heads,
                          int64_t num_kv_heads, int64_t head_dim) {
-  const size_t layers = qkv.size();
-  TORCH_CHECK(in_norm.size() == layers && o.size() == layers && post_norm.size() == layers &&
-                  gate_up.size() == layers && down.size() == layers && k_caches.size() == layers &&
-                  v_caches.size() == layers && (qkv_bias.empty() || qkv_bias.size() == layers) &&
-                  types.size() == 4 * layers,
+  const size_t num_layers = qkv.size();
+  TORCH_CHECK(num_layers >= 1 && in_norm.size() == num_layers && o.size() == num_layers &&
+                  post_norm.size() == num_layers && gate_up.size() == num_layers && down.size() == num_layers &&
+                  k_caches.size() == num_layers && v_caches.size() == num_layers &&
+                  (qkv_bias.empty() || qkv_bias.size() == num_layers) && types.size() == 4 * num_layers,
               "sllm_cpu: decode_layers needs one of each weight and cache per layer");
   const int64_t t = x_in.size(0);
   TORCH_CHECK(x_in.dim() == 2 && t >= 1 && t <= kSmallLinearMaxRows, "sllm_cpu: decode_layers takes 1 to ",
               kSmallLinearMaxRows, " rows");
-  const std::vector<at::Tensor> biases(qkv_bias.begin(), qkv_bias.end());
-  const int64_t q_size = num_heads * head_dim, kv_size = num_kv_heads * head_dim;
-  at::Tensor x = x_in, residual, h;
-  for (size_t i = 0; i < layers; ++i) {
-    if (i == 0) {
-      residual = x;
-      h = rms_norm(x, in_norm[i], eps);
-    } else {
-      std::tie(h, residual) = fused_add_rms_norm(x, residual, in_norm[i], eps);
-    }
-    const int64_t* type = types.data() + 4 * i;
-    const at::Tensor proj = linear(h, qkv[i], type[0], bias_at(biases, i));
-    at::Tensor q = proj.narrow(1, 0, q_size).view({t, num_heads, head_dim});
-    at::Tensor k = proj.narrow(1, q_size, kv_size).view({t, num_kv_heads, head_dim});
-    const at::Tensor v = proj.narrow(1, q_size + kv_size, kv_size).view({t, num_kv_heads, head_dim});
-    rotary_embedding(positions, q, k, cos_sin_cache);
-    at::Tensor k_cache = k_caches[i], v_cache = v_caches[i];
-    store_kv(k, v, k_cache, v_cache, slot_mapping);
-    const at::Tensor attn =
-        paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, std::nullopt, "auto");
-    x = linear(attn.view({t, q_size}), o[i], type[1]);
-    std::tie(h, residual) = fused_add_rms_norm(x, residual, post_norm[i], eps);
-    x = linear(silu_and_mul(linear(h, gate_up[i], type[2])), down[i], type[3]);
+  TORCH_CHECK(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat, "sllm_cpu: decode_layers is float32 only");
+  TORCH_CHECK(head_dim % 2 == 0 && num_heads >= 1 && num_kv_heads >= 1, "sllm_cpu: bad head shape");
+  const at::Tensor x = x_in.contiguous();
+  const int64_t hidden = x.size(1), q_size = num_heads * head_dim, kv_size = num_kv_heads * head_dim;
+  const int64_t qkv_n = q_size + 2 * kv_size, inter = gate_up[0].size(0) / 2;
+
+  // The step's inputs, checked once for all layers.
+  const at::Tensor positions = positions_in.to(at::kLong).contiguous();
+  const at::Tensor slots = slot_mapping.to(at::kLong).contiguous();
+  const at::Tensor cos_sin = cos_sin_cache.to(at::kFloat).contiguous();
+  const at::Tensor tables = block_tables.to(at::kInt).contiguous();
+  const at::Tensor lens = context_lens.to(at::kInt).contiguous();
+  TORCH_CHECK(positions.numel() == t && slots.numel() == t && tables.dim() == 2 && tables.size(0) == t,
+              "sllm_cpu: decode_layers needs one position, slot and block table per row");
+  TORCH_CHECK(cos_sin.dim() == 2 && cos_sin.size(1) == head_dim, "sllm_cpu: cos_sin_cache must be [max_position, D]");
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  const int64_t* slot = slots.data_ptr<int64_t>();
+  for (int64_t r = 0; r < t; ++r) {
+    TORCH_CHECK(pos[r] >= 0 && pos[r] < cos_sin.size(0), "sllm_cpu: position ", pos[r], " outside the rotary cache");
   }
-  return std::get<0>(fused_add_rms_norm(x, residual, final_norm, eps));
+
+  std::vector<Layer> layers(num_layers);
+  for (size_t i = 0; i < num_layers; ++i) {
+    Layer& l = layers[i];
+    const at::Tensor& kc = k_caches[i];
+    const at::Tensor& vc = v_caches[i];
+    TORCH_CHECK(kc.scalar_type() == at::kFloat && vc.scalar_type() == at::kFloat && kc.dim() == 4 &&
+                    kc.size(2) == num_kv_heads,
+                "sllm_cpu: decode_layers needs float32 caches [num_blocks, block_size, Hkv, D]");
+    l.attention = decode_problem(kc, vc, tables, lens, num_heads, head_dim);
+    for (int64_t r = 0; r < t; ++r) {
+      TORCH_CHECK(slot[r] < kc.size(0) * kc.size(1), "sllm_cpu: slot ", slot[r], " outside the KV cache");
+    }
+    l.k_cache = kc.data_ptr<float>();
+    l.v_cache = vc.data_ptr<float>();
+    l.in_norm = norm_weight(in_norm[i], hidden);
+    l.post_norm = norm_weight(post_norm[i], hidden);
+    const int64_t* type = types.data() + 4 * i;
+    l.qkv = matrix(qkv[i], type[0], qkv_n, hidden, "qkv", qkv_bias.empty() ? at::Tensor() : qkv_bias[i]);
+    l.o = matrix(o[i], type[1], hidden, q_size, "o", at::Tensor());
+    l.gate_up = matrix(gate_up[i], type[2], 2 * inter, hidden, "gate_up", at::Tensor());
+    l.down = matrix(down[i], type[3], hidden, inter, "down", at::Tensor());
+  }
+  const float* final_w = norm_weight(final_norm, hidden);
+
+  // Every buffer of the step, in one allocation: the shared ones, then one block per thread.
+  const DecodeProblem& plan = layers[0].attention;
+  const int64_t parts = plan.num_parts, part_slots = parts > 1 ? t * num_heads * parts : 0;
+  const int threads = std::max(1, at::get_num_threads());
+  const int64_t own_h = lines(t * hidden), own_scratch = lines(scratch_floats(plan));
+  const int64_t own = own_h + own_scratch + (parts > 1 ? lines(t * q_size) : 0);
+  const int64_t sizes[] = {lines(t * hidden), lines(t * hidden), lines(t * qkv_n),      lines(t * q_size),
+                           lines(t * q_size), lines(t * 2 * inter), lines(t * inter), lines(part_slots * (head_dim + 2))};
+  int64_t shared = 0;
+  for (int64_t n : sizes) shared += n;
+  at::Tensor buffer = at::empty({shared + threads * own}, x.options());
+  at::Tensor out = at::empty({t, hidden}, x.options());
+  float* residual = buffer.data_ptr<float>();
+  float* y = residual + sizes[0];
+  float* qkv_out = y + sizes[1];
+  float* q = qkv_out + sizes[2];
+  float* attn = q + sizes[3];
+  float* gate_up_out = attn + sizes[4];
+  float* act = gate_up_out + sizes[5];
+  float* partials = act + sizes[6];
+  float* own_base = partials + sizes[7];
+  std::copy(x.data_ptr<float>(), x.data_ptr<float>() + t * hidden, residual);
+  for (Layer& l : layers) {
+    l.attention.q = q;
+    l.attention.out = attn;
+    l.attention.part_acc = partials;
+    l.attention.part_max = partials + part_slots * head_dim;
+    l.attention.part_sum = l.attention.part_max + part_slots;
+  }
+
+  const DecodeTask task = decode_task_for(pick_isa(isa_ceiling(), head_dim));
+  const int64_t tasks = num_decode_tasks(plan, t), heads = num_heads + 2 * num_kv_heads, half = head_dim / 2;
+  const float* cs = cos_sin.data_ptr<float>();
+  const float eps_f = static_cast<float>(eps), scale_f = static_cast<float>(scale);
+  float* out_p = out.data_ptr<float>();
+
+  SpinBarrier barrier;
+#pragma omp parallel num_threads(threads)
+  {
+    const int tid = omp_get_thread_num(), team = omp_get_num_threads();
+    const auto team_barrier = [&] { barrier.wait(team); };
+    float* h = own_base + tid * own;
+    const Scratch scratch = scratch_at(plan, h + own_h);
+    float* attn_own = h + own_h + own_scratch;
+    // This thread's heads of the qkv projection (rotated and stored by it), its columns of the hidden
+    // state and of the intermediate one, and its attention tasks.
+    int64_t hd0, hd1, c0, c1, g0, g1, a0, a1;
+    std::tie(hd0, hd1) = share(heads, 1, tid, team);
+    std::tie(c0, c1) = share(hidden, 16, tid, team);
+    std::tie(g0, g1) = share(inter, 16, tid, team);
+    std::tie(a0, a1) = share(tasks, 1, tid, team);
+    const auto add_residual = [&] {
+      for (int64_t r = 0; r < t; ++r)
+        for (int64_t j = c0; j < c1; ++j) residual[r * hidden + j] = y[r * hidden + j] + residual[r * hidden + j];
+    };
+    for (const Layer& l : layers) {
+      for (int64_t r = 0; r < t; ++r) rms_norm_row(residual + r * hidden, l.in_norm, h + r * hidden, hidden, eps_f);
+      l.qkv.columns(h, t, hidden, hd0 * head_dim, hd1 * head_dim, qkv_out, qkv_n);
+      for (int64_t r = 0; r < t; ++r) {
+        const float* row = cs + pos[r] * head_dim;
+        for (int64_t hd = hd0; hd < hd1; ++hd) {
+          float* v = qkv_out + r * qkv_n + hd * head_dim;
+          if (hd < num_heads) {  // q, pre-scaled for the scores as paged_decode_attention scales it
+            rotate_head(v, half, row);
+            float* qh = q + r * q_size + hd * head_dim;
+            for (int64_t i = 0; i < head_dim; ++i) qh[i] = v[i] * scale_f;
+          } else if (hd < num_heads + num_kv_heads) {
+            rotate_head(v, half, row);
+            const int64_t off = kv_slot_offset(slot[r], hd - num_heads, plan.block_size, l.attention.k_strides);
+            if (slot[r] >= 0) std::copy(v, v + head_dim, l.k_cache + off);
+          } else if (slot[r] >= 0) {
+            const int64_t off = kv_slot_offset(slot[r], hd - num_heads - num_kv_heads, plan.block_size,
+                                               l.attention.v_strides);
+            std::copy(v, v + head_dim, l.v_cache + off);
+          }
+        }
+      }
+      team_barrier();
+      run_decode_tasks(l.attention, task, a0, a1, scratch);
+      team_barrier();
+      const float* o_in = attn;
+      if (parts > 1) {  // every thread merges all partitions into its own copy: cheaper than a barrier
+        DecodeProblem merged = l.attention;
+        merged.out = attn_own;
+        combine_partitions(merged, 0, t * num_heads);
+        o_in = attn_own;
+      }
+      l.o.columns(o_in, t, q_size, c0, c1, y, hidden);
+      add_residual();
+      team_barrier();
+      for (int64_t r = 0; r < t; ++r) rms_norm_row(residual + r * hidden, l.post_norm, h + r * hidden, hidden, eps_f);
+      // Gate columns [g0, g1) and the up columns they pair with, so this thread's SiLU-and-mul needs no
+      // other thread's output.
+      l.gate_up.columns(h, t, hidden, g0, g1, gate_up_out, 2 * inter);
+      l.gate_up.columns(h, t, hidden, inter + g0, inter + g1, gate_up_out, 2 * inter);
+      for (int64_t r = 0; r < t; ++r) {
+        const float* gu = gate_up_out + r * 2 * inter;
+        silu_and_mul_row(gu + g0, gu + inter + g0, act + r * inter + g0, g1 - g0);
+      }
+      team_barrier();
+      l.down.columns(act, t, inter, c0, c1, y, hidden);
+      add_residual();
+      team_barrier();
+    }
+    if (tid == 0) {
+      for (int64_t r = 0; r < t; ++r) rms_norm_row(residual + r * hidden, final_w, out_p + r * hidden, hidden, eps_f);
+    }
+  }
+  return out;
 }
 
 }  // namespace sllm_cpu

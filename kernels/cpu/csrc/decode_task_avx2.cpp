@@ -13,6 +13,7 @@
 #pragma GCC target("avx2,fma,f16c")
 
 #include "decode_task_impl.h"
+#include "vec_avx2.h"
 
 namespace sllm_cpu {
 namespace {
@@ -57,13 +58,6 @@ inline float hmax(__m256 v) {
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   m = _mm_max_ss(m, _mm_movehdup_ps(m));
   return _mm_cvtss_f32(m);
-}
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 struct Avx2Ops {

@@ -1,7 +1,8 @@
 // The small per-layer ops as one C++ call each: RMSNorm (with the residual add fused), rotary embedding
 // in place and the KV-cache store. In torch each is 5 to 15 tiny ATen ops; at batch 1 a decode step
 // ran ~200 of them per layer, about 6 ms of a 33 ms step on two cores, for no arithmetic. (SiLU-and-mul
-// is two ATen ops whose vectorised exp a scalar loop here did not beat: 0.4-0.8x; it stays in torch.)
+// as an op is two ATen ops whose vectorised exp a scalar loop here did not beat: 0.4-0.8x; it stays in
+// torch, and only the one-call decode step, which cannot call ATen, uses silu_and_mul_row.)
 //
 // Every op computes in fp32 and rounds where the torch reference in kernels/ rounds, so fp32 results
 // match the reference up to summation order and bf16/fp16 ones up to the final rounding. Rows run in
@@ -18,6 +19,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "fused_ops.h"
 #include "ops.h"
 
 namespace sllm_cpu {
@@ -65,6 +67,8 @@ void norm_row(const T* x, const W* w, O* out, int64_t n, float eps) {
     out[i] = static_cast<O>(static_cast<float>(w[i]) * h);
   }
 }
+
+void rms_norm_row(const float* x, const float* w, float* out, int64_t n, float eps) { norm_row(x, w, out, n, eps); }
 
 static at::Tensor norm_out(const at::Tensor& x, const at::Tensor& weight) {
   return at::empty(x.sizes(), x.options().dtype(at::promote_types(x.scalar_type(), weight.scalar_type())));
@@ -137,16 +141,20 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(const at::Tensor& x_in, co
 // stride inside a head, so they can be views into the fused QKV projection). cos_sin_cache is
 // float32 [max_position, D]: cos of the D/2 frequencies, then their sin.
 template <typename T>
-void rotate_heads(T* base, int64_t t, int64_t heads, int64_t s_tok, int64_t s_head, int64_t half, const float* cs) {
-  for (int64_t h = 0; h < heads; ++h) {
-    T* x = base + t * s_tok + h * s_head;
-    for (int64_t i = 0; i < half; ++i) {
-      const float c = cs[i], s = cs[half + i];
-      const float x1 = static_cast<float>(x[i]), x2 = static_cast<float>(x[half + i]);
-      x[i] = static_cast<T>(x1 * c - x2 * s);
-      x[half + i] = static_cast<T>(x2 * c + x1 * s);
-    }
+void rotate(T* x, int64_t half, const float* cs) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float c = cs[i], s = cs[half + i];
+    const float x1 = static_cast<float>(x[i]), x2 = static_cast<float>(x[half + i]);
+    x[i] = static_cast<T>(x1 * c - x2 * s);
+    x[half + i] = static_cast<T>(x2 * c + x1 * s);
   }
+}
+
+void rotate_head(float* x, int64_t half, const float* cos_sin) { rotate(x, half, cos_sin); }
+
+template <typename T>
+void rotate_heads(T* base, int64_t t, int64_t heads, int64_t s_tok, int64_t s_head, int64_t half, const float* cs) {
+  for (int64_t h = 0; h < heads; ++h) rotate(base + t * s_tok + h * s_head, half, cs);
 }
 
 void rotary_embedding(const at::Tensor& positions_in, at::Tensor& q, at::Tensor& k, const at::Tensor& cache_in) {
@@ -186,13 +194,12 @@ void store_rows(const at::Tensor& src, at::Tensor& cache, const int64_t* slots, 
   const int64_t heads = src.size(1), dim = src.size(2), block_size = cache.size(1);
   const T* sp = src.data_ptr<T>();
   T* cp = cache.data_ptr<T>();
+  const int64_t strides[3] = {cache.stride(0), cache.stride(1), cache.stride(2)};
   for (int64_t t = 0; t < tokens; ++t) {
     if (slots[t] < 0) continue;
-    const int64_t blk = slots[t] / block_size, off = slots[t] % block_size;
     for (int64_t h = 0; h < heads; ++h) {
       const T* from = sp + t * src.stride(0) + h * src.stride(1);
-      T* to = cp + blk * cache.stride(0) + off * cache.stride(1) + h * cache.stride(2);
-      std::copy(from, from + dim, to);
+      std::copy(from, from + dim, cp + kv_slot_offset(slots[t], h, block_size, strides));
     }
   }
 }
@@ -224,6 +231,11 @@ void store_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at:
     store_rows<scalar_t>(k, k_cache, slots, tokens);
     store_rows<scalar_t>(v, v_cache, slots, tokens);
   });
+}
+
+// silu(g) = g / (1 + exp(-g)), the form ATen's silu computes.
+void silu_and_mul_row(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 }  // namespace sllm_cpu

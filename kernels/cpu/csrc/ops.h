@@ -7,6 +7,7 @@
 #include <optional>
 #include <tuple>
 
+#include "decode_attention.h"
 #include "isa.h"
 
 namespace sllm_cpu {
@@ -15,6 +16,11 @@ namespace sllm_cpu {
 // "avx512" names one, which the CPU and the operand size `n` must allow (tests and benchmarks).
 Isa choose_isa(c10::string_view requested, int64_t n);
 
+// The decode attention problem over these caches for `num_q_heads` query heads, checked (every block a
+// sequence reads exists) and its context partitions planned. `tables` and `lens` are int32 and
+// contiguous, and must outlive it; q, out, ALiBi slopes and the partition buffers are the caller's.
+DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& tables,
+                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim);
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
                                   const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa);
@@ -26,6 +32,8 @@ void store_kv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_cache, at:
               const at::Tensor& slot_mapping);
 at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const std::optional<at::Tensor>& bias);
 // x [M, K] float32 times a weight [N, K] kept in GGUF blocks (uint8 rows; `qtype` a GGML type id).
+// Checks a GGUF-quantized weight [N, K] as quantized_linear reads it.
+void check_quantized_weight(const at::Tensor& data, int64_t qtype, int64_t n, int64_t k);
 at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& data, int64_t qtype, int64_t n, int64_t k,
                             const std::optional<at::Tensor>& bias);
 

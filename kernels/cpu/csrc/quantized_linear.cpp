@@ -28,7 +28,9 @@ namespace {
 // Weight rows per thread at the least: 128 rows of 576 Q4 weights is ~40 KB, above the fork cost.
 constexpr int64_t kMinRowsPerThread = 128;
 
-QuantizedKernel pick_kernel() {
+}  // namespace
+
+QuantizedKernel quantized_linear_kernel() {
   switch (pick_isa(isa_ceiling(), kQuantBlock)) {
     case Isa::Avx512: return quantized_linear_avx512;
     case Isa::Avx2: return quantized_linear_avx2;
@@ -36,7 +38,7 @@ QuantizedKernel pick_kernel() {
   }
 }
 
-void check_weight(const at::Tensor& data, int64_t qtype, int64_t n, int64_t k) {
+void check_quantized_weight(const at::Tensor& data, int64_t qtype, int64_t n, int64_t k) {
   const int64_t bb = quant_block_bytes(qtype);
   TORCH_CHECK(bb > 0, "sllm_cpu: no quantized kernel for GGML type ", qtype);
   TORCH_CHECK(k % kQuantBlock == 0, "sllm_cpu: K must be a multiple of ", kQuantBlock);
@@ -45,11 +47,9 @@ void check_weight(const at::Tensor& data, int64_t qtype, int64_t n, int64_t k) {
               "sllm_cpu: the weight must be contiguous uint8 [N, K / 32 * block bytes]");
 }
 
-}  // namespace
-
 at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int64_t qtype, int64_t n, int64_t k,
                             const std::optional<at::Tensor>& bias_in) {
-  check_weight(data, qtype, n, k);
+  check_quantized_weight(data, qtype, n, k);
   TORCH_CHECK(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat && x_in.dim() == 2 && x_in.size(1) == k,
               "sllm_cpu: quantized_linear takes float32 x [M, K]");
   const at::Tensor x = x_in.stride(1) == 1 ? x_in : x_in.contiguous();
@@ -61,7 +61,7 @@ at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int6
   }
   at::Tensor y = at::empty({m, n}, x.options());
   if (m == 0) return y;
-  const QuantizedKernel kernel = pick_kernel();
+  const QuantizedKernel kernel = quantized_linear_kernel();
   const int64_t row_bytes = data.size(1), ldx = x.stride(0);
   const float* xp = x.data_ptr<float>();
   const uint8_t* wp = data.data_ptr<uint8_t>();
@@ -82,7 +82,7 @@ at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int6
 at::Tensor dequantize(const at::Tensor& data, int64_t qtype, int64_t k) {
   TORCH_CHECK(data.dim() == 2, "sllm_cpu: dequantize takes uint8 rows [N, bytes]");
   const int64_t n = data.size(0);
-  check_weight(data, qtype, n, k);
+  check_quantized_weight(data, qtype, n, k);
   at::Tensor out = at::empty({n, k}, data.options().dtype(at::kFloat));
   const int64_t bb = quant_block_bytes(qtype), blocks = k / kQuantBlock, row_bytes = data.size(1);
   const uint8_t* src = data.data_ptr<uint8_t>();

@@ -32,6 +32,9 @@ void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, co
 void quantized_linear_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                              int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
 
+// The path under the ceiling of isa.h.
+QuantizedKernel quantized_linear_kernel();
+
 // IEEE half to float, for the blocks' scales (portable; the vector paths use F16C).
 float half_to_float(uint16_t h);
 // One block's 32 weights as the format defines them (the dequantize op and the portable path).

@@ -13,16 +13,10 @@
 #pragma GCC target("avx2,fma,f16c")
 
 #include "quantized_linear.h"
+#include "vec_avx2.h"
 
 namespace sllm_cpu {
 namespace {
-
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 
 inline float half_at(const uint8_t* p) {
   uint16_t h;

@@ -19,6 +19,14 @@ constexpr int64_t kMinRowsPerThread = 64;
 
 }  // namespace
 
+SmallLinearKernel small_linear_kernel(int64_t k) {
+  switch (pick_isa(isa_ceiling(), k)) {
+    case Isa::Avx512: return small_linear_avx512;
+    case Isa::Avx2: return small_linear_avx2;
+    default: return small_linear_generic;
+  }
+}
+
 at::Tensor small_linear(const at::Tensor& x_in, const at::Tensor& weight, const std::optional<at::Tensor>& bias_in) {
   TORCH_CHECK(x_in.device().is_cpu() && weight.device().is_cpu(), "sllm_cpu: CPU tensors only");
   TORCH_CHECK(x_in.scalar_type() == at::kFloat && weight.scalar_type() == at::kFloat,
@@ -28,9 +36,7 @@ at::Tensor small_linear(const at::Tensor& x_in, const at::Tensor& weight, const 
   TORCH_CHECK(weight.is_contiguous(), "sllm_cpu: the weight must be contiguous");
   const int64_t m = x_in.size(0), k = x_in.size(1), n = weight.size(0);
   TORCH_CHECK(m >= 1 && m <= kSmallLinearMaxRows, "sllm_cpu: small_linear takes 1 to ", kSmallLinearMaxRows, " rows");
-  const Isa path = pick_isa(isa_ceiling(), k);
-  const auto kernel = path == Isa::Avx512 ? small_linear_avx512 : path == Isa::Avx2 ? small_linear_avx2
-                                                                                    : small_linear_generic;
+  const SmallLinearKernel kernel = small_linear_kernel(k);
   const at::Tensor x = x_in.stride(1) == 1 ? x_in : x_in.contiguous();
   at::Tensor bias;
   if (bias_in.has_value()) {
