@@ -6,6 +6,7 @@ import json
 import pytest
 
 from engine import LLM, InvalidRequestError, LoRARequest, SamplingParams
+from tests.cpu_paths import cpu_paths
 from tests.engine.conftest import hf_greedy_with, make_tiny_llama
 from tests.engine.lora_helpers import make_adapter, merged_model
 from tests.engine.test_hf_parity import prompts_of
@@ -125,3 +126,35 @@ def test_refuses_what_it_cannot_apply(llm, setup, tmp_path):
     plain = LLM(model=str(base), num_kv_blocks=16)
     with pytest.raises(InvalidRequestError, match="enable_lora"):
         plain.engine.add_request("r", [5, 6, 7], GREEDY, lora_request="a")
+
+
+@pytest.mark.parametrize("cpu_path", cpu_paths(16), indirect=True)
+def test_mixed_batch_on_every_cpu_path(setup, expected, cpu_path):
+    base, adapters = setup
+    prompts, want = expected
+    llm = LLM(model=str(base), enable_lora=True, max_lora_rank=8, num_kv_blocks=64,
+              lora_modules={n: str(p) for n, p in adapters.items()})
+    names = ["b", None, "a", "a"]
+    out = llm.generate(prompts, GREEDY, use_tqdm=False, lora_request=names)
+    assert tokens(out) == [want[n][i] for i, n in enumerate(names)]
+    llm.engine.block_manager.check_no_leak()
+
+
+def test_default_model_with_adapter_equals_hf_peft(default_model_dir, tmp_path):
+    adapter = make_adapter(default_model_dir, tmp_path / "smol", seed=5, r=2, alpha=4, std=0.05)
+    prompts = ["SELECT name FROM", "The capital of France is", "def fib(n):"]
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    llm = LLM(model="default", enable_lora=True, max_lora_rank=8, num_kv_blocks=64,
+              lora_modules={"smol": str(adapter)})
+    ids = [llm.engine.tokenize(p) for p in prompts]
+    merged = merged_model(default_model_dir, adapter)
+    want = [hf_greedy_with(merged, p, 16) for p in ids]
+    del merged
+    from transformers import LlamaForCausalLM
+
+    plain = LlamaForCausalLM.from_pretrained(default_model_dir).eval()
+    want_base = [hf_greedy_with(plain, p, 16) for p in ids]
+    assert want != want_base  # the adapter matters
+    got = tokens(llm.generate(ids + ids, params, use_tqdm=False, lora_request=["smol"] * 3 + [None] * 3))
+    assert got == want + want_base
+    llm.engine.block_manager.check_no_leak()
