@@ -149,3 +149,20 @@ def test_in_use_adapter_cannot_be_unloaded_and_others_are_undisturbed(server, fi
     assert texts and '"finish_reason":"length"' in texts[-1].replace(" ", "")
     server.assert_no_leak()
     assert complete(server, "sql-b") == offline["sql-b"]
+
+
+def test_lora_settings_from_a_config_file_and_flags(tmp_path):
+    from gateway.config_file import load_config
+    from gateway.settings import Settings
+
+    file = tmp_path / "sllm.toml"
+    file.write_text('enable_lora = true\nmax_loras = 2\nmax_lora_rank = 16\n[lora_modules]\nsql = "/adapters/sql"\n')
+    config = Settings(**load_config(file)).engine_config()
+    assert (config.enable_lora, config.max_loras, config.max_lora_rank) == (True, 2, 16)
+    assert config.lora_modules == {"sql": "/adapters/sql"}
+    flags = Settings(lora_modules=["a=/x", "b=/y"]).engine_config()
+    assert flags.enable_lora and flags.lora_modules == {"a": "/x", "b": "/y"}  # --lora-modules implies it
+    with pytest.raises(ValueError, match="NAME=PATH"):
+        Settings(lora_modules=["nopath"])
+    with pytest.raises(ValueError, match="unique"):
+        Settings(served_model_name="sql", lora_modules=["sql=/x"])
