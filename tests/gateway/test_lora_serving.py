@@ -166,3 +166,30 @@ def test_lora_settings_from_a_config_file_and_flags(tmp_path):
         Settings(lora_modules=["nopath"])
     with pytest.raises(ValueError, match="unique"):
         Settings(served_model_name="sql", lora_modules=["sql=/x"])
+
+
+def test_a_database_key_may_serve_but_not_administer(files, tmp_path):
+    import asyncio
+
+    from gateway.db import Database
+    from gateway.tables.api_keys import create_api_key
+
+    _, base, adapters = files
+
+    async def make_key() -> str:
+        db = Database(str(tmp_path / "sllm.db"))
+        try:
+            await db.create_all()
+            async with db.sessions() as session:
+                return await create_api_key(session, "user")
+        finally:
+            await db.dispose()
+
+    user_key = asyncio.run(make_key())
+    with run_server(tmp_path, model=str(base), served_model_name="tiny", api_keys=[KEY], num_kv_blocks=32,
+                    enable_lora=True, max_lora_rank=8) as srv:
+        body = {"lora_name": "sql-c", "lora_path": str(adapters["c"])}
+        denied = admin(srv, "load_lora_adapter", body, key=user_key)
+        assert denied.status_code == 403 and denied.json()["error"]["code"] == "insufficient_permissions"
+        assert admin(srv, "load_lora_adapter", body).status_code == 200
+        assert client(srv, user_key).completions.create(model="sql-c", prompt=PROMPT, max_tokens=2).model == "sql-c"
