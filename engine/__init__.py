@@ -5,6 +5,7 @@ from engine.config import EngineConfig
 from engine.errors import EngineDeadError, InvalidRequestError
 from engine.llm import LLM
 from engine.llm_engine import LLMEngine
+from engine.lora import LoRARequest
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
 from engine.sampling_params import SamplingParams
 
@@ -16,6 +17,7 @@ __all__ = [
     "EngineDeadError",
     "InvalidRequestError",
     "LLMEngine",
+    "LoRARequest",
     "RequestMetrics",
     "RequestOutput",
     "SamplingParams",

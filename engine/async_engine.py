@@ -16,6 +16,7 @@ from typing import Any
 from engine.config import EngineConfig
 from engine.errors import EngineDeadError
 from engine.llm_engine import LLMEngine
+from engine.lora import LoRARequest
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 
@@ -91,12 +92,18 @@ class AsyncEngine:
             except queue.Empty:
                 return
             if cmd == "add":
-                request_id, prompt, params, priority, fairness_key = args
+                request_id, prompt, params, priority, fairness_key, lora = args
                 try:
                     self.engine.add_request(request_id, prompt, params, priority=priority,
-                                            fairness_key=fairness_key)
+                                            fairness_key=fairness_key, lora_request=lora)
                 except Exception as exc:  # bad input: reported to that request only
                     self._deliver(request_id, exc, last=True)
+            elif cmd == "call":  # engine state the step thread owns (LoRA adapters), changed between steps
+                fn, fut = args
+                try:
+                    fut.set_result(fn())
+                except Exception as exc:
+                    fut.set_exception(exc)
             elif cmd == "abort":
                 out = self.engine.abort_request(args)
                 if out is not None:
@@ -142,18 +149,19 @@ class AsyncEngine:
     # -- the asyncio side ------------------------------------------------------------------------
     async def generate(
         self, prompt: str | list[int], params: SamplingParams | None = None, request_id: str | None = None,
-        priority: int = 0, fairness_key: Hashable | None = None,
+        priority: int = 0, fairness_key: Hashable | None = None, lora_request: LoRARequest | str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Streams the request's outputs; the last one has `finished` set. Cancelling the consumer
-        (a client that disconnects) aborts the request and frees its KV blocks. `priority` and
-        `fairness_key` as LLMEngine.add_request takes them."""
+        (a client that disconnects) aborts the request and frees its KV blocks. `priority`,
+        `fairness_key` and `lora_request` as LLMEngine.add_request takes them."""
         if self.error is not None:
             raise EngineDeadError(f"the engine has stopped: {self.error}")
         request_id = request_id or uuid.uuid4().hex
         q: asyncio.Queue = asyncio.Queue()
         with self._lock:
             self._streams[request_id] = (asyncio.get_running_loop(), q)
-        self._commands.put(("add", (request_id, prompt, params or SamplingParams(), priority, fairness_key)))
+        self._commands.put(("add", (request_id, prompt, params or SamplingParams(), priority, fairness_key,
+                                    lora_request)))
         self._wake.set()
         finished = False
         try:
@@ -182,12 +190,31 @@ class AsyncEngine:
         self._wake.set()
 
     async def generate_full(self, prompt, params=None, request_id=None, priority: int = 0,
-                            fairness_key: Hashable | None = None) -> RequestOutput:
+                            fairness_key: Hashable | None = None,
+                            lora_request: LoRARequest | str | None = None) -> RequestOutput:
         last = None
-        async for out in self.generate(prompt, params, request_id, priority, fairness_key):
+        async for out in self.generate(prompt, params, request_id, priority, fairness_key, lora_request):
             last = out
         assert last is not None
         return last
+
+    async def _call(self, fn):
+        """Runs fn on the step thread between two steps; returns its result or raises its error."""
+        if self.error is not None:
+            raise EngineDeadError(f"the engine has stopped: {self.error}")
+        fut: Future = Future()
+        self._commands.put(("call", (fn, fut)))
+        self._wake.set()
+        return await asyncio.wrap_future(fut)
+
+    async def add_lora(self, name: str, path: str) -> LoRARequest:
+        return await self._call(lambda: self.engine.add_lora(name, path))
+
+    async def remove_lora(self, name: str) -> None:
+        await self._call(lambda: self.engine.remove_lora(name))
+
+    def list_loras(self) -> list[LoRARequest]:
+        return self.engine.list_loras()
 
     def shutdown(self) -> None:
         """Stops the step thread; requests still streaming get EngineDeadError instead of hanging."""

@@ -81,6 +81,12 @@ class BlockManager:
     def _chain_hash(prev: int | None, tokens: tuple[int, ...]) -> int:
         return hash((prev, tokens))
 
+    @staticmethod
+    def _root_hash(seq: Sequence) -> int | None:
+        """Where a sequence's hash chain starts: the KV of a prompt depends on its LoRA adapter, so a
+        block cached under one adapter (or none) never serves another."""
+        return hash(("lora", seq.lora_int_id)) if seq.lora_int_id else None
+
     def _cached_prefix(self, seq: Sequence) -> list[int]:
         """Physical blocks holding this sequence's longest cached prefix of full blocks.
 
@@ -88,7 +94,7 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return []
         hits: list[int] = []
-        prev = None
+        prev = self._root_hash(seq)
         bs = self.block_size
         for i in range((len(seq) - 1) // bs):
             tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
@@ -167,7 +173,8 @@ class BlockManager:
             return
         bs = self.block_size
         full = min(seq.num_computed_tokens, len(seq)) // bs
-        prev = self.blocks[seq.block_table[seq.num_hashed_blocks - 1]].hash if seq.num_hashed_blocks else None
+        prev = (self.blocks[seq.block_table[seq.num_hashed_blocks - 1]].hash if seq.num_hashed_blocks
+                else self._root_hash(seq))
         for i in range(seq.num_hashed_blocks, full):
             block = self.blocks[seq.block_table[i]]
             tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])

@@ -41,6 +41,12 @@ class EngineConfig:
     # 0 when it does; 0: off).
     guided_loop_repeats: int = 3
     tool_call_bias: float | None = None
+    # LoRA adapters (engine/lora.py), as vLLM names them: adapters resident at once, their largest rank,
+    # and the ones loaded at startup (name -> PEFT folder).
+    enable_lora: bool = False
+    max_loras: int = 4
+    max_lora_rank: int = 64
+    lora_modules: dict[str, str] | None = None
     seed: int = 0
     num_threads: int | None = None
 
@@ -57,5 +63,9 @@ class EngineConfig:
             raise ValueError(f"quantization must be auto, none, gguf or int8, got {self.quantization!r}")
         if self.priority_aging_s < 0:
             raise ValueError(f"priority_aging_s must be 0 (off) or positive, got {self.priority_aging_s}")
+        if self.max_loras < 1 or self.max_lora_rank < 1:
+            raise ValueError("max_loras and max_lora_rank must be at least 1")
+        if self.lora_modules and not self.enable_lora:
+            raise ValueError("lora_modules needs enable_lora")
         if self.scheduling not in ("continuous", "static", "dynamic"):
             raise ValueError(f"scheduling must be continuous, static or dynamic, got {self.scheduling!r}")

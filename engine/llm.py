@@ -6,6 +6,7 @@ from tqdm import tqdm
 
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.lora import LoRARequest
 from engine.outputs import RequestOutput
 from engine.sampling_params import SamplingParams
 
@@ -25,17 +26,20 @@ class LLM:
         params: SamplingParams | list[SamplingParams] | None = None,
         use_tqdm: bool = True,
         priority: list[int] | None = None,
+        lora_request: LoRARequest | str | list[LoRARequest | str | None] | None = None,
     ) -> list[RequestOutput]:
         """Runs every prompt to completion with continuous batching; outputs come back in prompt order.
-        `priority`, one per prompt as vLLM takes it: lower runs first."""
+        `priority`, one per prompt as vLLM takes it: lower runs first. `lora_request`: one adapter for
+        every prompt, or one per prompt (None: the base model), as vLLM takes it."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         params_list = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
         order: dict[str, int] = {}
         priorities = priority if priority is not None else [0] * len(prompts)
-        for i, (prompt, p, prio) in enumerate(zip(prompts, params_list, priorities, strict=True)):
+        loras = lora_request if isinstance(lora_request, list) else [lora_request] * len(prompts)
+        for i, (prompt, p, prio, lora) in enumerate(zip(prompts, params_list, priorities, loras, strict=True)):
             rid = f"offline-{next(self._ids)}"
-            self.engine.add_request(rid, prompt, p, priority=prio)
+            self.engine.add_request(rid, prompt, p, priority=prio, lora_request=lora)
             order[rid] = i
         results: list[RequestOutput | None] = [None] * len(prompts)
         with tqdm(total=len(prompts), desc="generate", disable=not use_tqdm, unit="req") as bar:

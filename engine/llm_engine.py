@@ -12,6 +12,7 @@ from engine.config import EngineConfig
 from engine.detokenizer import DetokenizerState, detokenize_incrementally, find_stop, new_state, stop_holdback
 from engine.errors import InvalidRequestError
 from engine.loader import default_served_name, load_model_config, load_tokenizer, resolve_model
+from engine.lora import LoRARequest
 from engine.model_runner import ModelRunner
 from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
 from engine.sampler import Sampler
@@ -47,6 +48,7 @@ class Request:
     states: list[SeqState] = field(default_factory=list)
     aborted: bool = False
     fairness_key: Hashable | None = None
+    lora: LoRARequest | None = None
 
     @property
     def finished(self) -> bool:
@@ -81,6 +83,8 @@ class LLMEngine:
 
             spec = SpeculativeConfig.parse(config.speculative_config)
             self.speculator = Speculator(spec, config, self.tokenizer, self.max_model_len)
+        for name, path in (config.lora_modules or {}).items():
+            self.add_lora(name, path)
         self.load_seconds = time.perf_counter() - t0
         self.stats = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0}
         log.info("loaded %s from %s in %.2fs", self.served_model_name, self.model_path, self.load_seconds)
@@ -93,6 +97,29 @@ class LLMEngine:
             elif isinstance(src, list | tuple):
                 ids.update(int(x) for x in src)
         return ids
+
+    # -- LoRA adapters (engine/lora.py) -------------------------------------------------------------
+    def _loras(self):
+        if self.runner.loras is None:
+            raise InvalidRequestError("LoRA adapters are not enabled on this engine (enable_lora)", "model")
+        return self.runner.loras
+
+    def add_lora(self, name: str, path: str) -> LoRARequest:
+        """Loads a PEFT adapter under `name` at run time; requests then select it by that name."""
+        return self._loras().add(name, path)
+
+    def remove_lora(self, name: str) -> None:
+        """Unloads an adapter no request uses (KeyError when unknown, InvalidRequestError when in use).
+        Its cached prefix blocks are keyed by its lora_int_id, which is never reused."""
+        self._loras().remove(name)
+
+    def list_loras(self) -> list[LoRARequest]:
+        return list(self.runner.loras.registered.values()) if self.runner.loras is not None else []
+
+    def _release(self, req: Request) -> None:
+        if req.lora is not None:
+            self.runner.loras.release(req.lora)
+            req.lora = None
 
     # -- requests ------------------------------------------------------------------------------------
     def tokenize(self, prompt: str) -> list[int]:
@@ -138,9 +165,11 @@ class LLMEngine:
         arrival_time: float | None = None,
         priority: int = 0,
         fairness_key: Hashable | None = None,
+        lora_request: LoRARequest | str | None = None,
     ) -> Request:
         """`priority`: lower runs first, as vLLM's; `fairness_key` (an API key, say): requests of
-        equal priority take turns by key (engine/scheduler.py)."""
+        equal priority take turns by key (engine/scheduler.py); `lora_request`: a loaded adapter's name,
+        or a LoRARequest (loaded under its name on first sight, as vLLM does)."""
         params = params or SamplingParams()
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise InvalidRequestError(f"priority must be an integer, got {priority!r}", "priority")
@@ -155,9 +184,17 @@ class LLMEngine:
         self._validate(token_ids, params)
         if params.guided:
             self.guided_decoding().compile(params.guided)  # a bad schema fails here, before queueing
+        lora = None
+        if lora_request is not None:
+            loras = self._loras()
+            if isinstance(lora_request, LoRARequest):
+                if lora_request.lora_name not in loras.registered:
+                    self.add_lora(lora_request.lora_name, lora_request.lora_path)
+                lora_request = lora_request.lora_name
+            lora = loras.acquire(lora_request)
         arrival = time.monotonic() if arrival_time is None else arrival_time
         metrics = RequestMetrics(arrival, prompt_tokens=len(token_ids), priority=priority)
-        req = Request(request_id, text, token_ids, params, metrics, fairness_key=fairness_key)
+        req = Request(request_id, text, token_ids, params, metrics, fairness_key=fairness_key, lora=lora)
         seq = self._new_sequence(req, 0, list(token_ids))
         seq.pending_forks = params.n - 1
         self.requests[request_id] = req
@@ -184,7 +221,7 @@ class LLMEngine:
         seq = Sequence(
             req.request_id, token_ids, len(req.prompt_token_ids), p, index=index, generator=gen,
             arrival_time=req.metrics.arrival_time, priority=req.metrics.priority,
-            fairness_key=req.fairness_key,
+            fairness_key=req.fairness_key, lora_int_id=req.lora.lora_int_id if req.lora else 0,
         )
         if p.guided:
             seq.matcher = self.guided_decoding().matcher(p.guided)
@@ -202,6 +239,7 @@ class LLMEngine:
                 st.seq.finish_reason = "abort"
                 self._finish(st.seq)
         req.metrics.finished_time = time.monotonic()
+        self._release(req)
         return self._make_output(req)
 
     def has_unfinished_requests(self) -> bool:
@@ -274,6 +312,7 @@ class LLMEngine:
             if req.finished:
                 m.finished_time = now
                 del self.requests[req.request_id]
+                self._release(req)
             outputs.append(out)
         return outputs
 

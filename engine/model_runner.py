@@ -8,6 +8,7 @@ import torch
 import kernels
 from engine.config import EngineConfig
 from engine.loader import load_weights
+from engine.lora import LoRABatch, LoRAManager
 from engine.model_config import ModelConfig
 from engine.models import AttentionMetadata, LlamaForCausalLM
 from engine.scheduler import SchedulerOutput
@@ -48,6 +49,7 @@ class StepInputs:
     positions: torch.Tensor
     meta: AttentionMetadata
     logits_indices: torch.Tensor  # rows of the hidden states whose logits are needed
+    lora: LoRABatch | None = None  # rows grouped by LoRA adapter; None when no row has one
 
 
 class ModelRunner:
@@ -60,6 +62,8 @@ class ModelRunner:
         self.model.load_weights(
             load_weights(folder, config.model, config.quantization, self.device, self.dtype, model_config)
         )
+        self.loras = (LoRAManager(self.model, config.max_loras, config.max_lora_rank)
+                      if config.enable_lora else None)
         self.num_blocks = self._num_blocks()
         m = self.model
         # Head-major storage under the logical [blocks, block_size, Hkv, D] view that the kernels take:
@@ -108,11 +112,13 @@ class ModelRunner:
         ctx_lens: list[int] = []
         logits_idx: list[int] = []
         tables = []
+        row_loras: list[int] = []
         for item in sched.scheduled:
             seq, n = item.seq, item.num_new_tokens
             start = seq.num_computed_tokens
             tokens = seq.token_ids + seq.spec_tokens
             ids.extend(tokens[start : start + n])
+            row_loras.extend([seq.lora_int_id] * n)
             table = seq.block_table
             for p in range(start, start + n):
                 positions.append(p)
@@ -139,6 +145,7 @@ class ModelRunner:
             positions=torch.tensor(positions, dtype=torch.long, device=dev),
             meta=meta,
             logits_indices=torch.tensor(logits_idx, dtype=torch.long, device=dev),
+            lora=self.loras.batch(row_loras, dev) if self.loras is not None else None,
         )
 
     @torch.inference_mode()
@@ -152,7 +159,7 @@ class ModelRunner:
                 torch.tensor(dst, device=self.device),
             )
         inputs = self.prepare(sched)
-        hidden = self.model.forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches)
+        hidden = self.model.forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches, inputs.lora)
         if inputs.logits_indices.numel() == 0:
             return torch.empty(0, self.model.vocab_size)
         return self.model.compute_logits(hidden[inputs.logits_indices]).cpu()

@@ -51,6 +51,7 @@ class Sequence:
     waited_s: float = 0.0
     effective_priority: int = 0  # frozen at admission: what preemption compares while it runs
     admitted_order: int = 0
+    lora_int_id: int = 0  # the LoRA adapter (engine/lora.py) this sequence runs with; 0: none
 
     def __len__(self) -> int:
         return len(self.token_ids)

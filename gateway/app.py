@@ -16,7 +16,18 @@ from gateway.errors import install_error_handlers
 from gateway.jobs.runner import JobRunner
 from gateway.middleware import RequestContextMiddleware
 from gateway.registry import ModelRegistry
-from gateway.routers import batches, chat, completions, files, health, models, responses, text2sql, tokenize
+from gateway.routers import (
+    batches,
+    chat,
+    completions,
+    files,
+    health,
+    lora,
+    models,
+    responses,
+    text2sql,
+    tokenize,
+)
 from gateway.settings import LOOPBACK_HOSTS, Settings
 from gateway.state import ServerState
 from gateway.tables.api_keys import any_active_key
@@ -61,6 +72,7 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
                    text2sql.router):
         app.include_router(router, dependencies=secured)
     app.include_router(tokenize.router, dependencies=secured)
+    app.include_router(lora.router)  # its own dependency: admin keys
     app.include_router(health.router)
     openapi_links.install(app)
     # An upload may be as large as --max-file-bytes, plus its multipart framing.

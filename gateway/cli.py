@@ -84,6 +84,17 @@ def serve(
         help="How often the server looks for job work nobody holds (new, or a dead replica's)"),
     max_file_bytes: int = typer.Option(100 * 1024 * 1024, "--max-file-bytes", envvar="SLLM_MAX_FILE_BYTES",
                                        help="Largest file /v1/files accepts"),
+    enable_lora: bool = typer.Option(
+        False, "--enable-lora/--no-enable-lora", envvar="SLLM_ENABLE_LORA",
+        help="Serve LoRA adapters (PEFT folders) on the embedded model; each adapter is a model name"),
+    lora_modules: list[str] = typer.Option(
+        [], "--lora-modules", envvar="SLLM_LORA_MODULES",
+        help="NAME=PATH: a PEFT LoRA adapter served as model NAME on the first embedded model; repeat for "
+             "several (implies --enable-lora)"),
+    max_loras: int = typer.Option(4, "--max-loras", envvar="SLLM_MAX_LORAS",
+                                  help="LoRA adapters resident at once (least recently used evicted when idle)"),
+    max_lora_rank: int = typer.Option(64, "--max-lora-rank", envvar="SLLM_MAX_LORA_RANK",
+                                      help="Largest LoRA rank accepted"),
     webhook_secret: str | None = typer.Option(
         None, "--webhook-secret", envvar="SLLM_WEBHOOK_SECRET",
         help="HMAC key webhooks are signed with (whsec_<base64> or plain text); webhooks are off without it"),
@@ -116,6 +127,7 @@ def serve(
         priority_batch=priority_batch, priority_schedule=priority_schedule,
         allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,
         job_concurrency=job_concurrency, job_lease_s=job_lease_s, job_scan_s=job_scan_s,
+        enable_lora=enable_lora, lora_modules=list(lora_modules), max_loras=max_loras, max_lora_rank=max_lora_rank,
         max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         db=db,
     )

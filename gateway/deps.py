@@ -55,3 +55,16 @@ async def require_api_key(request: Request, state: State) -> None:
             if await is_active_key(session, key):
                 return
     raise _unauthorized("Incorrect API key provided.")
+
+
+async def require_admin_key(request: Request, state: State) -> None:
+    """Server administration (loading LoRA adapters): with keys on, only a key given to the server
+    itself (--api-key / SLLM_API_KEY) may; keys created in the database are users' keys (403)."""
+    if not state.auth_enabled:
+        return
+    await require_api_key(request, state)
+    key = request.headers.get("authorization", "").partition(" ")[2].strip()
+    digest = hash_key(key)
+    if not any(hmac.compare_digest(digest, hash_key(k)) for k in state.settings.api_keys):
+        raise APIError(403, "This endpoint needs an admin key (one given to the server with --api-key).",
+                       code="insufficient_permissions")

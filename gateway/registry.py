@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from engine import AsyncEngine
+from engine import AsyncEngine, InvalidRequestError
 from gateway.errors import APIError
 from gateway.settings import ModelEntry, Settings
 
@@ -36,6 +36,49 @@ class EmbeddedModel:
         return self.engine.max_model_len if self.engine is not None else self.entry.max_model_len
 
 
+class AdapterEngine:
+    """An embedded engine seen through one LoRA adapter: every generate call carries the adapter, so
+    chat, completions, responses, batches and text-to-SQL serve it unchanged; the rest is the base's."""
+
+    def __init__(self, base: AsyncEngine, lora_name: str):
+        self._base = base
+        self.lora_name = lora_name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._base, name)
+
+    @property
+    def served_model_name(self) -> str:
+        return self.lora_name
+
+    def generate(self, prompt, params=None, request_id=None, priority: int = 0, fairness_key=None):
+        return self._base.generate(prompt, params, request_id, priority, fairness_key, self.lora_name)
+
+    async def generate_full(self, prompt, params=None, request_id=None, priority: int = 0, fairness_key=None):
+        return await self._base.generate_full(prompt, params, request_id, priority, fairness_key, self.lora_name)
+
+
+@dataclass
+class LoRAModel:
+    """A LoRA adapter served as a model of its own name, on its base model's engine (vLLM's `parent`)."""
+
+    name: str
+    base: EmbeddedModel
+    path: str
+    kind: ClassVar[str] = "lora"
+
+    @property
+    def entry(self) -> ModelEntry:
+        return self.base.entry
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.base.max_model_len
+
+    def ready(self) -> AdapterEngine:
+        return AdapterEngine(self.base.ready(), self.name)
+
+
 @dataclass
 class UpstreamModel:
     name: str
@@ -45,7 +88,7 @@ class UpstreamModel:
     max_model_len: ClassVar[None] = None  # the upstream knows; we do not ask it on every listing
 
 
-Served = EmbeddedModel | UpstreamModel
+Served = EmbeddedModel | UpstreamModel | LoRAModel
 
 
 @dataclass
@@ -63,7 +106,10 @@ class ModelRegistry:
                 model = EmbeddedModel(entry.served_name, entry)
                 if engine is not None and not reg.embedded:
                     model.engine, model.name = engine, engine.served_model_name
-                reg.add(model)
+                    reg.add(model)
+                    reg._add_loras(model)
+                else:
+                    reg.add(model)
         return reg
 
     def add(self, model: Served) -> None:
@@ -77,6 +123,44 @@ class ModelRegistry:
     @property
     def upstreams(self) -> list[UpstreamModel]:
         return [m for m in self.models.values() if isinstance(m, UpstreamModel)]
+
+    @property
+    def loras(self) -> list[LoRAModel]:
+        return [m for m in self.models.values() if isinstance(m, LoRAModel)]
+
+    def _add_loras(self, model: EmbeddedModel) -> None:
+        for lora in model.engine.list_loras():
+            if lora.lora_name not in self.models:
+                self.add(LoRAModel(lora.lora_name, model, lora.lora_path))
+
+    async def load_lora(self, name: str, path: str, base: str | None = None) -> LoRAModel:
+        """Loads a PEFT adapter at run time on an embedded model (the first one unless `base` is named)."""
+        if name in self.models:
+            raise APIError(400, f"The model name `{name}` is already served.", param="lora_name",
+                           code="lora_name_in_use")
+        model = self.resolve(base) if base else next(iter(self.embedded), None)
+        if not isinstance(model, EmbeddedModel):
+            raise APIError(400, "LoRA adapters need an embedded base model.", param="base_model_name")
+        try:
+            await model.ready().add_lora(name, path)
+        except InvalidRequestError as exc:
+            raise APIError(400, exc.message, param="lora_path", code="invalid_lora_adapter") from None
+        served = LoRAModel(name, model, path)
+        self.add(served)
+        return served
+
+    async def unload_lora(self, name: str) -> None:
+        model = self.models.get(name)
+        if not isinstance(model, LoRAModel):
+            raise APIError(404, f"The LoRA adapter `{name}` is not loaded.", param="lora_name",
+                           code="lora_adapter_not_found")
+        try:
+            await model.base.ready().remove_lora(name)
+        except InvalidRequestError as exc:
+            raise APIError(400, exc.message, param="lora_name", code="lora_adapter_in_use") from None
+        except KeyError:
+            pass  # already gone from the engine
+        del self.models[name]
 
     @property
     def default(self) -> Served:
@@ -112,6 +196,7 @@ class ModelRegistry:
             try:
                 model.engine = await asyncio.to_thread(AsyncEngine, settings.engine_config(model.entry))
                 log.info("serving %s (max_model_len=%d)", model.name, model.engine.max_model_len)
+                self._add_loras(model)
             except Exception as exc:
                 log.exception("model %s failed to load", model.name)
                 model.load_error = str(exc)

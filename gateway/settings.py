@@ -19,6 +19,24 @@ def default_db_path() -> str:
     return str(Path(base) / "sllm" / "sllm.db")
 
 
+def parse_lora_modules(value: Any) -> dict[str, str]:
+    """vLLM's `--lora-modules NAME=PATH ...` (a list of such strings, or a NAME -> PATH table in a
+    configuration file) as a dict."""
+    if isinstance(value, dict):
+        return {str(k): str(v) for k, v in value.items()}
+    if isinstance(value, str):
+        value = [value]
+    out: dict[str, str] = {}
+    for item in value:
+        name, sep, path = str(item).partition("=")
+        if not sep or not name.strip() or not path.strip():
+            raise ValueError(f"lora_modules {item!r}: expected NAME=PATH")
+        if name.strip() in out:
+            raise ValueError(f"lora_modules: {name.strip()!r} given twice")
+        out[name.strip()] = path.strip()
+    return out
+
+
 class UpstreamURL(BaseModel):
     """One upstream server of a model: its base URL (with /v1) and, if it differs, its own key or name."""
 
@@ -63,6 +81,18 @@ class ModelEntry(BaseModel):
     dtype: DType | None = None
     quantization: Quantization | None = None
     speculative_config: dict | None = None
+    # LoRA adapters of this model (engine/lora.py): NAME -> PEFT folder; each is served as a model.
+    enable_lora: bool | None = None
+    lora_modules: dict[str, str] | None = None
+    max_loras: int | None = Field(None, ge=1)
+    max_lora_rank: int | None = Field(None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lora_list(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("lora_modules") is not None:
+            data = {**data, "lora_modules": parse_lora_modules(data["lora_modules"])}
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -139,12 +169,26 @@ class Settings(BaseModel):
     webhook_max_attempts: int = Field(8, ge=1)
     webhook_backoff_s: float = Field(1.0, gt=0)  # doubled after each failed attempt
     webhook_timeout_s: float = Field(10.0, gt=0)
+    # LoRA adapters, as vLLM's flags: the server-wide `lora_modules` belong to the first embedded model
+    # (a `models` entry may carry its own); each adapter is served as a model named NAME.
+    enable_lora: bool = False
+    lora_modules: dict[str, str] = Field(default_factory=dict)
+    max_loras: int = Field(4, ge=1)
+    max_lora_rank: int = Field(64, ge=1)
     # Served models; empty: the one embedded `model` above. Names must be unique.
     models: list[ModelEntry] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lora_list(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("lora_modules") is not None:
+            data = {**data, "lora_modules": parse_lora_modules(data["lora_modules"])}
+        return data
 
     @model_validator(mode="after")
     def _unique_names(self) -> "Settings":
         names = [m.served_name for m in self.model_entries()]
+        names += [n for m in self.model_entries() if not m.is_upstream for n in self.lora_modules_of(m)]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise ValueError(f"model names must be unique; served more than once: {', '.join(dup)}")
@@ -152,6 +196,12 @@ class Settings(BaseModel):
 
     def model_entries(self) -> list[ModelEntry]:
         return self.models or [ModelEntry(model=self.model, name=self.served_model_name)]
+
+    def lora_modules_of(self, entry: ModelEntry) -> dict[str, str]:
+        """The adapters loaded at startup on an embedded model: its own, and the server-wide ones on the
+        first embedded model."""
+        first = next((m for m in self.model_entries() if not m.is_upstream), None)
+        return {**(self.lora_modules if entry == first else {}), **(entry.lora_modules or {})}
 
     @property
     def max_in_flight(self) -> int:
@@ -179,6 +229,10 @@ class Settings(BaseModel):
             dtype=pick("dtype"),
             quantization=pick("quantization"),
             speculative_config=pick("speculative_config"),
+            enable_lora=bool(pick("enable_lora") or self.lora_modules_of(e)),
+            max_loras=pick("max_loras"),
+            max_lora_rank=pick("max_lora_rank"),
+            lora_modules=self.lora_modules_of(e) or None,
             guided_loop_repeats=self.guided_loop_repeats,
             tool_call_bias=self.tool_call_bias,
             priority_aging_s=self.priority_aging_s,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 import kernels
+from engine.lora import LoRABatch
 from engine.model_config import ModelConfig
 from engine.models.rope import rope_inv_freq
 from kernels.cpu.fused_ops import decode_layer_weights, decode_layers_cpu
@@ -112,8 +113,10 @@ class LlamaForCausalLM:
             return None
         return decode_layer_weights(lists)
 
-    def _linear(self, x: torch.Tensor, name: str, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return kernels.linear(x, self.weights[name], bias, self.packed.get(name))
+    def _linear(self, x: torch.Tensor, name: str, bias: torch.Tensor | None = None,
+                lora: LoRABatch | None = None) -> torch.Tensor:
+        y = kernels.linear(x, self.weights[name], bias, self.packed.get(name))
+        return y if lora is None else lora.apply(y, x, name)
 
     # -- forward ---------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -123,12 +126,15 @@ class LlamaForCausalLM:
         positions: torch.Tensor,
         meta: AttentionMetadata,
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        lora: LoRABatch | None = None,
     ) -> torch.Tensor:
+        """`lora`: the step's rows grouped by adapter; a step with any adapter takes the Python layer
+        loop below (the one-call C++ decode op has no per-row LoRA yet)."""
         w = self.weights
         t = input_ids.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = kernels.embedding(input_ids, w["embed"])
-        if meta.all_decode and self.decode_layers is not None and t <= SMALL_LINEAR_MAX_ROWS:
+        if lora is None and meta.all_decode and self.decode_layers is not None and t <= SMALL_LINEAR_MAX_ROWS:
             return decode_layers_cpu(
                 x, positions, self.cos_sin_cache, self.decode_layers, w["norm"],
                 [kc for kc, _ in kv_caches], [vc for _, vc in kv_caches], meta.slot_mapping, meta.block_tables,
@@ -142,7 +148,7 @@ class LlamaForCausalLM:
                 h = kernels.rms_norm(x, w[p + "in_norm"], self.eps)
             else:
                 h, residual = kernels.rms_norm(x, w[p + "in_norm"], self.eps, residual)
-            qkv = self._linear(h, p + "qkv", w.get(p + "qkv_bias"))
+            qkv = self._linear(h, p + "qkv", w.get(p + "qkv_bias"), lora)
             q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
             q = q.reshape(t, hq, d)
             k = k.reshape(t, hkv, d)
@@ -158,9 +164,9 @@ class LlamaForCausalLM:
                 o = kernels.paged_attention(
                     q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.context_lens, self.scale
                 )
-            x = self._linear(o.reshape(t, hq * d), p + "o")
+            x = self._linear(o.reshape(t, hq * d), p + "o", lora=lora)
             h, residual = kernels.rms_norm(x, w[p + "post_norm"], self.eps, residual)
-            x = self._linear(kernels.silu_and_mul(self._linear(h, p + "gate_up")), p + "down")
+            x = self._linear(kernels.silu_and_mul(self._linear(h, p + "gate_up", lora=lora)), p + "down", lora=lora)
         h, _ = kernels.rms_norm(x, w["norm"], self.eps, residual)
         return h
 

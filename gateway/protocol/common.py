@@ -114,6 +114,7 @@ class ModelCard(BaseModel):
     created: int = Field(default_factory=now)
     owned_by: str = "sllm"
     root: str | None = None
+    parent: str | None = None  # a LoRA adapter's base model (vLLM's field); None for base models
     max_model_len: int | None = None
 
 

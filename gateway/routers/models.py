@@ -1,11 +1,12 @@
 """`GET /v1/models` and `GET /v1/models/{id}`: answered from memory, so they stay fast under load.
-Embedded models are `owned_by` sllm; upstream ones by "upstream" (their `root` is the name there)."""
+Embedded models are `owned_by` sllm; upstream ones by "upstream" (their `root` is the name there); a
+LoRA adapter's `root` is its folder and `parent` its base model, as vLLM lists them."""
 
 from fastapi import APIRouter
 
 from gateway.deps import State
 from gateway.protocol.common import ModelCard, ModelList
-from gateway.registry import Served, UpstreamModel
+from gateway.registry import LoRAModel, Served, UpstreamModel
 
 router = APIRouter(prefix="/v1")
 
@@ -14,6 +15,9 @@ def _card(state, model: Served) -> ModelCard:
     if isinstance(model, UpstreamModel):
         return ModelCard(id=model.name, owned_by="upstream", created=state.started_at,
                          root=model.entry.upstream_model or model.name)
+    if isinstance(model, LoRAModel):
+        return ModelCard(id=model.name, root=model.path, parent=model.base.name, created=state.started_at,
+                         max_model_len=model.max_model_len)
     return ModelCard(id=model.name, root=model.entry.model, created=state.started_at,
                      max_model_len=model.max_model_len)
 

@@ -50,6 +50,7 @@ class _Request:
     params: SamplingParams
     uses_tools: bool  # tools were offered, so the output is parsed for calls
     model_name: str
+    lora: str | None = None  # a LoRA adapter of the engine (engine_config's lora_modules)
 
 
 def _usage(out: RequestOutput) -> UsageMetadata:
@@ -141,7 +142,11 @@ class ChatSLLM(BaseChatModel):
     """Off by default, unlike OpenAI: small models given the chance repeat a call until max_tokens.
     `bind_tools(..., parallel_tool_calls=True)` turns it on per binding."""
     engine_config: dict[str, Any] = Field(default_factory=dict)
-    """EngineConfig settings (num_kv_blocks, max_num_seqs, device, ...); one engine per distinct value."""
+    """EngineConfig settings (num_kv_blocks, max_num_seqs, device, ...); one engine per distinct value.
+    With `enable_lora` and `lora_modules` ({name: PEFT folder}), a `model` (here or per call) that names
+    one of those adapters runs on the `base_model` engine with that adapter, batched with the others."""
+    base_model: str = "default"
+    """The engine a LoRA adapter's `model` name runs on."""
     # Accepted so ChatSLLM drops in where ChatOpenAI-style settings are passed; in process there is
     # nothing to authenticate, time out or retry.
     timeout: float | None = None
@@ -170,7 +175,8 @@ class ChatSLLM(BaseChatModel):
     # -- requests -----------------------------------------------------------------------------------
     def _request(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> _Request:
         model = kwargs.get("model") or self.model_name
-        engine = shared_engine(model, self.engine_config)
+        lora = model if model in (self.engine_config.get("lora_modules") or {}) else None
+        engine = shared_engine(self.base_model if lora else model, self.engine_config)
         tools = kwargs.get("tools") or None
         tool_choice = kwargs.get("tool_choice")
         parallel = kwargs.get("parallel_tool_calls")
@@ -186,15 +192,16 @@ class ChatSLLM(BaseChatModel):
             max_tokens=kwargs.get("max_tokens", self.max_tokens), seed=kwargs.get("seed", self.seed),
             stop=list(stop if stop is not None else self.stop or []), guided=guided,
         )
-        return _Request(engine, prompt, params, bool(tools) and tool_choice != "none", model)
+        return _Request(engine, prompt, params, bool(tools) and tool_choice != "none", model, lora)
 
     def _metadata(self, req: _Request, out: RequestOutput, called: bool) -> dict[str, Any]:
         finish = "tool_calls" if called else out.outputs[0].finish_reason
-        return {"model_name": req.engine.served_model_name, "finish_reason": finish, "model_provider": "sllm"}
+        return {"model_name": req.lora or req.engine.served_model_name, "finish_reason": finish,
+                "model_provider": "sllm"}
 
     async def _complete(self, messages, stop, kwargs) -> ChatResult:
         req = self._request(messages, stop, kwargs)
-        out = await req.engine.generate_full(req.prompt, req.params)
+        out = await req.engine.generate_full(req.prompt, req.params, lora_request=req.lora)
         text = out.outputs[0].text
         content, calls = parse_tool_calls(text) if req.uses_tools else (text, [])
         valid, invalid = _lc_tool_calls(calls)
@@ -208,7 +215,7 @@ class ChatSLLM(BaseChatModel):
         req = self._request(messages, stop, kwargs)
         parser = ToolCallParser() if req.uses_tools else None
         last: RequestOutput | None = None
-        async for out in req.engine.generate(req.prompt, req.params):
+        async for out in req.engine.generate(req.prompt, req.params, lora_request=req.lora):
             last = out
             delta = out.outputs[0].delta_text
             if parser is not None:

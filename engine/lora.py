@@ -1,0 +1,227 @@
+"""LoRA adapters (PEFT format) served beside one base model, several per batch.
+
+An adapter adds `scale * (x A^T) B^T` to a projection's output. Weights are read once from
+`adapter_config.json` + `adapter_model.safetensors` and kept in float32 beside the base weights,
+whatever those are (fp32, bf16, GGUF blocks, int8): the base matmul is untouched, the delta is added.
+Our fused projections (qkv, gate_up) take one A stacked from the targeted modules' A's and one B that
+is block-diagonal, so each projection costs one matmul pair per adapter.
+
+Rows of one step carry different adapters (or none). The delta is applied per group of rows that share
+an adapter: gather the rows, one matmul pair, scatter-add back (the Punica / S-LoRA idea, in torch). A
+step in which no row has an adapter does no LoRA work at all and keeps the one-call C++ decode path;
+a step with any adapter runs the model's Python layer loop (per-row LoRA inside the C++ decode op is
+later work)."""
+
+import json
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.errors import InvalidRequestError
+
+# HF module name -> (our fused projection, its slice order inside that projection)
+MODULES = {"q_proj": ("qkv", 0), "k_proj": ("qkv", 1), "v_proj": ("qkv", 2), "o_proj": ("o", 0),
+           "gate_proj": ("gate_up", 0), "up_proj": ("gate_up", 1), "down_proj": ("down", 0)}
+KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])\.weight$")
+
+
+@dataclass(frozen=True)
+class LoRARequest:
+    """Which adapter a request uses, named as vLLM's: `lora_name` (what clients send as `model`),
+    `lora_int_id` (unique per load: prefix-cache keys use it, so a reloaded name never meets the old
+    adapter's KV blocks) and `lora_path` (the PEFT folder)."""
+
+    lora_name: str
+    lora_int_id: int
+    lora_path: str
+
+
+@dataclass
+class LoRAAdapter:
+    request: LoRARequest
+    rank: int
+    # "model.layers.{i}.{qkv|o|gate_up|down}" -> (A [r_total, in], B [out, r_total] with the scale folded in)
+    weights: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+
+def _config(folder: Path, max_rank: int) -> tuple[int, float]:
+    path = folder / "adapter_config.json"
+    if not path.is_file():
+        raise InvalidRequestError(f"{folder}: no adapter_config.json (a PEFT LoRA adapter folder is expected)",
+                                  "lora_path")
+    cfg = json.loads(path.read_text())
+
+    def refuse(why: str) -> InvalidRequestError:
+        return InvalidRequestError(f"{folder}: unsupported adapter: {why}", "lora_path")
+
+    if cfg.get("peft_type", "LORA") != "LORA":
+        raise refuse(f"peft_type {cfg.get('peft_type')!r} (only LORA)")
+    if cfg.get("use_dora"):
+        raise refuse("DoRA (use_dora)")
+    if cfg.get("bias", "none") != "none":
+        raise refuse(f"bias={cfg.get('bias')!r} (only 'none')")
+    if cfg.get("fan_in_fan_out"):
+        raise refuse("fan_in_fan_out")
+    if cfg.get("rank_pattern") or cfg.get("alpha_pattern"):
+        raise refuse("per-module rank_pattern / alpha_pattern")
+    if cfg.get("modules_to_save"):
+        raise refuse(f"modules_to_save {cfg['modules_to_save']}")
+    r = int(cfg.get("r", 8))
+    if not 0 < r <= max_rank:
+        raise InvalidRequestError(f"{folder}: adapter rank {r} exceeds max_lora_rank {max_rank}", "lora_path")
+    alpha = float(cfg.get("lora_alpha", r))
+    scale = alpha / (r**0.5 if cfg.get("use_rslora") else r)
+    return r, scale
+
+
+def load_adapter(request: LoRARequest, model, max_rank: int) -> LoRAAdapter:
+    """Reads a PEFT adapter for `model` (engine.models.LlamaForCausalLM); refuses, with the reason, what
+    it cannot apply exactly."""
+    from safetensors.torch import load_file
+
+    folder = Path(request.lora_path)
+    rank, scale = _config(folder, max_rank)
+    file = folder / "adapter_model.safetensors"
+    if not file.is_file():
+        raise InvalidRequestError(f"{folder}: no adapter_model.safetensors", "lora_path")
+    parts: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+    for key, tensor in load_file(str(file)).items():
+        m = KEY.match(key)
+        if m is None or m.group(2) not in MODULES:
+            raise InvalidRequestError(f"{folder}: unsupported adapter weight {key!r} (LoRA on q/k/v/o/gate/up/down "
+                                      "projections only)", "lora_path")
+        layer, module, ab = int(m.group(1)), m.group(2), m.group(3)
+        if layer >= model.num_layers:
+            raise InvalidRequestError(f"{folder}: layer {layer} does not exist in the base model", "lora_path")
+        parts.setdefault((layer, module), {})[ab] = tensor.float()
+    if not parts:
+        raise InvalidRequestError(f"{folder}: the adapter has no LoRA weights", "lora_path")
+    hq, hkv, d = model.num_heads, model.num_kv_heads, model.head_dim
+    inter = model.weights["model.layers.0.down"]
+    inter_size = inter.shape[1]
+    outs = {"q_proj": hq * d, "k_proj": hkv * d, "v_proj": hkv * d, "o_proj": model.hidden_size,
+            "gate_proj": inter_size, "up_proj": inter_size, "down_proj": model.hidden_size}
+    ins = {"o_proj": hq * d, "down_proj": inter_size}
+    adapter = LoRAAdapter(request, rank)
+    for layer, proj in sorted({(layer, MODULES[module][0]) for layer, module in parts}):
+        order = [name for name, (p, _) in MODULES.items() if p == proj]  # every module of the projection
+        out_total = sum(outs[n] for n in order)
+        a_rows, blocks = [], []
+        offset = 0
+        for name in order:
+            ab = parts.get((layer, name))
+            if ab is not None:
+                if set(ab) != {"A", "B"}:
+                    raise InvalidRequestError(f"{folder}: layer {layer} {name} lacks lora_A or lora_B", "lora_path")
+                a, b = ab["A"], ab["B"]
+                expect_in = ins.get(name, model.hidden_size)
+                if a.shape != (rank, expect_in) or b.shape != (outs[name], rank):
+                    raise InvalidRequestError(
+                        f"{folder}: layer {layer} {name}: lora_A {list(a.shape)} / lora_B {list(b.shape)} do not fit "
+                        f"the base model (rank {rank}, {expect_in} -> {outs[name]})", "lora_path")
+                a_rows.append(a)
+                blocks.append((offset, b))
+            offset += outs[name]
+        a_cat = torch.cat(a_rows)  # [r * k, in]
+        b_cat = torch.zeros(out_total, a_cat.shape[0])
+        for j, (off, b) in enumerate(blocks):
+            b_cat[off : off + b.shape[0], j * rank : (j + 1) * rank] = b * scale
+        adapter.weights[f"model.layers.{layer}.{proj}"] = (a_cat.contiguous().to(model.device),
+                                                           b_cat.contiguous().to(model.device))
+    return adapter
+
+
+@dataclass
+class LoRABatch:
+    """The step's rows grouped by adapter: one (adapter, row indices) per adapter present."""
+
+    groups: list[tuple[LoRAAdapter, torch.Tensor]]
+
+    def apply(self, y: torch.Tensor, x: torch.Tensor, name: str) -> torch.Tensor:
+        """y (the base projection of x) plus each group's delta on its rows."""
+        for adapter, rows in self.groups:
+            ab = adapter.weights.get(name)
+            if ab is None:
+                continue
+            a, b = ab
+            xs = x.index_select(0, rows).float()
+            delta = (xs @ a.T) @ b.T
+            y.index_add_(0, rows, delta.to(y.dtype))
+        return y
+
+
+class LoRAManager:
+    """Registered adapters (name -> LoRARequest) and the ones resident in memory (at most `max_loras`,
+    least recently used evicted first, never one that a live request uses)."""
+
+    def __init__(self, model, max_loras: int, max_lora_rank: int):
+        self.model = model
+        self.max_loras = max_loras
+        self.max_lora_rank = max_lora_rank
+        self.registered: dict[str, LoRARequest] = {}
+        self.resident: OrderedDict[int, LoRAAdapter] = OrderedDict()
+        self.in_use: dict[int, int] = {}  # lora_int_id -> live requests
+        self._next_id = 1
+
+    def add(self, name: str, path: str) -> LoRARequest:
+        """Registers and loads an adapter (its errors surface here, not at its first request)."""
+        if name in self.registered:
+            raise InvalidRequestError(f"the LoRA adapter {name!r} is already loaded", "lora_name")
+        req = LoRARequest(name, self._next_id, str(path))
+        adapter = load_adapter(req, self.model, self.max_lora_rank)
+        self._next_id += 1
+        self._make_room()
+        self.resident[req.lora_int_id] = adapter
+        self.registered[name] = req
+        return req
+
+    def remove(self, name: str) -> None:
+        req = self.registered.get(name)
+        if req is None:
+            raise KeyError(name)
+        if self.in_use.get(req.lora_int_id):
+            raise InvalidRequestError(f"the LoRA adapter {name!r} has requests in flight; unload it when they end",
+                                      "lora_name")
+        del self.registered[name]
+        self.resident.pop(req.lora_int_id, None)
+
+    def _make_room(self) -> None:
+        while len(self.resident) >= self.max_loras:
+            idle = next((i for i in self.resident if not self.in_use.get(i)), None)
+            if idle is None:
+                raise InvalidRequestError(f"all {self.max_loras} resident LoRA adapters (max_loras) have requests in "
+                                          "flight; retry when one ends", "model")
+            del self.resident[idle]
+
+    def acquire(self, name: str) -> LoRARequest:
+        """Marks one more live request on the adapter, loading it back if it was evicted."""
+        req = self.registered.get(name)
+        if req is None:
+            raise InvalidRequestError(f"unknown LoRA adapter {name!r}", "model")
+        if req.lora_int_id not in self.resident:
+            self._make_room()
+            self.resident[req.lora_int_id] = load_adapter(req, self.model, self.max_lora_rank)
+        self.resident.move_to_end(req.lora_int_id)
+        self.in_use[req.lora_int_id] = self.in_use.get(req.lora_int_id, 0) + 1
+        return req
+
+    def release(self, req: LoRARequest) -> None:
+        left = self.in_use[req.lora_int_id] - 1
+        if left:
+            self.in_use[req.lora_int_id] = left
+        else:
+            del self.in_use[req.lora_int_id]
+
+    def batch(self, row_ids: list[int], device: torch.device) -> LoRABatch | None:
+        """Groups rows by lora_int_id (0: none); None when no row has an adapter."""
+        by_id: dict[int, list[int]] = {}
+        for row, lid in enumerate(row_ids):
+            if lid:
+                by_id.setdefault(lid, []).append(row)
+        if not by_id:
+            return None
+        return LoRABatch([(self.resident[lid], torch.tensor(rows, dtype=torch.long, device=device))
+                          for lid, rows in by_id.items()])
