@@ -41,6 +41,11 @@ class EngineConfig:
     # 0 when it does; 0: off).
     guided_loop_repeats: int = 3
     tool_call_bias: float | None = None
+    # Budget-aware closing (engine/json_budget.py): compact JSON output and tool-call arguments are
+    # closed (missing required keys filled with minimal values) when the tokens left before max_tokens
+    # are just enough, so they parse whenever the budget allows. Requests can opt out
+    # (SamplingParams.guided_budget_close); False turns it off for all.
+    guided_budget_close: bool = True
     seed: int = 0
     num_threads: int | None = None
 
