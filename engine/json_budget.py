@@ -300,6 +300,10 @@ class JsonState:
         self._value_done()
 
     # -- closing --
+    def needed(self) -> str:
+        """What must be written for the output to parse: all of the closing."""
+        return self.closing()
+
     def closing(self) -> str:
         """The shortest text that completes the JSON, as far as we can tell (Unclosable if not)."""
         if self.broken:
@@ -510,6 +514,17 @@ class CallsState:
                 elif not end.startswith(self.tail):
                     self.broken = True
 
+    def needed(self) -> str:
+        """What must be written for the call to be returned: the closing up to the end of its
+        arguments (the parser returns a call whose end tag was cut, never one whose arguments were)."""
+        text = self.closing()
+        if self.mode == "end" or not text:
+            return ""
+        end = self.call.end if self.call is not None and self.mode == "args" else None
+        if end is None:  # outside or in the tag's begin: a whole call, its end tag aside
+            end = next((c.end for c in self.calls if text.endswith(c.end)), "")
+        return text[: len(text) - len(end)] + end[:1] if end else text
+
     def closing(self) -> str:
         if self.broken:
             raise Unclosable("not a call we follow")
@@ -553,7 +568,7 @@ class BudgetCloser:
     def __init__(self, state: JsonState | CallsState, eos: int):
         self.state = state
         self.consumed = 0  # output tokens read into `state`
-        self.need: int | None = None  # tokens the last closing took, its end-of-sequence included
+        self.need: int | None = None  # tokens the last closing took
         self.forced: list[int] = []  # the rest of a closing being forced
         self.off = False  # the grammar alone from here on
         self.eos = eos
@@ -580,15 +595,18 @@ class BudgetCloser:
                 return sampled
             after = self.state.copy()
             after.feed(vocab[sampled])
-            need = len(encode(after.closing())) + 1
+            need = len(encode(after.needed()))
             if need <= left - 1:
                 self.need = need
                 return sampled
             plan = encode(self.state.closing()) + [self.eos]
+            need = len(encode(self.state.needed()))
         except Unclosable:
             plan = None
-        if plan is None or len(plan) > left or not accepts(plan):
+        # What parses must fit; the rest (a call's end tag, the end-of-sequence token that makes the
+        # finish "stop") is written as far as the budget goes.
+        if plan is None or need > left or not accepts(plan):
             self.off = True
             return sampled
-        self.forced = plan[1:]
+        self.forced = plan[1:left]
         return plan[0]

@@ -37,7 +37,7 @@ TOOL_RESPONSE_CLOSE = "</tool_response>"
 # on 20 such answers (tests/engine/test_structured_guarantees.py), excluding the tags from the
 # grammar's free text made the model write near-tags instead (`<tool_response]`) and hold the right
 # number in 14/20 answers, against 20/20 echoed and stripped at temperature 0; excluding `<tool_r`
-# made it call the tool again (20/20), and banning `<` as the first token gave 6/20.
+# made it call the tool again (20/20), and banning the `<` token (logit bias) gave 6/20.
 TOOL_MARKUP = (TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE, TOOL_CALL_CLOSE)
 # OpenAI's rule for function and response_format names.
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")

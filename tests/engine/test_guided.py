@@ -152,7 +152,7 @@ def test_loop_breaker_completes_json_the_model_would_loop_in(llm):
     finally:
         gd.loop_repeats = repeats
     assert off.finish_reason == "length"
-    assert closed.finish_reason == "stop" and len(closed.token_ids) == params.max_tokens, closed.text
+    assert len(closed.token_ids) == params.max_tokens, closed.text
     jsonschema.validate(json.loads(closed.text), JOKE)
 
 
