@@ -108,6 +108,11 @@ class AsyncEngine:
                 out = self.engine.abort_request(args)
                 if out is not None:
                     self._deliver(args, out, last=True)
+            elif cmd == "stop":
+                request_id, index = args
+                out = self.engine.stop_sequence(request_id, index)
+                if out is not None:
+                    self._deliver(request_id, out, last=out.finished)
 
     def _run(self, engine: LLMEngine | None, config: EngineConfig | None, built: Future) -> None:
         """Builds the engine on the step thread, so that one thread does all of its torch work. With
@@ -187,6 +192,12 @@ class AsyncEngine:
 
     def abort(self, request_id: str) -> None:
         self._commands.put(("abort", request_id))
+        self._wake.set()
+
+    def stop_sequence(self, request_id: str, index: int = 0) -> None:
+        """Ends sample `index` of a request between two steps (LLMEngine.stop_sequence): its stream
+        then ends, or for n > 1 goes on with the other samples."""
+        self._commands.put(("stop", (request_id, index)))
         self._wake.set()
 
     async def generate_full(self, prompt, params=None, request_id=None, priority: int = 0,

@@ -66,6 +66,7 @@ def _register_optional_commands() -> None:
         ("gateway.cli", "create_key", keys_app, "create"),
         ("gateway.bench", "bench_serve", bench_app, "serve"),
         ("engine.bench", "bench_offline", bench_app, "offline"),
+        ("engine.json_bench", "bench_json", bench_app, "json"),
         ("kernels.bench", "bench_kernels", bench_app, "kernels"),
     ):
         try:

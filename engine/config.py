@@ -47,6 +47,11 @@ class EngineConfig:
     max_loras: int = 4
     max_lora_rank: int = 64
     lora_modules: dict[str, str] | None = None
+    # Budget-aware closing (engine/json_budget.py): compact JSON output and tool-call arguments are
+    # closed (missing required keys filled with minimal values) when the tokens left before max_tokens
+    # are just enough, so they parse whenever the budget allows. Requests can opt out
+    # (SamplingParams.guided_budget_close); False turns it off for all.
+    guided_budget_close: bool = True
     seed: int = 0
     num_threads: int | None = None
 

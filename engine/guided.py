@@ -19,17 +19,22 @@ Two steering rules sit on top of the grammar, both off-able engine settings:
   free text before a call, regexes and EBNF grammars are left alone.
 - Trigger bias (`EngineConfig.tool_call_bias`): under a triggered structural tag (`tool_choice`
   auto), a logit bias on the tokens that begin a trigger at the first generated token, where the
-  model decides between answering in text and opening a call."""
+  model decides between answering in text and opening a call.
+- Budget-aware closing (`EngineConfig.guided_budget_close`, `SamplingParams.guided_budget_close`):
+  compact JSON and tool calls are closed when the tokens left before max_tokens are just enough
+  (engine/json_budget.py); after sampling, so it can replace the sampled token."""
 
 import json
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from engine.errors import InvalidRequestError
+from engine.json_budget import BudgetCloser, CallFormat, CallsState, JsonState
 
 log = logging.getLogger(__name__)
 
@@ -122,18 +127,49 @@ class _Compiled:
     grammar: Any  # xgrammar's CompiledGrammar
     triggers: tuple[bytes, ...]  # of a top-level triggered tag
     is_json: bool  # JSON, whose string and container syntax the loop breaker knows
+    # A fresh tracker of the JSON (or tool calls) written, for budget-aware closing; None: not ours to close
+    closing_state: Callable[[], JsonState | CallsState] | None = None
+
+
+def _closing_state(spec: dict[str, Any]) -> Callable[[], JsonState | CallsState] | None:
+    """How to follow `spec`'s output for budget-aware closing: JSON (a schema, or any object), or
+    tool calls described by `tool_calling.guided_for_tools` (its `tool_calls` entry)."""
+    # The closing is compact JSON, which grammars allowing any whitespace accept too.
+    if spec.get("json_schema") not in (None, False):
+        schema = spec["json_schema"]
+        schema = json.loads(schema) if isinstance(schema, str) else schema
+        return lambda: JsonState(schema)
+    if spec.get("json_object"):
+        return lambda: JsonState({"type": "object"})
+    calls = spec.get("tool_calls")
+    if spec.get("structural_tag") and isinstance(calls, dict):
+        formats = [CallFormat(c["begin"], c["schema"], c["end"]) for c in calls["calls"]]
+        return lambda: CallsState(formats, calls["trigger"], bool(calls["at_least_one"]))
+    return None
 
 
 class GuidedMatcher:
     """One sequence's grammar state: xgrammar's matcher, plus what the steering rules need to know
     of its constraint."""
 
-    __slots__ = ("matcher", "triggers", "is_json")
+    __slots__ = ("matcher", "triggers", "is_json", "closer")
 
-    def __init__(self, matcher, compiled: _Compiled):
+    def __init__(self, matcher, compiled: _Compiled, closer: BudgetCloser | None = None):
         self.matcher = matcher
         self.triggers = compiled.triggers
         self.is_json = compiled.is_json
+        self.closer = closer
+
+    def accepts(self, tokens: list[int]) -> bool:
+        """Whether the grammar takes `tokens` from here; its state is left as it was."""
+        taken = 0
+        for token in tokens:
+            if not self.matcher.accept_token(token):
+                break
+            taken += 1
+        if taken:
+            self.matcher.rollback(taken)
+        return taken == len(tokens)
 
     def accept_token(self, token: int) -> bool:
         return self.matcher.accept_token(token)
@@ -149,11 +185,16 @@ class GuidedDecoding:
     """Compiles constraints (cached) and keeps the per-step bitmask work in one place."""
 
     def __init__(self, tokenizer, vocab_size: int, eos_token_ids: set[int], cache_size: int = 128, *,
-                 loop_repeats: int = 3, trigger_bias: float | None = None):
+                 loop_repeats: int = 3, trigger_bias: float | None = None, budget_close: bool = True):
         import xgrammar as xgr
 
         self.xgr = xgr
         self.vocab_size = vocab_size
+        self.tokenizer = tokenizer
+        self.budget_close = budget_close
+        eos = getattr(tokenizer, "eos_token_id", None)
+        self.eos = eos if eos in eos_token_ids else (min(eos_token_ids) if eos_token_ids else None)
+        self._closing_ids: OrderedDict[str, list[int]] = OrderedDict()
         info = xgr.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=vocab_size, stop_token_ids=sorted(eos_token_ids) or None
         )
@@ -219,15 +260,44 @@ class GuidedDecoding:
         # Regexes and EBNF grammars (text-to-SQL's) have their own string syntax; structural tags
         # are tool calls, whose arguments are JSON.
         is_json = any(spec.get(k) not in (None, False) for k in ("json_schema", "json_object", "structural_tag"))
-        compiled = _Compiled(self._compile(spec), self._triggers(spec), is_json)
+        compiled = _Compiled(self._compile(spec), self._triggers(spec), is_json, _closing_state(spec))
         self._cache[key] = compiled
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return compiled
 
-    def matcher(self, spec: dict[str, Any]) -> GuidedMatcher:
+    def matcher(self, spec: dict[str, Any], budget_close: bool = False) -> GuidedMatcher:
+        """`budget_close`: the request allows budget-aware closing (SamplingParams.guided_budget_close,
+        with max_tokens and without ignore_eos / min_tokens); it also needs the engine's setting."""
         compiled = self.compile(spec)
-        return GuidedMatcher(self.xgr.GrammarMatcher(compiled.grammar), compiled)
+        closer = None
+        if budget_close and self.budget_close and compiled.closing_state is not None and self.eos is not None:
+            closer = BudgetCloser(compiled.closing_state(), self.eos)
+        return GuidedMatcher(self.xgr.GrammarMatcher(compiled.grammar), compiled, closer)
+
+    # -- budget-aware closing (engine/json_budget.py) ---------------------------------------------------
+
+    def _encode(self, text: str) -> list[int]:
+        ids = self._closing_ids.get(text)
+        if ids is None:
+            ids = self._closing_ids[text] = self.tokenizer.encode(text, add_special_tokens=False) if text else []
+            if len(self._closing_ids) > 4096:
+                self._closing_ids.popitem(last=False)
+        return ids
+
+    def close_on_budget(self, tokens: list[int], seqs: list) -> None:
+        """After sampling: replaces the tokens of sequences whose JSON must close now to fit in
+        max_tokens (BudgetCloser.step). Far from the budget it only compares two integers."""
+        for i, seq in enumerate(seqs):
+            m = seq.matcher
+            closer = m.closer if m is not None else None
+            if closer is None or closer.off:
+                continue
+            left = seq.params.max_tokens - seq.num_output_tokens
+            if not closer.is_near(left):
+                continue
+            closer.catch_up(seq.output_token_ids, self._decoded)
+            tokens[i] = closer.step(tokens[i], left, self._decoded, self._encode, m.accepts)
 
     # -- per step ----------------------------------------------------------------------------------
 

@@ -207,7 +207,8 @@ class LLMEngine:
 
             self.guided = GuidedDecoding(self.tokenizer, self.vocab_size, self.eos_token_ids,
                                          loop_repeats=self.config.guided_loop_repeats,
-                                         trigger_bias=self.config.tool_call_bias)
+                                         trigger_bias=self.config.tool_call_bias,
+                                         budget_close=self.config.guided_budget_close)
             self.sampler.guided = self.guided
         return self.guided
 
@@ -224,7 +225,8 @@ class LLMEngine:
             fairness_key=req.fairness_key, lora_int_id=req.lora.lora_int_id if req.lora else 0,
         )
         if p.guided:
-            seq.matcher = self.guided_decoding().matcher(p.guided)
+            close = p.guided_budget_close and p.max_tokens is not None and not p.ignore_eos and not p.min_tokens
+            seq.matcher = self.guided_decoding().matcher(p.guided, budget_close=close)
         req.states.append(SeqState(seq, new_state(len(req.prompt_token_ids))))
         return seq
 
@@ -241,6 +243,23 @@ class LLMEngine:
         req.metrics.finished_time = time.monotonic()
         self._release(req)
         return self._make_output(req)
+
+    def stop_sequence(self, request_id: str, index: int = 0) -> RequestOutput | None:
+        """Ends one of a request's samples now (finish reason `abort`), as its caller decided the
+        rest of it is not wanted (a repeated tool call): its blocks return to the pool before this
+        returns, its siblings run on. Returns the request's output then (`finished` once every
+        sample is), or None when the request or that sample is already gone."""
+        req = self.requests.get(request_id)
+        st = next((s for s in req.states if s.seq.index == index), None) if req is not None else None
+        if st is None or st.seq.is_finished:
+            return None
+        st.seq.finish_reason = "abort"
+        self._finish(st.seq)
+        out = self._make_output(req)
+        if req.finished:
+            req.metrics.finished_time = time.monotonic()
+            del self.requests[request_id]
+        return out
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()

@@ -120,6 +120,8 @@ class Sampler:
         for i, s in enumerate(seqs):
             if not s.params.greedy:
                 tokens[i] = self.draw(self.probs(processed[i], s), s)
+        if self.guided is not None:
+            self.guided.close_on_budget(tokens, seqs)  # JSON that must close to fit in max_tokens
         return tokens, self._with_logprobs(logits, seqs, tokens)
 
     @torch.inference_mode()

@@ -39,6 +39,9 @@ class SamplingParams:
     guided: dict[str, Any] | None = None
     # token id -> value added to its logit before sampling (OpenAI's logit_bias; -100 all but bans it)
     logit_bias: dict[int, float] = field(default_factory=dict)
+    # Guided JSON (compact json_schema / json_object, tool calls) is closed when the tokens left before
+    # max_tokens are just enough to (engine/json_budget.py); False leaves it to the grammar alone.
+    guided_budget_close: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

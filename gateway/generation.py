@@ -4,7 +4,7 @@ frees its KV blocks)."""
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from fastapi import Request
@@ -171,12 +171,20 @@ class Generation:
             except RuntimeError:  # still being iterated by a task that is unwinding: it aborts itself
                 pass
 
-    async def finals(self) -> list[RequestOutput]:
-        """Non-streaming: the last output of each prompt, aborted if the client disconnects."""
+    def stop_choice(self, prompt_index: int, index: int) -> None:
+        """Ends sample `index` of prompt `prompt_index` in the engine now (its blocks freed, its
+        usage counted up to here): the caller has all it will return of it."""
+        self.engine.stop_sequence(f"{self.engine_id}-{prompt_index}", index)
+
+    async def finals(self, watch: Callable[[int, RequestOutput], None] | None = None) -> list[RequestOutput]:
+        """Non-streaming: the last output of each prompt, aborted if the client disconnects.
+        `watch(prompt index, output)` sees every output on the way (and may stop a sample)."""
 
         async def drain() -> list[RequestOutput]:
             last: dict[int, RequestOutput] = {}
             async for i, out in self.outputs():
+                if watch is not None:
+                    watch(i, out)
                 last[i] = out
             return [last[i] for i in range(len(self._streams))]
 

@@ -145,6 +145,7 @@ class Settings(BaseModel):
     # off) and the bias toward opening a tool call under tool_choice auto (None: by chat template).
     guided_loop_repeats: int = Field(3, ge=0)
     tool_call_bias: float | None = None
+    guided_budget_close: bool = True  # as EngineConfig.guided_budget_close
     # Engine priority of each kind of work (lower runs first; gateway/priority.py), whether clients may
     # name their own in the body, and how fast waiting work ages toward the front (EngineConfig).
     priority_interactive: int = 0
@@ -235,5 +236,6 @@ class Settings(BaseModel):
             lora_modules=self.lora_modules_of(e) or None,
             guided_loop_repeats=self.guided_loop_repeats,
             tool_call_bias=self.tool_call_bias,
+            guided_budget_close=self.guided_budget_close,
             priority_aging_s=self.priority_aging_s,
         )

@@ -18,11 +18,11 @@ Bad input raises `engine.InvalidRequestError(message, param)`, which the error h
 a 400 naming the parameter."""
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
-from engine import InvalidRequestError
+from engine import InvalidRequestError, RequestOutput
 from engine.tool_calling import (
     JSON_REPLY_NOTE,
     ContentDelta,
@@ -30,6 +30,7 @@ from engine.tool_calling import (
     StreamEvent,
     ToolCall,
     ToolCallArguments,
+    ToolCallParser,
     ToolCallStart,
     ToolChoiceMode,
     compact_json_ebnf,
@@ -46,7 +47,7 @@ from gateway import chat_template
 from gateway.protocol.chat import DeltaFunction, DeltaMessage, DeltaToolCall
 from gateway.protocol.common import GuidedExtras
 
-__all__ = ["ToolPlan", "plan_tools", "render", "structured_output", "delta_messages", "finish_reason"]
+__all__ = ["ToolPlan", "plan_tools", "render", "structured_output", "delta_messages", "finish_reason", "RepeatWatch"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class ToolPlan:
     guided: dict[str, Any] | None
     raw_tools: list[Any] | None = None
     raw_choice: Any = None
+    strips_markup: bool = False  # free text after tool results, no calls parsed: MarkupFilter
 
     @property
     def parses_calls(self) -> bool:
@@ -79,6 +81,12 @@ def plan_tools(tools: list[Any] | None, tool_choice: Any, parallel_tool_calls: b
     assert calls is not None
     either = {"type": "or", "elements": [calls["structural_tag"]["format"], _as_format(output)]}
     return ToolPlan(fns, choice, {"structural_tag": {"type": "structural_tag", "format": either}}, tools, tool_choice)
+
+
+def with_history(plan: ToolPlan, messages: list[dict[str, Any]]) -> ToolPlan:
+    """Notes whether the answer's text must be filtered of our tool markup (MarkupFilter): with tool
+    results in the history and no call parser (which removes it itself) to run."""
+    return replace(plan, strips_markup=not plan.parses_calls and _uses_tool_history(messages))
 
 
 def _as_format(guided: dict[str, Any]) -> dict[str, Any]:
@@ -205,6 +213,25 @@ def render(tokenizer, messages: list[dict[str, Any]], plan: ToolPlan, add_genera
 
 
 # -- output --------------------------------------------------------------------------------------
+
+
+class RepeatWatch:
+    """Reads each sample's text as it is generated, for a non-streamed answer: when a repeated call
+    ends a sample's answer (the parser drops it and all after it), the sample is stopped in the
+    engine there instead of running on to max_tokens for text that is thrown away."""
+
+    def __init__(self, stop: Callable[[int, int], None]):
+        self._stop = stop  # (prompt index, sample index): Generation.stop_choice
+        self._parsers: dict[tuple[int, int], ToolCallParser] = {}
+
+    def __call__(self, prompt_index: int, out: RequestOutput) -> None:
+        for o in out.outputs:
+            parser = self._parsers.setdefault((prompt_index, o.index), ToolCallParser())
+            if parser.ended_by_repeat:
+                continue
+            parser.feed(o.delta_text)
+            if parser.ended_by_repeat and o.finish_reason is None:
+                self._stop(prompt_index, o.index)
 
 
 def finish_reason(reason: str | None, calls: list[ToolCall], ended_by_repeat: bool = False) -> str | None:

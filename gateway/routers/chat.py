@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request, Response
 
 from engine import AsyncEngine, RequestOutput
-from engine.tool_calling import ToolCallParser, parse_answer
+from engine.tool_calling import MarkupFilter, ToolCallParser, parse_answer, strip_markup
 from gateway import chat_template, proxy
 from gateway import tools as tooling
 from gateway.deps import State
@@ -61,9 +61,11 @@ async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: Asyn
     model = engine.served_model_name
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
-    plan = tooling.plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls,
-                              tooling.structured_output(body.response_format, body))
-    prompt = tooling.render(engine.tokenizer, template_messages(body.messages), plan, body.add_generation_prompt,
+    messages = template_messages(body.messages)
+    plan = tooling.with_history(tooling.plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls,
+                                                   tooling.structured_output(body.response_format, body)),
+                                messages)
+    prompt = tooling.render(engine.tokenizer, messages, plan, body.add_generation_prompt,
                             **(body.chat_template_kwargs or {}))
     num_top = body.top_logprobs or 0
     params = sampling_params(
@@ -76,12 +78,16 @@ async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: Asyn
     await gen.start([prompt], params)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse_response(openai_stream(_stream(gen, body, model, include_usage, plan.parses_calls)), gen.close)
+        return sse_response(openai_stream(_stream(gen, body, model, include_usage, plan.parses_calls,
+                                                  plan.strips_markup)), gen.close)
 
-    (final,) = await gen.finals()
+    (final,) = await gen.finals(tooling.RepeatWatch(gen.stop_choice) if plan.parses_calls else None)
     choices = []
     for o in final.outputs:
-        content, calls, repeated = parse_answer(o.text) if plan.parses_calls else (o.text, [], False)
+        if plan.parses_calls:
+            content, calls, repeated = parse_answer(o.text)
+        else:
+            content, calls, repeated = (strip_markup(o.text) if plan.strips_markup else o.text), [], False
         choices.append(ChatChoice(
             index=o.index,
             message=AssistantMessage(content=content, tool_calls=[c.to_openai() for c in calls]),
@@ -93,7 +99,7 @@ async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: Asyn
 
 
 async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, include_usage: bool,
-                  parses_calls: bool = False) -> AsyncIterator[str]:
+                  parses_calls: bool = False, strips_markup: bool = False) -> AsyncIterator[str]:
     rid, created = random_id("chatcmpl-"), now()
 
     def chunk(choices: list[ChatChunkChoice]) -> str:
@@ -106,6 +112,8 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, incl
     final: RequestOutput | None = None
     # With tools offered, each choice's text goes through a parser: content and `delta.tool_calls`.
     parsers = {k: ToolCallParser() for k in range(body.n)} if parses_calls else {}
+    # Without calls to parse but after tool results, our tool markup is filtered out of the text.
+    filters = {k: MarkupFilter() for k in range(body.n)} if strips_markup else {}
     async for _, out in gen.outputs():
         for o in out.outputs:
             if o.index in finished:
@@ -119,12 +127,19 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, incl
                     deltas = [DeltaMessage()]
                 for j, delta in enumerate(deltas):
                     yield chunk([ChatChunkChoice(index=o.index, delta=delta, logprobs=lp if j == 0 else None)])
-            elif o.delta_text or lp is not None:
-                yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(content=o.delta_text), logprobs=lp)])
-            # A repeated call ends the choice where it was written, not where the engine stops.
+            else:
+                text = o.delta_text
+                if strips_markup:
+                    f = filters[o.index]
+                    text = f.feed(text) + (f.finish() if o.finish_reason else "")
+                if text or lp is not None:
+                    yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(content=text), logprobs=lp)])
+            # A repeated call ends the choice where it was written, and its engine sequence there.
             repeated = parses_calls and parsers[o.index].ended_by_repeat
             if o.finish_reason or repeated:
                 finished.add(o.index)
+                if not o.finish_reason:
+                    gen.stop_choice(0, o.index)
                 called = parsers[o.index].tool_calls if parses_calls else []
                 reason = tooling.finish_reason(o.finish_reason, called, repeated)
                 yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(), finish_reason=reason,

@@ -16,7 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sse_starlette import ServerSentEvent
 
 from engine import RequestOutput
-from engine.tool_calling import ContentDelta, ToolCallParser, ToolCallStart, parse_answer
+from engine.tool_calling import (
+    ContentDelta,
+    MarkupFilter,
+    ToolCallParser,
+    ToolCallStart,
+    parse_answer,
+    strip_markup,
+)
 from gateway import chat_template, proxy
 from gateway import tools as tooling
 from gateway.deps import Session, State
@@ -204,7 +211,7 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     model = check_request(state, body)
     conversation = await _previous_conversation(session, body.previous_response_id) + _input_messages(body.input)
     turn = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + conversation
-    plan = tool_plan(body)
+    plan = tooling.with_history(tool_plan(body), turn)
     prompt = tooling.render(engine.tokenizer, turn, plan)
     params = sampling_params(body, n=1, max_tokens=body.max_output_tokens, logprobs=None,
                              temperature=body.temperature, top_p=body.top_p, guided=plan.guided)
@@ -214,9 +221,15 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     gen = Generation(state, engine, request, body.priority)
     await gen.start([prompt], params)
     if body.stream:
-        return sse_response(_stream(state, gen, resp, conversation, plan.parses_calls), gen.close)
-    (final,) = await gen.finals()
-    items, repeated = _output_items(final.outputs[0].text) if plan.parses_calls else (None, False)
+        return sse_response(_stream(state, gen, resp, conversation, plan.parses_calls, plan.strips_markup),
+                            gen.close)
+    (final,) = await gen.finals(tooling.RepeatWatch(gen.stop_choice) if plan.parses_calls else None)
+    if plan.parses_calls:
+        items, repeated = _output_items(final.outputs[0].text)
+    elif plan.strips_markup:
+        items, repeated = [OutputMessage(content=[OutputText(text=strip_markup(final.outputs[0].text))])], False
+    else:
+        items, repeated = None, False
     _finish(resp, OutputMessage(), final, items, repeated)
     await _store(state, resp, conversation)
     return resp
@@ -339,7 +352,7 @@ class _StreamedItems:
 
 
 async def _stream(state: ServerState, gen: Generation, resp: ResponseObject, conversation: list[dict],
-                  parses_calls: bool = False) -> AsyncIterator[ServerSentEvent]:
+                  parses_calls: bool = False, strips_markup: bool = False) -> AsyncIterator[ServerSentEvent]:
     seq = 0
 
     def event(e: Event) -> ServerSentEvent:
@@ -350,6 +363,7 @@ async def _stream(state: ServerState, gen: Generation, resp: ResponseObject, con
 
     items = _StreamedItems()
     parser = ToolCallParser() if parses_calls else None
+    markup = MarkupFilter() if strips_markup else None  # free text after tool results
     yield event(ResponseLifecycleEvent(type="response.created", response=resp))
     yield event(ResponseLifecycleEvent(type="response.in_progress", response=resp))
     try:
@@ -360,13 +374,18 @@ async def _stream(state: ServerState, gen: Generation, resp: ResponseObject, con
         async for _, out in gen.outputs():
             delta = out.outputs[0].delta_text
             if parser is None:
+                if markup is not None:
+                    delta = markup.feed(delta) + (markup.finish() if out.finished else "")
                 if delta:
                     for e in items.text(delta):
                         yield event(e)
             else:
+                repeated_before = parser.ended_by_repeat
                 for ev in parser.feed(delta) + (parser.finish() if out.finished else []):
                     for e in items.feed(ev):
                         yield event(e)
+                if parser.ended_by_repeat and not repeated_before and not out.finished:
+                    gen.stop_choice(0, 0)  # the rest would be dropped: end the engine's work here
             final = out
         assert final is not None and final.finished
         repeated = parser is not None and parser.ended_by_repeat

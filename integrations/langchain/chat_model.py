@@ -5,6 +5,7 @@ the chat template or our Hermes preamble for the prompt, grammar-constrained dec
 still emits calls whose arguments parse and match their schema, and the same parser for the text."""
 
 import json
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
@@ -30,6 +31,7 @@ from engine import AsyncEngine, RequestOutput, SamplingParams
 from engine.tool_calling import (
     JSON_REPLY_NOTE,
     ContentDelta,
+    MarkupFilter,
     ToolCall,
     ToolCallParser,
     ToolCallStart,
@@ -37,6 +39,7 @@ from engine.tool_calling import (
     guided_for_tools,
     parse_tool_calls,
     render_chat,
+    strip_markup,
     wants_json_note,
     with_system_note,
 )
@@ -51,6 +54,7 @@ class _Request:
     uses_tools: bool  # tools were offered, so the output is parsed for calls
     model_name: str
     lora: str | None = None  # a LoRA adapter of the engine (engine_config's lora_modules)
+    strips_markup: bool = False  # no calls parsed, tool results in the history: MarkupFilter
 
 
 def _usage(out: RequestOutput) -> UsageMetadata:
@@ -192,18 +196,35 @@ class ChatSLLM(BaseChatModel):
             max_tokens=kwargs.get("max_tokens", self.max_tokens), seed=kwargs.get("seed", self.seed),
             stop=list(stop if stop is not None else self.stop or []), guided=guided,
         )
-        return _Request(engine, prompt, params, bool(tools) and tool_choice != "none", model, lora)
+        uses_tools = bool(tools) and tool_choice != "none"
+        history = any(m.get("role") == "tool" or m.get("tool_calls") for m in chat)
+        return _Request(engine, prompt, params, uses_tools, model, lora, strips_markup=not uses_tools and history)
 
     def _metadata(self, req: _Request, out: RequestOutput, called: bool) -> dict[str, Any]:
         finish = "tool_calls" if called else out.outputs[0].finish_reason
         return {"model_name": req.lora or req.engine.served_model_name, "finish_reason": finish,
                 "model_provider": "sllm"}
 
+    async def _generate_watched(self, req: _Request, request_id: str) -> AsyncIterator[RequestOutput]:
+        """The engine's outputs; with tools offered, a repeated call (which the parser drops, with
+        all after it) stops the engine's sequence there instead of at max_tokens."""
+        watch = ToolCallParser() if req.uses_tools else None
+        async for out in req.engine.generate(req.prompt, req.params, request_id, lora_request=req.lora):
+            if watch is not None and not watch.ended_by_repeat:
+                watch.feed(out.outputs[0].delta_text)
+                if watch.ended_by_repeat and not out.finished:
+                    req.engine.stop_sequence(request_id)
+            yield out
+
     async def _complete(self, messages, stop, kwargs) -> ChatResult:
         req = self._request(messages, stop, kwargs)
-        out = await req.engine.generate_full(req.prompt, req.params, lora_request=req.lora)
+        out = None
+        async for latest in self._generate_watched(req, uuid.uuid4().hex):
+            out = latest
+        assert out is not None
         text = out.outputs[0].text
-        content, calls = parse_tool_calls(text) if req.uses_tools else (text, [])
+        content, calls = parse_tool_calls(text) if req.uses_tools else (
+            strip_markup(text) if req.strips_markup else text, [])
         valid, invalid = _lc_tool_calls(calls)
         meta = self._metadata(req, out, bool(calls))
         message = AIMessage(content=content or "", tool_calls=valid, invalid_tool_calls=invalid,
@@ -214,13 +235,16 @@ class ChatSLLM(BaseChatModel):
     async def _chunks(self, messages, stop, kwargs) -> AsyncIterator[ChatGenerationChunk]:
         req = self._request(messages, stop, kwargs)
         parser = ToolCallParser() if req.uses_tools else None
+        markup = MarkupFilter() if req.strips_markup else None
         last: RequestOutput | None = None
-        async for out in req.engine.generate(req.prompt, req.params, lora_request=req.lora):
+        async for out in self._generate_watched(req, uuid.uuid4().hex):
             last = out
             delta = out.outputs[0].delta_text
             if parser is not None:
                 chunk = _events_chunk(parser.feed(delta) + (parser.finish() if out.finished else []))
             else:
+                if markup is not None:
+                    delta = markup.feed(delta) + (markup.finish() if out.finished else "")
                 chunk = AIMessageChunk(content=delta) if delta else None
             if chunk is not None:
                 yield ChatGenerationChunk(message=chunk)

@@ -5,6 +5,7 @@ model open tool calls under tool_choice auto."""
 import copy
 import json
 import re
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -145,10 +146,14 @@ def test_loop_breaker_completes_json_the_model_would_loop_in(llm):
     assert "\n" not in out.text  # compact JSON
     repeats, gd.loop_repeats = gd.loop_repeats, 0
     try:
-        off = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
+        off = llm.generate([prompt], replace(params, guided_budget_close=False), use_tqdm=False)[0].outputs[0]
+        # Without the breaker, budget-aware closing still completes the object at the end of the budget.
+        closed = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
     finally:
         gd.loop_repeats = repeats
     assert off.finish_reason == "length"
+    assert len(closed.token_ids) == params.max_tokens, closed.text
+    jsonschema.validate(json.loads(closed.text), JOKE)
 
 
 WEATHER = [{"type": "function", "function": {

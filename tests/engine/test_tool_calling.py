@@ -534,3 +534,37 @@ def test_decode_step_time_with_and_without_grammar(llm):
                       f"{1000 * mask:.2f} ms ({100 * mask / step:.1f}%) over {len(steps)} steps")
     finally:
         del gd.constrain
+
+
+MARKUP_TEXTS = [
+    "<tool_response>\n7006652\n</tool_response>",
+    "The answer is <tool_response>42</tool_response>. Done </tool_call> now <tool_resp",
+    '<tool_response>\nx\n</tool_response>\n<tool_call>\n{"name": "g", "arguments": {"x": 1}}\n</tool_call>',
+]
+
+
+@pytest.mark.parametrize("text", MARKUP_TEXTS)
+def test_our_markup_never_reaches_content(text):
+    """The tool-result tags (which the default model echoes after a result) and a stray call end are
+    removed from content, whole-text or streamed in any chunking; a cut tag at the end is dropped."""
+    from engine.tool_calling import TOOL_MARKUP, MarkupFilter, strip_markup
+
+    content, calls = parse_tool_calls(text)
+    stripped = strip_markup(text)
+    for out in (content or "", stripped):
+        assert not any(m in out for m in TOOL_MARKUP) and "<tool_resp" not in out
+    rng = random.Random(1)
+    for trial in range(50):
+        parser, filt = ToolCallParser(), MarkupFilter()
+        events, pieces, i = [], [], 0
+        while i < len(text):
+            k = 1 if trial == 0 else rng.randint(1, 6)
+            events += parser.feed(text[i:i + k])
+            pieces.append(filt.feed(text[i:i + k]))
+            i += k
+        events += parser.finish()
+        pieces.append(filt.finish())
+        assert collect(events)[0] == content and "".join(pieces) == stripped
+        assert all(not any(m in p for m in TOOL_MARKUP) for p in pieces)
+    assert parse_tool_calls(MARKUP_TEXTS[0]) == ("7006652", [])
+    assert strip_markup(MARKUP_TEXTS[1]) == "The answer is 42. Done  now"

@@ -288,3 +288,55 @@ def test_responses_stream_function_call_events(client):
     (call,) = final.output
     assert call.type == "function_call" and json.loads(call.arguments) == json.loads(deltas)
     jsonschema.validate(json.loads(deltas), ADD)
+
+
+def test_a_repeated_call_stops_the_engine_there(server, client):
+    """The repeat that ends an answer also ends its engine sequence: fewer completion tokens than the
+    budget (which the repeat used to run to), plain and streamed, and no KV block left behind."""
+    body = {"model": MODEL, "messages": REPEATERS[0], "tools": WEATHER_TOOL, "tool_choice": "required",
+            "temperature": 0, "max_tokens": 128}
+    plain = client.chat.completions.create(**body)
+    assert plain.choices[0].finish_reason == "tool_calls" and len(plain.choices[0].message.tool_calls) == 1
+    # One call and its repeat (~25 tokens each), not the 128 the model would run on to.
+    assert plain.usage.completion_tokens < 80, plain.usage
+    chunks = _sse(server, {**body, "stream": True, "stream_options": {"include_usage": True}})
+    assert chunks[-1]["usage"]["completion_tokens"] == plain.usage.completion_tokens
+    responses = client.responses.create(model=MODEL, input=REPEATERS[0][0]["content"], tools=[RESPONSES_TOOL],
+                                        tool_choice="required", temperature=0, max_output_tokens=128)
+    assert responses.status == "completed" and responses.usage.output_tokens < 80
+    server.assert_no_leak()
+
+
+# Issue 17, case 2 (n8n's AI Agent + Calculator): the answer after a tool result echoed our markup.
+CALCULATOR = {"type": "function", "function": {
+    "name": "calculator", "description": "Useful for getting the result of a math expression.",
+    "parameters": {"type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}}}
+AFTER_RESULT = [
+    {"role": "system", "content": "You are a helpful assistant"},
+    {"role": "user", "content": "Use the calculator to compute 1234 * 5678"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": "calculator", "arguments": '{"input": "1234 * 5678"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "7006652"},
+]
+MARKUP = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+
+
+@pytest.mark.parametrize("choice", ["auto", "none"])
+def test_no_tool_markup_in_answers_after_a_tool_result(server, client, choice):
+    for seed in (0, 1, 2):
+        body = {"model": MODEL, "messages": AFTER_RESULT, "tools": [CALCULATOR], "tool_choice": choice,
+                "max_tokens": 48, "temperature": 0 if seed == 0 else 1.0, "seed": seed}
+        plain = client.chat.completions.create(**body).choices[0].message.content or ""
+        streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in _sse(server, {**body, "stream": True})
+                           if c["choices"])
+        assert streamed == plain
+        items = [{"type": "message", "role": m["role"], "content": m["content"]} for m in AFTER_RESULT[:2]] + [
+            {"type": "function_call", "call_id": "call_1", "name": "calculator", "arguments": '{"input": "1234 * 5678"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "7006652"}]
+        kwargs = {"model": MODEL, "input": items, "tools": [{"type": "function", **CALCULATOR["function"]}],
+                  "tool_choice": choice, "max_output_tokens": 48, "temperature": body["temperature"]}
+        answer = client.responses.create(**kwargs).output_text
+        with client.responses.stream(**kwargs) as stream:
+            deltas = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+        for text in (plain, streamed, answer, deltas):
+            assert not any(m in text for m in MARKUP), text

@@ -159,3 +159,21 @@ def test_bad_tool_schema_is_a_value_error():
     bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "objectx"}}}
     with pytest.raises(ValueError, match="parameters"):
         chat().bind_tools([bad]).invoke("hi")
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["invoke", "stream"])
+def test_a_repeated_call_stops_the_engine_there(streaming):
+    """With parallel calls on, the default model writes the call, then the same call again until
+    max_tokens: the repeat ends the answer and its engine sequence there (fewer output tokens than the
+    budget), with every KV block back in the pool."""
+    model = chat(streaming=streaming, max_tokens=128).bind_tools([get_weather], tool_choice="any",
+                                                                 parallel_tool_calls=True)
+    msg = model.invoke("What's the weather in Seoul?")
+    assert len(msg.tool_calls) == 1 and msg.response_metadata["finish_reason"] == "tool_calls"
+    assert msg.usage_metadata["output_tokens"] < 80, msg.usage_metadata  # not the 128 it would run on to
+    engine = shared_engine("default", ENGINE)
+    for _ in range(200):  # the stop is a command the step thread takes between two steps
+        if not engine.engine.has_unfinished_requests():
+            break
+        asyncio.run(asyncio.sleep(0.01))
+    engine.engine.block_manager.check_no_leak()
