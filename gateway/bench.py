@@ -29,6 +29,10 @@ def bench_serve(
         "llama-server", "--llama-server",
         help="llama.cpp server binary to compare (PATH, else the one scripts/build_llama_server.sh cached)"),
     gguf: Path | None = typer.Option(None, "--gguf", help="GGUF for llama.cpp (default: the default model's)"),
+    llama_args: str = typer.Option(
+        "", "--llama-args",
+        help="Extra llama-server arguments, e.g. '-fa off' (its CPU flash attention, on by default, "
+             "measured 1.7x slower per token here)"),
     quantization: str = typer.Option(
         "auto", "--quantization", help="Our server's weight modes to run, comma-separated (auto, none, gguf)"),
     speculative_config: str | None = typer.Option(
@@ -88,14 +92,15 @@ def bench_serve(
             with sllm_server(model, max_num_seqs, env) as target:
                 direct_and_proxied(name, target)
     peer: Summary | None = None
-    with llama_cpp_server(llama_server, gguf, max_concurrency or max_num_seqs) as found:
+    with llama_cpp_server(llama_server, gguf, max_concurrency or max_num_seqs, llama_args.split()) as found:
         if found is None:
             print(f"llama.cpp server ({llama_server}) is not installed: its comparison is skipped "
                   "(scripts/build_llama_server.sh builds and caches it)")
         else:
-            peer = asyncio.run(over_http("llama.cpp", found.url, found.served))
+            name = f"llama.cpp {llama_args}".strip()
+            peer = asyncio.run(over_http(name, found.url, found.served))
             summaries.append(peer)
-            rss["llama.cpp"] = found.peak_rss_mib()
+            rss[name] = found.peak_rss_mib()
     if compare_engine:
         async def in_process() -> Summary:
             with in_process_engine(model, max_num_seqs) as engine:
@@ -152,7 +157,7 @@ def _print_ratios(summaries, peer) -> None:
     for s in summaries:
         if s is peer or not s.completed:
             continue
-        print(f"{s.name} / llama.cpp: throughput {s.output_throughput / peer.output_throughput:.2f}x, "
+        print(f"{s.name} / {peer.name}: throughput {s.output_throughput / peer.output_throughput:.2f}x, "
               f"TTFT p50 {percentile(s.ttfts(), 50) / percentile(p_ttft, 50):.2f}x, "
               f"TTFT p99 {percentile(s.ttfts(), 99) / percentile(p_ttft, 99):.2f}x, "
               f"TPOT p50 {percentile(s.tpots(), 50) / percentile(p_tpot, 50):.2f}x (lower is better for times)")

@@ -115,7 +115,8 @@ def find_llama_server(binary: str) -> str | None:
 
 
 @contextmanager
-def llama_cpp_server(binary: str, gguf: Path | None, parallel: int) -> Iterator[Target | None]:
+def llama_cpp_server(binary: str, gguf: Path | None, parallel: int,
+                     extra_args: list[str] | None = None) -> Iterator[Target | None]:
     """llama.cpp's server on the same GGUF, or None when it is not installed."""
     exe = find_llama_server(binary)
     if exe is None:
@@ -126,7 +127,7 @@ def llama_cpp_server(binary: str, gguf: Path | None, parallel: int) -> Iterator[
     model_file = gguf or default_model_path()
     port = _free_port()
     cmd = [exe, "-m", str(model_file), "--host", "127.0.0.1", "--port", str(port), "-np", str(parallel),
-           "-c", str(4096 * parallel)]
+           "-c", str(4096 * parallel), *(extra_args or [])]
     # Its shared ggml libraries sit beside the binary when built from source.
     lib_dir = str(Path(exe).resolve().parent)
     env = os.environ | {"LD_LIBRARY_PATH": os.pathsep.join(filter(None, [lib_dir, os.environ.get("LD_LIBRARY_PATH")]))}

@@ -111,6 +111,18 @@ def http_sender(client: httpx.AsyncClient, base_url: str, model: str, max_tokens
         body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
                 "ignore_eos": True, "stream_options": {"include_usage": True}}
         t0 = time.perf_counter()
+        for attempt in range(2):
+            try:
+                return await _stream(body, t0)
+            except httpx.RemoteProtocolError:
+                # A kept-alive connection the server closed as the request went out (llama.cpp's server
+                # does between requests): nothing was processed, so the request goes again, once, on a
+                # new connection, still timed from its first try.
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _stream(body: dict, t0: float) -> RequestResult:
         ttft, chunks, usage = None, 0, None
         async with client.stream("POST", f"{base_url}/completions", json=body) as resp:
             if resp.status_code != 200:
