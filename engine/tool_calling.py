@@ -752,7 +752,9 @@ class MarkupFilter:
     """Free text fed in pieces with our tool markup (TOOL_MARKUP and `<tool_call>`) removed, for
     answers whose calls are not parsed (tool_choice none, or no tools) but whose history holds tool
     results in that markup. Like the call parser's content: a partly written tag is held back (and
-    dropped at the end), and leading and trailing whitespace is removed."""
+    dropped at the end). Text with no markup passes whole; once a tag was removed, the whitespace it
+    leaves at the start and end of the answer goes too (`<tool_response>\nRESULT\n</tool_response>`
+    reads as RESULT)."""
 
     MARKERS = (TOOL_CALL_OPEN, *TOOL_MARKUP)
 
@@ -760,6 +762,7 @@ class MarkupFilter:
         self._buf = ""
         self._pending_ws = ""
         self._started = False
+        self._removed = False
 
     def feed(self, delta: str) -> str:
         self._buf += delta
@@ -767,6 +770,7 @@ class MarkupFilter:
         while (found := min(((at, m) for m in self.MARKERS if (at := self._buf.find(m)) >= 0), default=None)):
             out.append(self._buf[:found[0]])
             self._buf = self._buf[found[0] + len(found[1]):]
+            self._removed = True
         keep = max(_held_prefix(self._buf, m) for m in self.MARKERS)
         out.append(self._buf[: len(self._buf) - keep])
         self._buf = self._buf[len(self._buf) - keep:]
@@ -774,11 +778,13 @@ class MarkupFilter:
 
     def finish(self) -> str:
         self._buf = ""
-        return ""
+        tail, self._pending_ws = ("" if self._removed else self._pending_ws), ""
+        return tail
 
     def _text(self, text: str) -> str:
+        # Trailing whitespace waits: a tag after it would make it the answer's end.
         text = self._pending_ws + text
-        if not self._started:
+        if not self._started and self._removed:
             text = text.lstrip()
         body = text.rstrip()
         self._pending_ws = text[len(body):]

@@ -568,3 +568,14 @@ def test_our_markup_never_reaches_content(text):
         assert all(not any(m in p for m in TOOL_MARKUP) for p in pieces)
     assert parse_tool_calls(MARKUP_TEXTS[0]) == ("7006652", [])
     assert strip_markup(MARKUP_TEXTS[1]) == "The answer is 42. Done  now"
+
+
+def test_text_without_markup_passes_whole():
+    """Whitespace is only trimmed where removed markup left it: an answer cut at a space keeps it, so
+    streamed content equals the streamed logprob tokens."""
+    from engine.tool_calling import MarkupFilter, strip_markup
+
+    for text in ("  The weather is sunny, ", "\nline\n\n", "a < b and c > d "):
+        assert strip_markup(text) == text
+        f = MarkupFilter()
+        assert "".join(f.feed(ch) for ch in text) + f.finish() == text
