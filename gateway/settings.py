@@ -37,6 +37,17 @@ def parse_lora_modules(value: Any) -> dict[str, str]:
     return out
 
 
+class _LoRAModules(BaseModel):
+    """`lora_modules` given as NAME=PATH strings (flags, variables) or a mapping (config file)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lora_list(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("lora_modules") is not None:
+            data = {**data, "lora_modules": parse_lora_modules(data["lora_modules"])}
+        return data
+
+
 class UpstreamURL(BaseModel):
     """One upstream server of a model: its base URL (with /v1) and, if it differs, its own key or name."""
 
@@ -52,7 +63,7 @@ class UpstreamURL(BaseModel):
         return self.api_key or default
 
 
-class ModelEntry(BaseModel):
+class ModelEntry(_LoRAModules):
     """One served model: embedded (`model`: 'default', an HF folder or a .gguf, run by our engine) or
     upstream (`upstream`: one or more OpenAI-compatible servers; requests are forwarded). Engine
     settings left out take the server-wide values; each embedded model has its own KV budget."""
@@ -89,13 +100,6 @@ class ModelEntry(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _lora_list(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("lora_modules") is not None:
-            data = {**data, "lora_modules": parse_lora_modules(data["lora_modules"])}
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
     def _urls(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("upstream"), (str, dict)):
             data = {**data, "upstream": [data["upstream"]]}
@@ -124,7 +128,7 @@ class ModelEntry(BaseModel):
         return default_served_name(self.model or "default")
 
 
-class Settings(BaseModel):
+class Settings(_LoRAModules):
     model: str = "default"
     served_model_name: str | None = None
     host: str = "127.0.0.1"
@@ -178,13 +182,6 @@ class Settings(BaseModel):
     max_lora_rank: int = Field(64, ge=1)
     # Served models; empty: the one embedded `model` above. Names must be unique.
     models: list[ModelEntry] = Field(default_factory=list)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _lora_list(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("lora_modules") is not None:
-            data = {**data, "lora_modules": parse_lora_modules(data["lora_modules"])}
-        return data
 
     @model_validator(mode="after")
     def _unique_names(self) -> "Settings":

@@ -14,6 +14,7 @@ import torch
 from transformers import AutoTokenizer
 
 from engine import LLM, InvalidRequestError, SamplingParams
+from engine.json_bench import TOOL_SCHEMAS, TOOLS
 from engine.tool_calling import (
     JSON_REPLY_NOTE,
     ContentDelta,
@@ -31,32 +32,8 @@ from engine.tool_calling import (
     with_system_note,
 )
 
-TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "Current weather for a city.",
-        "parameters": {"type": "object", "properties": {
-            "city": {"type": "string", "description": "City name"},
-            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
-            "required": ["city"]}}},
-    {"type": "function", "function": {
-        "name": "add", "description": "Add two integers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-                       "required": ["a", "b"]}}},
-    {"type": "function", "function": {
-        "name": "search_products", "description": "Search the product catalog.",
-        "parameters": {"type": "object", "properties": {
-            "query": {"type": "string"},
-            "max_results": {"type": "integer", "minimum": 1, "maximum": 50},
-            "in_stock": {"type": "boolean"}},
-            "required": ["query"]}}},
-    {"type": "function", "function": {
-        "name": "send_email", "description": "Send an email.",
-        "parameters": {"type": "object", "properties": {
-            "to": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-            "subject": {"type": "string"}, "body": {"type": "string"}},
-            "required": ["to", "subject"]}}},
-]
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+# The same four tools `sllm bench json` measures with.
+SCHEMAS = TOOL_SCHEMAS
 
 # (prompt, the tool it asks for): the named mode forces that tool.
 PROMPTS = [
