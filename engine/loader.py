@@ -71,9 +71,15 @@ def convert_gguf(gguf: Path) -> Path:
         config["architectures"] = [type(model).__name__]
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         tok.save_pretrained(str(tmp))
+        if (target / "model.safetensors").exists():
+            return target  # another process converted it meanwhile (parallel tests); its copy is read already
         if target.exists():
             shutil.rmtree(target)
-        tmp.rename(target)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "model.safetensors").exists():
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -5,7 +5,9 @@
 //
 // CHECK_JSON: {"node": "...", "field": "...", "minItems": 1}. Passes when the run has no error and
 // the node's first output holds at least minItems items whose `field` is a non-empty value (and,
-// with EXPECT_REGEX, the first one matches it). Prints one line and exits 0 or 1.
+// with EXPECT_REGEX, the first one matches it). With "answers" (a number per item), it also prints
+// how many items' `field` holds their number, and fails under E2E_MIN_RIGHT (default 0: only report).
+// Prints one line and exits 0 or 1.
 import { readFileSync } from 'node:fs';
 
 const [file, checkJson, expect] = process.argv.slice(2);
@@ -42,6 +44,20 @@ if (last.error) fail(`node "${check.node}" failed: ${last.error.message}`);
 const items = last.data?.main?.[0] ?? [];
 const minItems = check.minItems ?? 1;
 if (items.length < minItems) fail(`node "${check.node}" returned ${items.length} items, expected at least ${minItems}`);
+if (check.answers) {
+	// A number counts when it stands alone in the text, with or without thousands separators.
+	const holds = (text, n) => new RegExp(`(^|[^\\d.,])${n}(?![\\d]|[.,]\\d)`).test(String(text).replace(/(\d),(?=\d{3}\b)/g, '$1'));
+	const right = check.answers.filter((n, i) => items[i] && holds(items[i].json?.[check.field] ?? '', n)).length;
+	const min = Number(process.env.E2E_MIN_RIGHT ?? 0);
+	for (const [i, n] of check.answers.entries()) {
+		const json = items[i]?.json ?? {};
+		const said = String(json[check.field] ?? (json.error ? `error: ${json.error}` : ''));
+		console.log(`     ${holds(said, n) ? 'right' : 'wrong'} ${n}: ${said.replace(/\s+/g, ' ').slice(0, 100)}`);
+	}
+	if (right < min) fail(`"${check.node}" answered ${right} of ${check.answers.length} right, under E2E_MIN_RIGHT=${min}`);
+	console.log(`ok   ${check.node}: ${right} of ${check.answers.length} answers hold the right number`);
+	process.exit(0);
+}
 if (check.field) {
 	for (const [index, item] of items.entries()) {
 		const value = item.json?.[check.field];

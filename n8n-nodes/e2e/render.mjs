@@ -2,7 +2,7 @@
 // Writes what e2e/run.sh imports into n8n: credentials.json, workflows.json and checks.json.
 //
 //   node e2e/render.mjs --out DIR --base-url URL --model NAME [--api-key KEY]
-//                       [--workflows chat,chat-model,agent,openai-chat,openai-responses,examples]
+//                       [--workflows chat,chat-model,agent,agent-math,openai-chat,openai-responses,examples]
 //
 // Node types of this package are prefixed "CUSTOM." when n8n loads the package through
 // N8N_CUSTOM_EXTENSIONS, and "n8n-nodes-sllm." (--prefix) when it is installed as a package, which is
@@ -33,6 +33,11 @@ const OPENAI_CRED = { id: 'openaiE2eCred001', name: 'OpenAI API pointed at sllm 
 const baseUrl = args['base-url'].replace(/\/+$/, '');
 const model = args.model;
 const PROMPT = 'Reply with exactly one word: pong';
+// The issue's agent check: each question needs the calculator, and the answer is the exact number.
+const MATH = [
+	['1234 * 5678', 7006652], ['987 + 654', 1641], ['1000 - 357', 643], ['144 / 12', 12], ['25 * 25', 625],
+	['4096 / 64', 64], ['333 + 444 + 555', 1332], ['12 * 34 - 56', 352], ['99 * 101', 9999], ['7 * 8 * 9', 504],
+];
 
 const credentials = [
 	{ ...SLLM_CRED, type: 'sllmApi', data: { baseUrl, apiKey: args['api-key'] } },
@@ -113,6 +118,32 @@ const builders = {
 			Calculator: ai('ai_tool', 'AI Agent'),
 		}),
 		check: { node: 'AI Agent', field: 'output' },
+	}),
+	// n8n's AI Agent with n8n's own OpenAI Chat Model node (its default, the Responses API) and the
+	// Calculator tool, over ten questions; the check counts the answers holding the right number.
+	'agent-math': () => ({
+		workflow: workflow('sllmE2eAgentMath', "e2e: AI Agent, n8n's OpenAI Chat Model and the Calculator", [
+			trigger(),
+			node('Questions', 'n8n-nodes-base.code', 2, {
+				jsCode: `return ${JSON.stringify(MATH.map(([q, answer]) => ({ question: `Use the calculator to compute ${q}.`, answer })))}.map((json) => ({ json }));`,
+			}),
+			node('AI Agent', '@n8n/n8n-nodes-langchain.agent', 2.2, {
+				promptType: 'define',
+				text: '={{ $json.question }}',
+				options: { maxIterations: 4 },
+			}, { onError: 'continueRegularOutput' }), // a question the agent gives up on counts as wrong
+			node('OpenAI Chat Model', '@n8n/n8n-nodes-langchain.lmChatOpenAi', 1.3, {
+				model: { __rl: true, mode: 'id', value: model },
+				options: { temperature: 0, maxTokens: 128 },
+			}, { credentials: { openAiApi: OPENAI_CRED } }),
+			node('Calculator', '@n8n/n8n-nodes-langchain.toolCalculator', 1, {}),
+		], {
+			Start: main('Questions'),
+			Questions: main('AI Agent'),
+			'OpenAI Chat Model': ai('ai_languageModel', 'AI Agent'),
+			Calculator: ai('ai_tool', 'AI Agent'),
+		}),
+		check: { node: 'AI Agent', field: 'output', minItems: MATH.length, answers: MATH.map(([, a]) => a) },
 	}),
 	'openai-chat': () => ({
 		workflow: workflow('sllmE2eOpenAi001', "e2e: n8n's OpenAI Chat Model (Chat Completions) on sllm", [
