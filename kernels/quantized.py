@@ -1,7 +1,7 @@
 """Weights kept in GGUF's quantized blocks (`QuantizedWeight`), and the ops that read them: the matmul
 (`quantized_linear`) and the row lookup of a quantized embedding table (`quantized_embedding`).
 
-The torch reference dequantizes the blocks as the GGUF format defines them (ggml's `dequantize_row_*`)
+The torch reference dequantizes the blocks as the GGUF format defines them (kernels/gguf_blocks.py)
 and calls `F.linear`; on the CPU, few-row products go to the C++ kernel (csrc/quantized_linear.h), which
 reads each block once and dequantizes it in registers, so its result is the reference's up to float
 rounding."""
@@ -14,12 +14,12 @@ import torch
 import torch.nn.functional as F
 
 from kernels.cpu.build import cpu_kernels_available
+from kernels.gguf_blocks import BLOCK, NAMES, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, decode_blocks
 
-# GGML type ids (gguf.GGMLQuantizationType), and (weights, bytes) per block.
-Q4_0, Q4_1, Q8_0 = 2, 3, 8
-BLOCK = {Q4_0: (32, 18), Q4_1: (32, 20), Q8_0: (32, 34)}
 SUPPORTED_TYPES = frozenset(BLOCK)
-NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0"}
+__all__ = ["BLOCK", "NAMES", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "SUPPORTED_TYPES",
+           "QuantizedWeight", "cat_rows", "dequantize", "quantize_q8_0", "quantized_embedding", "quantized_linear",
+           "quantized_linear_ref", "serves_quantized"]
 
 
 @dataclass(frozen=True)
@@ -51,23 +51,7 @@ def cat_rows(parts: list[torch.Tensor | QuantizedWeight]) -> torch.Tensor | Quan
 
 def dequantize(w: QuantizedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The reference: every block's weights as the format defines them, [N, K]."""
-    return _dequantize_rows(w.data, w.qtype).reshape(w.shape).to(dtype)
-
-
-def _dequantize_rows(data: torch.Tensor, qtype: int) -> torch.Tensor:
-    per, size = BLOCK[qtype]
-    blocks = data.reshape(-1, size)
-    d = blocks[:, :2].contiguous().view(torch.float16).float()  # [B, 1]
-    if qtype == Q8_0:
-        return d * blocks[:, 2:].contiguous().view(torch.int8).float()
-    start = 4 if qtype == Q4_1 else 2
-    qs = blocks[:, start:]
-    # A block's 16 bytes hold weights 0-15 in their low nibbles and 16-31 in their high ones.
-    q = torch.cat([qs & 0x0F, qs >> 4], dim=1).float()  # [B, 32]
-    if qtype == Q4_0:
-        return d * (q - 8)
-    m = blocks[:, 2:4].contiguous().view(torch.float16).float()
-    return d * q + m
+    return decode_blocks(w.data, w.qtype).reshape(w.shape).to(dtype)
 
 
 def quantized_linear_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -111,7 +95,7 @@ def quantized_embedding(ids: torch.Tensor, w: QuantizedWeight) -> torch.Tensor:
     if rows.device.type == "cpu" and cpu_kernels_available():
         flat = torch.ops.sllm_cpu.dequantize(rows, w.qtype, w.shape[1])
     else:
-        flat = _dequantize_rows(rows, w.qtype)
+        flat = decode_blocks(rows, w.qtype)
     return flat.reshape(*ids.shape, w.shape[1])
 
 
