@@ -17,6 +17,8 @@ BLOCK = {
     Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34),
     Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
 }
+# Byte offsets of the fp16 fields (scale, minimum) in each type's block; the other bytes are integers.
+HALF_FIELDS = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), Q8_0: (0,), Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,)}
 NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q5_0: "Q5_0", Q5_1: "Q5_1", Q8_0: "Q8_0",
          Q4_K: "Q4_K", Q5_K: "Q5_K", Q6_K: "Q6_K"}
 

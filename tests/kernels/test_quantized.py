@@ -10,6 +10,7 @@ from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
 from kernels.cpu.build import cpu_kernels_available
+from kernels.gguf_blocks import HALF_FIELDS
 from kernels.quantized import (
     BLOCK,
     NAMES,
@@ -32,8 +33,6 @@ from kernels.quantized import (
 from tests.cpu_paths import cpu_paths
 
 TYPES = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K]
-# Byte offsets of each type's fp16 fields (scale, minimum); every other byte is a free bit pattern.
-HALVES = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), Q8_0: (0,), Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,)}
 needs_kernels = pytest.mark.skipif(not cpu_kernels_available(), reason="the C++ CPU kernels did not build")
 
 
@@ -44,7 +43,7 @@ def random_weight(n: int, k: int, qtype: int, seed: int = 0) -> QuantizedWeight:
     gen = np.random.default_rng(seed)
     blocks = gen.integers(0, 256, size=(n * k // per, size), dtype=np.uint8)
     scale = 0.02 if per == 32 else 0.0005  # a K-quant multiplies by a 6-bit (or int8) sub-scale too
-    for offset in HALVES[qtype]:
+    for offset in HALF_FIELDS[qtype]:  # every other byte is a free bit pattern
         halves = (gen.standard_normal(n * k // per) * scale).astype(np.float16)
         blocks[:, offset:offset + 2] = halves.view(np.uint8).reshape(-1, 2)
     return QuantizedWeight(torch.from_numpy(blocks.reshape(n, -1)), qtype, (n, k))
