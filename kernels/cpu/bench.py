@@ -171,7 +171,13 @@ def quantized_linear_cases(hidden: int, intermediate: int, vocab: int, path: str
     tied LM head (Q8_0, vocab rows) at M = 1; then the other served types at M = 1 and 4, the K-quants
     with K rounded up to whole 256-weight super-blocks. Bandwidth-bound: GB/s counts the blocks read."""
     from kernels.gguf_blocks import BLOCK, HALF_FIELDS, NAMES, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
-    from kernels.quantized import QuantizedWeight, dequantize, quantized_linear
+    from kernels.quantized import (
+        QuantizedWeight,
+        dequantize,
+        int8_activations,
+        quantized_linear,
+        quantized_linear_int8_ref,
+    )
 
     gen = torch.Generator().manual_seed(0)
     shapes = [(qt, 2 * intermediate, m) for qt in (Q4_1, Q8_0) for m in (1, 4, 8, 32)] + [(Q8_0, vocab, 1)]
@@ -197,7 +203,23 @@ def quantized_linear_cases(hidden: int, intermediate: int, vocab: int, path: str
                           shape=f"M={m} N={n} K={k}", run=run, ref=ref,
                           check=lambda run=run, ref=ref: rel_err(run(), ref()), tol=TOL[torch.float32],
                           bytes=data.numel()))
+        if qtype == Q4_1 and m <= 8:
+            cases.append(_int8_activation_case(x, w, dense, path, int8_activations, quantized_linear,
+                                               quantized_linear_int8_ref))
     return cases
+
+
+def _int8_activation_case(x, w, dense, path, int8_activations, quantized_linear, int8_ref) -> Case:
+    """The opt-in int8-activation product of a Q4_1 weight (quantized_linear.h), checked against its own
+    exact reference, timed against the fp32 F.linear like the float kernel above it."""
+
+    def run():
+        with int8_activations():
+            return quantized_linear(x, w)
+
+    return Case(name=f"quantized_linear Q4_1 int8-activations [C++ {path}] vs fp32 F.linear",
+                shape=f"M={x.shape[0]} N={w.shape[0]} K={w.shape[1]}", run=run, ref=lambda: F.linear(x, dense),
+                check=lambda: rel_err(run(), int8_ref(x, w)), tol=TOL[torch.float32], bytes=w.data.numel())
 
 
 def time_case(case: Case, copy_gbps: float, min_seconds: float) -> Row:

@@ -25,9 +25,11 @@ from kernels.quantized import (
     QuantizedWeight,
     cat_rows,
     dequantize,
+    int8_activations,
     quantize_q8_0,
     quantized_embedding,
     quantized_linear,
+    quantized_linear_int8_ref,
     quantized_linear_ref,
 )
 from tests.cpu_paths import cpu_paths
@@ -90,6 +92,29 @@ def test_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
     got = quantized_linear(x, w, bias)
     want = quantized_linear_ref(x, w, bias)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+@needs_kernels
+@pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
+@pytest.mark.parametrize("m,n,k", [(1, 37, 32), (2, 200, 96), (3, 129, 576), (5, 77, 64), (8, 300, 128),
+                                   (17, 53, 96)])
+def test_int8_activation_kernel_equals_its_reference(cpu_path, m, n, k):
+    """The opt-in int8-activation Q4_1 path: its own reference up to float rounding, and the float
+    product within the activations' rounding (1% of the largest output on these random blocks)."""
+    w = random_weight(n, k, Q4_1, seed=m * n)
+    gen = torch.Generator().manual_seed(k)
+    x = torch.randn(m, k, generator=gen)
+    bias = torch.randn(n, generator=gen)
+    k_weight, x256 = random_weight(n, 256, Q4_K), torch.randn(m, 256, generator=gen)
+    with int8_activations():
+        got = quantized_linear(x, w, bias)
+        other = quantized_linear(x256, k_weight)  # other types keep float activations
+    want = quantized_linear_int8_ref(x, w, bias)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    exact = quantized_linear_ref(x, w, bias)
+    torch.testing.assert_close(got, exact, rtol=0, atol=0.01 * exact.abs().max().item())
+    assert not torch.equal(got, quantized_linear(x, w, bias))  # outside the block: float activations again
+    assert torch.equal(other, quantized_linear(x256, k_weight))
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)

@@ -45,7 +45,15 @@ constexpr int64_t kMinRowsPerThread = 128;
 }  // namespace
 
 QuantizedKernel quantized_linear_kernel() {
-  switch (pick_isa(isa_ceiling(), kQuantBlock)) {
+  const Isa isa = pick_isa(isa_ceiling(), kQuantBlock);
+  if (int8_activations()) {
+    switch (isa) {
+      case Isa::Avx512: return cpu_has_avx512_vnni() ? quantized_linear_int8_avx512 : quantized_linear_int8_avx2;
+      case Isa::Avx2: return quantized_linear_int8_avx2;
+      default: return quantized_linear_int8_generic;
+    }
+  }
+  switch (isa) {
     case Isa::Avx512: return quantized_linear_avx512;
     case Isa::Avx2: return quantized_linear_avx2;
     default: return quantized_linear_generic;
@@ -111,9 +119,14 @@ at::Tensor dequantize(const at::Tensor& data, int64_t qtype, int64_t k) {
   return out;
 }
 
+void set_int8_activations_op(bool on) { set_int8_activations(on); }
+bool int8_activations_op() { return int8_activations(); }
+
 }  // namespace sllm_cpu
 
 TORCH_LIBRARY_FRAGMENT(sllm_cpu, m) {
+  m.def("set_int8_activations(bool on) -> ()", &sllm_cpu::set_int8_activations_op);
+  m.def("int8_activations() -> bool", &sllm_cpu::int8_activations_op);
   m.def("quantized_linear(Tensor x, Tensor data, int qtype, int n, int k, Tensor? bias=None) -> Tensor");
   m.def("dequantize(Tensor data, int qtype, int k) -> Tensor");
 }

@@ -38,8 +38,37 @@ void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, co
 void quantized_linear_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                              int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
 
-// The path under the ceiling of isa.h.
+// The path under the ceiling of isa.h (the int8-activation one below while it is switched on).
 QuantizedKernel quantized_linear_kernel();
+
+// Opt-in, Q4_1 weights only (other types take the float kernels): x quantized to int8 per 32 values
+// (quantize_activations, as llama.cpp's Q8_1 but with float32 scales), then integer dot products per
+// block, d_w * d_x * sum(q_w * q_x) + m_w * s_x, with AVX-512 VNNI (vpdpbusd) where the CPU has it,
+// AVX2's maddubs otherwise. Fewer instructions per weight than the float path, at the cost of the
+// activations' rounding (kernels/quantized.py: `quantized_linear_int8_ref` is its exact reference).
+void set_int8_activations(bool on);
+bool int8_activations();
+void quantized_linear_int8_generic(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w,
+                                   int64_t qtype, int64_t row_bytes, const float* bias, int64_t n0, int64_t n1,
+                                   float* y, int64_t ldy);
+void quantized_linear_int8_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                                int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
+void quantized_linear_int8_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w,
+                                  int64_t qtype, int64_t row_bytes, const float* bias, int64_t n0, int64_t n1,
+                                  float* y, int64_t ldy);
+// Whether the CPU has AVX-512 VNNI (the int8 AVX-512 path needs it; without it AVX2's path runs).
+bool cpu_has_avx512_vnni();
+
+// Rows of x as int8 blocks: q [m, k], and per 32 values the scale d = max|x| / 127 and s = d * sum(q).
+// `q`, `d`, `s` have room for m rows (row strides k and k / 32). Portable, so every path agrees.
+void quantize_activations(const float* x, int64_t m, int64_t ldx, int64_t k, int8_t* q, float* d, float* s);
+// The same into this thread's buffers (valid until its next call): what each int8 kernel call reads.
+struct Int8Rows {
+  const int8_t* q;
+  const float* d;
+  const float* s;
+};
+Int8Rows quantize_activations_here(const float* x, int64_t m, int64_t ldx, int64_t k);
 
 // IEEE half to float, for the blocks' scales (portable; the vector paths use F16C).
 float half_to_float(uint16_t h);
