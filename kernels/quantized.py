@@ -1,25 +1,27 @@
 """Weights kept in GGUF's quantized blocks (`QuantizedWeight`), and the ops that read them: the matmul
 (`quantized_linear`) and the row lookup of a quantized embedding table (`quantized_embedding`).
 
-The torch reference dequantizes the blocks as the GGUF format defines them (ggml's `dequantize_row_*`)
+The torch reference dequantizes the blocks as the GGUF format defines them (kernels/gguf_blocks.py)
 and calls `F.linear`; on the CPU, few-row products go to the C++ kernel (csrc/quantized_linear.h), which
 reads each block once and dequantizes it in registers, so its result is the reference's up to float
 rounding."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from kernels.cpu.build import cpu_kernels_available
+from kernels.gguf_blocks import BLOCK, NAMES, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, decode_blocks
 
-# GGML type ids (gguf.GGMLQuantizationType), and (weights, bytes) per block.
-Q4_0, Q4_1, Q8_0 = 2, 3, 8
-BLOCK = {Q4_0: (32, 18), Q4_1: (32, 20), Q8_0: (32, 34)}
 SUPPORTED_TYPES = frozenset(BLOCK)
-NAMES = {Q4_0: "Q4_0", Q4_1: "Q4_1", Q8_0: "Q8_0"}
+__all__ = ["BLOCK", "NAMES", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "SUPPORTED_TYPES",
+           "QuantizedWeight", "cat_rows", "dequantize", "quantize_q8_0", "quantized_embedding", "quantized_linear",
+           "quantized_linear_ref", "serves_quantized", "int8_activations", "quantized_linear_int8_ref"]
 
 
 @dataclass(frozen=True)
@@ -51,28 +53,51 @@ def cat_rows(parts: list[torch.Tensor | QuantizedWeight]) -> torch.Tensor | Quan
 
 def dequantize(w: QuantizedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The reference: every block's weights as the format defines them, [N, K]."""
-    return _dequantize_rows(w.data, w.qtype).reshape(w.shape).to(dtype)
-
-
-def _dequantize_rows(data: torch.Tensor, qtype: int) -> torch.Tensor:
-    per, size = BLOCK[qtype]
-    blocks = data.reshape(-1, size)
-    d = blocks[:, :2].contiguous().view(torch.float16).float()  # [B, 1]
-    if qtype == Q8_0:
-        return d * blocks[:, 2:].contiguous().view(torch.int8).float()
-    start = 4 if qtype == Q4_1 else 2
-    qs = blocks[:, start:]
-    # A block's 16 bytes hold weights 0-15 in their low nibbles and 16-31 in their high ones.
-    q = torch.cat([qs & 0x0F, qs >> 4], dim=1).float()  # [B, 32]
-    if qtype == Q4_0:
-        return d * (q - 8)
-    m = blocks[:, 2:4].contiguous().view(torch.float16).float()
-    return d * q + m
+    return decode_blocks(w.data, w.qtype).reshape(w.shape).to(dtype)
 
 
 def quantized_linear_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
     """The product with the dequantized weight, in float: what the model means."""
     return F.linear(x, dequantize(w, x.dtype), bias)
+
+
+def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows [M, K] as int8 per 32 values, as the C++ int8 path quantizes them (same float32 operations,
+    so the same q): q [M, K], d = max|x| / 127 and s = d * sum(q) [M, K / 32]."""
+    blocks = x.float().reshape(x.shape[0], -1, 32)
+    d = blocks.abs().amax(dim=-1, keepdim=True) / 127
+    v = blocks * torch.where(d == 0, torch.zeros_like(d), 1 / d)
+    q = torch.sign(v) * torch.floor(v.abs() + 0.5)  # half away from zero
+    return q.reshape(x.shape), d.squeeze(-1), d.squeeze(-1) * q.sum(dim=-1)
+
+
+def quantized_linear_int8_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """The int8-activation product of a Q4_1 weight (`int8_activations`) in float64: per block,
+    d_w * d_x * sum(q_w * q_x) + m_w * s_x. Against `quantized_linear_ref` it differs by the activations'
+    rounding (half a step of max|x| / 127 per value)."""
+    if w.qtype != Q4_1:
+        raise ValueError("the int8-activation path serves Q4_1 weights")
+    n, k = w.shape
+    blocks = w.data.reshape(n, k // 32, 20)
+    dw = blocks[..., :2].contiguous().view(torch.float16).double().squeeze(-1)  # [N, K / 32]
+    mw = blocks[..., 2:4].contiguous().view(torch.float16).double().squeeze(-1)
+    qw = torch.cat([blocks[..., 4:] & 0x0F, blocks[..., 4:] >> 4], dim=-1).double()  # [N, K / 32, 32]
+    q, d, s = quantize_activations(x.reshape(-1, k))
+    dots = torch.einsum("nbj,mbj->mnb", qw, q.double().reshape(-1, k // 32, 32))
+    y = (dots * dw * d.double().unsqueeze(1) + mw * s.double().unsqueeze(1)).sum(dim=-1)
+    return (y if bias is None else y + bias.double()).float().reshape(*x.shape[:-1], n)
+
+
+@contextlib.contextmanager
+def int8_activations() -> Iterator[None]:
+    """Within it, the C++ kernels take Q4_1 weights with int8 activations (quantized_linear.h), the
+    few-row op and the one-call decode step alike; an opt-in trade of exactness for speed."""
+    before = torch.ops.sllm_cpu.int8_activations()
+    torch.ops.sllm_cpu.set_int8_activations(True)
+    try:
+        yield
+    finally:
+        torch.ops.sllm_cpu.set_int8_activations(before)
 
 
 # Rows of x up to which the C++ kernel beats dequantizing the weight for MKL's GEMM. Measured against
@@ -111,7 +136,7 @@ def quantized_embedding(ids: torch.Tensor, w: QuantizedWeight) -> torch.Tensor:
     if rows.device.type == "cpu" and cpu_kernels_available():
         flat = torch.ops.sllm_cpu.dequantize(rows, w.qtype, w.shape[1])
     else:
-        flat = _dequantize_rows(rows, w.qtype)
+        flat = decode_blocks(rows, w.qtype)
     return flat.reshape(*ids.shape, w.shape[1])
 
 

@@ -168,21 +168,30 @@ def small_linear_cases(hidden: int, intermediate: int, path: str) -> list[Case]:
 def quantized_linear_cases(hidden: int, intermediate: int, vocab: int, path: str) -> list[Case]:
     """x [M, hidden] times weights in GGUF blocks (kernels/quantized.py) against the same weight
     dequantized for F.linear (MKL): SmolLM2's gate_up in Q4_1 and Q8_0 at M = 1, 4, 8 and 32, and its
-    tied LM head (Q8_0, vocab rows) at M = 1. Bandwidth-bound: GB/s counts the blocks read."""
-    from kernels.quantized import BLOCK, NAMES, Q4_1, Q8_0, QuantizedWeight, dequantize, quantized_linear
+    tied LM head (Q8_0, vocab rows) at M = 1; then the other served types at M = 1 and 4, the K-quants
+    with K rounded up to whole 256-weight super-blocks. Bandwidth-bound: GB/s counts the blocks read."""
+    from kernels.gguf_blocks import BLOCK, HALF_FIELDS, NAMES, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0
+    from kernels.quantized import (
+        QuantizedWeight,
+        dequantize,
+        int8_activations,
+        quantized_linear,
+        quantized_linear_int8_ref,
+    )
 
     gen = torch.Generator().manual_seed(0)
     shapes = [(qt, 2 * intermediate, m) for qt in (Q4_1, Q8_0) for m in (1, 4, 8, 32)] + [(Q8_0, vocab, 1)]
+    shapes += [(qt, 2 * intermediate, m) for qt in (Q4_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) for m in (1, 4)]
     cases = []
     for qtype, n, m in shapes:
         per, size = BLOCK[qtype]
-        data = torch.randint(0, 256, (n * hidden // per, size), dtype=torch.uint8, generator=gen)
-        data[:, :2] = torch.full((n * hidden // per, 1), 0.01, dtype=torch.float16).view(torch.uint8)
-        if qtype == Q4_1:
-            data[:, 2:4] = torch.full((n * hidden // per, 1), -0.05, dtype=torch.float16).view(torch.uint8)
-        w = QuantizedWeight(data.reshape(n, -1), qtype, (n, hidden))
+        k = -(-hidden // per) * per
+        data = torch.randint(0, 256, (n * k // per, size), dtype=torch.uint8, generator=gen)
+        for offset, value in zip(HALF_FIELDS[qtype], (0.01 if per == 32 else 0.0005, -0.05), strict=False):
+            data[:, offset:offset + 2] = torch.full((n * k // per, 1), value, dtype=torch.float16).view(torch.uint8)
+        w = QuantizedWeight(data.reshape(n, -1), qtype, (n, k))
         dense = dequantize(w)
-        x = torch.randn(m, hidden, generator=gen)
+        x = torch.randn(m, k, generator=gen)
 
         def run(x=x, w=w):
             return quantized_linear(x, w)
@@ -191,10 +200,26 @@ def quantized_linear_cases(hidden: int, intermediate: int, vocab: int, path: str
             return F.linear(x, dense)
 
         cases.append(Case(name=f"quantized_linear {NAMES[qtype]} [C++ {path}] vs fp32 F.linear",
-                          shape=f"M={m} N={n} K={hidden}", run=run, ref=ref,
+                          shape=f"M={m} N={n} K={k}", run=run, ref=ref,
                           check=lambda run=run, ref=ref: rel_err(run(), ref()), tol=TOL[torch.float32],
                           bytes=data.numel()))
+        if qtype == Q4_1 and m <= 8:
+            cases.append(_int8_activation_case(x, w, dense, path, int8_activations, quantized_linear,
+                                               quantized_linear_int8_ref))
     return cases
+
+
+def _int8_activation_case(x, w, dense, path, int8_activations, quantized_linear, int8_ref) -> Case:
+    """The opt-in int8-activation product of a Q4_1 weight (quantized_linear.h), checked against its own
+    exact reference, timed against the fp32 F.linear like the float kernel above it."""
+
+    def run():
+        with int8_activations():
+            return quantized_linear(x, w)
+
+    return Case(name=f"quantized_linear Q4_1 int8-activations [C++ {path}] vs fp32 F.linear",
+                shape=f"M={x.shape[0]} N={w.shape[0]} K={w.shape[1]}", run=run, ref=lambda: F.linear(x, dense),
+                check=lambda: rel_err(run(), int8_ref(x, w)), tol=TOL[torch.float32], bytes=w.data.numel())
 
 
 def time_case(case: Case, copy_gbps: float, min_seconds: float) -> Row:

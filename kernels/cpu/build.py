@@ -27,7 +27,8 @@ SOURCES = (
     "isa.cpp", "decode_attention.cpp", "decode_task_generic.cpp", "decode_task_avx2.cpp",
     "decode_task_avx512.cpp", "fused_ops.cpp", "small_linear.cpp", "small_linear_generic.cpp",
     "small_linear_avx2.cpp", "small_linear_avx512.cpp", "quantized_linear.cpp", "quantized_linear_generic.cpp",
-    "quantized_linear_avx2.cpp", "quantized_linear_avx512.cpp", "decode_layers.cpp",
+    "quantized_linear_avx2.cpp", "quantized_linear_avx512.cpp", "quantized_linear_int8.cpp",
+    "quantized_linear_int8_avx2.cpp", "quantized_linear_int8_avx512.cpp", "decode_layers.cpp",
 )
 HEADERS = (
     "isa.h", "decode_attention.h", "decode_task_impl.h", "small_linear.h", "quantized_linear.h", "fused_ops.h", "ops.h",

@@ -1,5 +1,6 @@
-"""GGUF-quantized weights (kernels/quantized.py): blocks decoded bit-exactly as the `gguf` package
-decodes them, and the C++ product against its torch reference on every CPU path, over ragged shapes."""
+"""GGUF-quantized weights (kernels/quantized.py, kernels/gguf_blocks.py): blocks of every served type
+decoded bit-exactly as the `gguf` package decodes them, and the C++ product against its torch reference
+on every CPU path, over ragged shapes."""
 
 import numpy as np
 import pytest
@@ -9,44 +10,72 @@ from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
 from kernels.cpu.build import cpu_kernels_available
+from kernels.gguf_blocks import HALF_FIELDS
 from kernels.quantized import (
     BLOCK,
     NAMES,
     Q4_0,
     Q4_1,
+    Q4_K,
+    Q5_0,
+    Q5_1,
+    Q5_K,
+    Q6_K,
     Q8_0,
     QuantizedWeight,
     cat_rows,
     dequantize,
+    int8_activations,
     quantize_q8_0,
     quantized_embedding,
     quantized_linear,
+    quantized_linear_int8_ref,
     quantized_linear_ref,
 )
 from tests.cpu_paths import cpu_paths
 
-TYPES = [Q4_0, Q4_1, Q8_0]
+TYPES = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K]
 needs_kernels = pytest.mark.skipif(not cpu_kernels_available(), reason="the C++ CPU kernels did not build")
 
 
 def random_weight(n: int, k: int, qtype: int, seed: int = 0) -> QuantizedWeight:
-    """Random blocks: every quant byte value, scales (and Q4_1 minimums) finite halves of both signs."""
+    """Valid random blocks built byte-wise (gguf-py cannot quantize the K-quants): every quant, high-bit
+    and sub-scale byte value, the fp16 scales (and minimums) finite halves of both signs."""
     per, size = BLOCK[qtype]
     gen = np.random.default_rng(seed)
     blocks = gen.integers(0, 256, size=(n * k // per, size), dtype=np.uint8)
-    heads = 4 if qtype == Q4_1 else 2
-    halves = (gen.standard_normal((n * k // per, heads // 2)) * 0.02).astype(np.float16)
-    blocks[:, :heads] = halves.view(np.uint8).reshape(-1, heads)
+    scale = 0.02 if per == 32 else 0.0005  # a K-quant multiplies by a 6-bit (or int8) sub-scale too
+    for offset in HALF_FIELDS[qtype]:  # every other byte is a free bit pattern
+        halves = (gen.standard_normal(n * k // per) * scale).astype(np.float16)
+        blocks[:, offset:offset + 2] = halves.view(np.uint8).reshape(-1, 2)
     return QuantizedWeight(torch.from_numpy(blocks.reshape(n, -1)), qtype, (n, k))
+
+
+def ragged_k(qtype: int, k: int) -> int:
+    """K for a test shape: as given for 32-weight blocks, a multiple of 256 for the K-quants (their rows
+    are whole super-blocks by definition)."""
+    return k if BLOCK[qtype][0] == 32 else 256 * (1 + k % 3)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)
 def test_blocks_decode_as_the_gguf_package_does(qtype):
-    w = random_weight(24, 96, qtype)
+    k = ragged_k(qtype, 96)
+    w = random_weight(24, k, qtype)
     want = gguf_dequantize(w.data.numpy(), GGMLQuantizationType(qtype))
+    assert np.isfinite(want).all()
     assert np.array_equal(dequantize(w).numpy(), want)
     if cpu_kernels_available():
-        assert np.array_equal(torch.ops.sllm_cpu.dequantize(w.data, qtype, 96).numpy(), want)
+        assert np.array_equal(torch.ops.sllm_cpu.dequantize(w.data, qtype, k).numpy(), want)
+
+
+@pytest.mark.parametrize("qtype", [Q5_0, Q5_1], ids=NAMES.get)
+def test_blocks_the_gguf_package_writes_decode_to_its_values(qtype):
+    """Q5_0/Q5_1 blocks as gguf-py quantizes real weights (not only random bytes) decode as it does."""
+    w = torch.randn(16, 160, generator=torch.Generator().manual_seed(9))
+    data = gguf_quantize(w.numpy(), GGMLQuantizationType(qtype))
+    q = QuantizedWeight(torch.from_numpy(data), qtype, (16, 160))
+    assert np.array_equal(dequantize(q).numpy(), gguf_dequantize(data, GGMLQuantizationType(qtype)))
+    torch.testing.assert_close(dequantize(q), w, rtol=0, atol=w.abs().max().item() / 15)
 
 
 @needs_kernels
@@ -55,6 +84,7 @@ def test_blocks_decode_as_the_gguf_package_does(qtype):
 @pytest.mark.parametrize("m,n,k", [(1, 37, 32), (2, 200, 96), (3, 129, 576), (4, 64, 160), (5, 77, 64),
                                    (8, 300, 128), (9, 41, 224), (17, 53, 96), (64, 33, 64)])
 def test_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
+    k = ragged_k(qtype, k)
     w = random_weight(n, k, qtype, seed=m * n)
     gen = torch.Generator().manual_seed(k)
     x = torch.randn(m, k, generator=gen)
@@ -64,17 +94,41 @@ def test_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
 
+@needs_kernels
+@pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
+@pytest.mark.parametrize("m,n,k", [(1, 37, 32), (2, 200, 96), (3, 129, 576), (5, 77, 64), (8, 300, 128),
+                                   (17, 53, 96)])
+def test_int8_activation_kernel_equals_its_reference(cpu_path, m, n, k):
+    """The opt-in int8-activation Q4_1 path: its own reference up to float rounding, and the float
+    product within the activations' rounding (1% of the largest output on these random blocks)."""
+    w = random_weight(n, k, Q4_1, seed=m * n)
+    gen = torch.Generator().manual_seed(k)
+    x = torch.randn(m, k, generator=gen)
+    bias = torch.randn(n, generator=gen)
+    k_weight, x256 = random_weight(n, 256, Q4_K), torch.randn(m, 256, generator=gen)
+    with int8_activations():
+        got = quantized_linear(x, w, bias)
+        other = quantized_linear(x256, k_weight)  # other types keep float activations
+    want = quantized_linear_int8_ref(x, w, bias)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+    exact = quantized_linear_ref(x, w, bias)
+    torch.testing.assert_close(got, exact, rtol=0, atol=0.01 * exact.abs().max().item())
+    assert not torch.equal(got, quantized_linear(x, w, bias))  # outside the block: float activations again
+    assert torch.equal(other, quantized_linear(x256, k_weight))
+
+
 @pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)
 def test_embedding_rows_and_stacked_rows(qtype):
-    w = random_weight(50, 64, qtype, seed=5)
+    k = ragged_k(qtype, 64)
+    w = random_weight(50, k, qtype, seed=5)
     ids = torch.tensor([[3, 0, 49], [7, 7, 1]])
     assert torch.equal(quantized_embedding(ids, w), dequantize(w)[ids])
-    parts = [random_weight(8, 64, qtype, seed=s) for s in (1, 2)]
+    parts = [random_weight(8, k, qtype, seed=s) for s in (1, 2)]
     both = cat_rows(parts)
-    assert isinstance(both, QuantizedWeight) and both.shape == (16, 64)
+    assert isinstance(both, QuantizedWeight) and both.shape == (16, k)
     assert torch.equal(dequantize(both), torch.cat([dequantize(p) for p in parts]))
-    mixed = cat_rows([parts[0], random_weight(8, 64, Q8_0 if qtype != Q8_0 else Q4_0)])
-    assert isinstance(mixed, torch.Tensor) and mixed.shape == (16, 64)
+    mixed = cat_rows([parts[0], random_weight(8, k, Q8_0 if qtype != Q8_0 else Q4_0)])
+    assert isinstance(mixed, torch.Tensor) and mixed.shape == (16, k)
 
 
 def test_int8_weights_are_q8_0_blocks_as_the_gguf_package_writes_them():
@@ -93,3 +147,9 @@ def test_int8_weights_are_q8_0_blocks_as_the_gguf_package_writes_them():
 def test_a_malformed_weight_is_refused():
     with pytest.raises(ValueError, match="multiple of 32"):
         QuantizedWeight(torch.zeros(4, 20, dtype=torch.uint8), Q4_1, (4, 40))
+    with pytest.raises(ValueError, match="multiple of 256"):
+        QuantizedWeight(torch.zeros(4, 72, dtype=torch.uint8), Q4_K, (4, 128))
+    if cpu_kernels_available():
+        with pytest.raises(RuntimeError, match="multiple of 256"):
+            torch.ops.sllm_cpu.quantized_linear(torch.zeros(1, 128), torch.zeros(4, 72, dtype=torch.uint8), Q4_K,
+                                                4, 128, None)

@@ -18,8 +18,22 @@ int64_t quant_block_bytes(int64_t qtype) {
   switch (qtype) {
     case kQ4_0: return 18;
     case kQ4_1: return 20;
+    case kQ5_0: return 22;
+    case kQ5_1: return 24;
     case kQ8_0: return 34;
+    case kQ4_K: return 144;
+    case kQ5_K: return 176;
+    case kQ6_K: return 210;
     default: return 0;
+  }
+}
+
+int64_t quant_block_weights(int64_t qtype) {
+  switch (qtype) {
+    case kQ4_K:
+    case kQ5_K:
+    case kQ6_K: return kMaxQuantBlock;
+    default: return quant_block_bytes(qtype) ? kQuantBlock : 0;
   }
 }
 
@@ -31,7 +45,15 @@ constexpr int64_t kMinRowsPerThread = 128;
 }  // namespace
 
 QuantizedKernel quantized_linear_kernel() {
-  switch (pick_isa(isa_ceiling(), kQuantBlock)) {
+  const Isa isa = pick_isa(isa_ceiling(), kQuantBlock);
+  if (int8_activations()) {
+    switch (isa) {
+      case Isa::Avx512: return cpu_has_avx512_vnni() ? quantized_linear_int8_avx512 : quantized_linear_int8_avx2;
+      case Isa::Avx2: return quantized_linear_int8_avx2;
+      default: return quantized_linear_int8_generic;
+    }
+  }
+  switch (isa) {
     case Isa::Avx512: return quantized_linear_avx512;
     case Isa::Avx2: return quantized_linear_avx2;
     default: return quantized_linear_generic;
@@ -41,10 +63,11 @@ QuantizedKernel quantized_linear_kernel() {
 void check_quantized_weight(const at::Tensor& data, int64_t qtype, int64_t n, int64_t k) {
   const int64_t bb = quant_block_bytes(qtype);
   TORCH_CHECK(bb > 0, "sllm_cpu: no quantized kernel for GGML type ", qtype);
-  TORCH_CHECK(k % kQuantBlock == 0, "sllm_cpu: K must be a multiple of ", kQuantBlock);
+  const int64_t per = quant_block_weights(qtype);
+  TORCH_CHECK(k % per == 0, "sllm_cpu: K must be a multiple of ", per, " for GGML type ", qtype);
   TORCH_CHECK(data.device().is_cpu() && data.scalar_type() == at::kByte && data.is_contiguous() && data.dim() == 2 &&
-                  data.size(0) == n && data.size(1) == k / kQuantBlock * bb,
-              "sllm_cpu: the weight must be contiguous uint8 [N, K / 32 * block bytes]");
+                  data.size(0) == n && data.size(1) == k / per * bb,
+              "sllm_cpu: the weight must be contiguous uint8 [N, K / block weights * block bytes]");
 }
 
 at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int64_t qtype, int64_t n, int64_t k,
@@ -84,20 +107,26 @@ at::Tensor dequantize(const at::Tensor& data, int64_t qtype, int64_t k) {
   const int64_t n = data.size(0);
   check_quantized_weight(data, qtype, n, k);
   at::Tensor out = at::empty({n, k}, data.options().dtype(at::kFloat));
-  const int64_t bb = quant_block_bytes(qtype), blocks = k / kQuantBlock, row_bytes = data.size(1);
+  const int64_t bb = quant_block_bytes(qtype), per = quant_block_weights(qtype), blocks = k / per;
+  const int64_t row_bytes = data.size(1);
   const uint8_t* src = data.data_ptr<uint8_t>();
   float* dst = out.data_ptr<float>();
   at::parallel_for(0, n, 64, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t b = 0; b < blocks; ++b) dequantize_block(src + r * row_bytes + b * bb, qtype, dst + r * k + b * kQuantBlock);
+      for (int64_t b = 0; b < blocks; ++b) dequantize_block(src + r * row_bytes + b * bb, qtype, dst + r * k + b * per);
     }
   });
   return out;
 }
 
+void set_int8_activations_op(bool on) { set_int8_activations(on); }
+bool int8_activations_op() { return int8_activations(); }
+
 }  // namespace sllm_cpu
 
 TORCH_LIBRARY_FRAGMENT(sllm_cpu, m) {
+  m.def("set_int8_activations(bool on) -> ()", &sllm_cpu::set_int8_activations_op);
+  m.def("int8_activations() -> bool", &sllm_cpu::int8_activations_op);
   m.def("quantized_linear(Tensor x, Tensor data, int qtype, int n, int k, Tensor? bias=None) -> Tensor");
   m.def("dequantize(Tensor data, int qtype, int k) -> Tensor");
 }

@@ -1,11 +1,14 @@
-// y = x W^T (+ bias) where W stays in GGUF's quantized blocks (Q4_0, Q4_1, Q8_0: 32 weights a block).
-// Each block is dequantized in registers (d * q + m, as the format defines it) and multiplied with the
+// y = x W^T (+ bias) where W stays in GGUF's quantized blocks: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (32 weights
+// a block) and the K-quants Q4_K, Q5_K, Q6_K (256-weight super-blocks of 8 or 16 sub-scales; see
+// kernels/gguf_blocks.py for the layouts). Every path walks a row 32 weights at a time: each 32 are
+// dequantized in registers (their scale, and minimum, decoded from the block) and multiplied with the
 // float32 activations, so the result is the float product with the dequantized weight up to rounding
 // (kernels/quantized.py's `quantized_linear_ref`). The weight is read once for all rows of x.
 //
 // llama.cpp instead quantizes the activations to int8 per block and takes integer dot products, which
 // costs fewer instructions; on the default model that flipped greedy choices against the float
-// reference in 212 of 512 tokens (16 prompts), far from the float product's agreement, so it is not used.
+// reference (345-370 of 512 tokens agree over 16 prompts, 6-8 of 16 answers whole, by path), far from the
+// float product's 512 of 512, so it is only an opt-in (set_int8_activations below).
 // No torch headers (see decode_attention.h).
 #pragma once
 
@@ -13,13 +16,17 @@
 
 namespace sllm_cpu {
 
+// The weights every path dequantizes at once (a legacy block, a K-quant sub-block or two of Q6_K's).
 constexpr int64_t kQuantBlock = 32;
-constexpr int64_t kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8;  // GGML type ids
+constexpr int64_t kMaxQuantBlock = 256;  // a K-quant super-block
+constexpr int64_t kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8;  // GGML type ids
+constexpr int64_t kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
 // Rows of x one pass over the weight serves; more rows take more passes.
 constexpr int64_t kQuantMaxRows = 8;
 
-// Bytes of one block of `qtype`, or 0 for a type without a kernel.
+// Bytes and weights of one block of `qtype`, or 0 for a type without a kernel.
 int64_t quant_block_bytes(int64_t qtype);
+int64_t quant_block_weights(int64_t qtype);
 
 // Output columns [n0, n1) of y [M, N] (row stride ldy) from M <= kQuantMaxRows rows of x [M, K] (row
 // stride ldx); weight row n starts at w + n * row_bytes.
@@ -32,12 +39,56 @@ void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, co
 void quantized_linear_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                              int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
 
-// The path under the ceiling of isa.h.
+// The path under the ceiling of isa.h (the int8-activation one below while it is switched on).
 QuantizedKernel quantized_linear_kernel();
+
+// Opt-in, Q4_1 weights only (other types take the float kernels): x quantized to int8 per 32 values
+// (quantize_activations, as llama.cpp's Q8_1 but with float32 scales), then integer dot products per
+// block, d_w * d_x * sum(q_w * q_x) + m_w * s_x, with AVX-512 VNNI (vpdpbusd) where the CPU has it,
+// AVX2's maddubs otherwise. Fewer instructions per weight than the float path, at the cost of the
+// activations' rounding (kernels/quantized.py: `quantized_linear_int8_ref` is its exact reference).
+void set_int8_activations(bool on);
+bool int8_activations();
+void quantized_linear_int8_generic(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w,
+                                   int64_t qtype, int64_t row_bytes, const float* bias, int64_t n0, int64_t n1,
+                                   float* y, int64_t ldy);
+void quantized_linear_int8_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                                int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
+void quantized_linear_int8_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w,
+                                  int64_t qtype, int64_t row_bytes, const float* bias, int64_t n0, int64_t n1,
+                                  float* y, int64_t ldy);
+// Whether the CPU has AVX-512 VNNI (the int8 AVX-512 path needs it; without it AVX2's path runs).
+bool cpu_has_avx512_vnni();
+
+// Rows of x as int8 blocks: q [m, k], and per 32 values the scale d = max|x| / 127 and s = d * sum(q).
+// `q`, `d`, `s` have room for m rows (row strides k and k / 32). Portable, so every path agrees.
+void quantize_activations(const float* x, int64_t m, int64_t ldx, int64_t k, int8_t* q, float* d, float* s);
+// The same into this thread's buffers (valid until its next call): what each int8 kernel call reads.
+struct Int8Rows {
+  const int8_t* q;
+  const float* d;
+  const float* s;
+};
+Int8Rows quantize_activations_here(const float* x, int64_t m, int64_t ldx, int64_t k);
 
 // IEEE half to float, for the blocks' scales (portable; the vector paths use F16C).
 float half_to_float(uint16_t h);
-// One block's 32 weights as the format defines them (the dequantize op and the portable path).
+// One block's weights (quant_block_weights) as the format defines them, operation for operation as
+// ggml does, so bit-exact (the dequantize op and the portable path).
 void dequantize_block(const uint8_t* blk, int64_t qtype, float* out);
+
+namespace {
+// Sub-block j's 6-bit scale and minimum in Q4_K/Q5_K's 12 packed bytes (ggml's get_scale_min_k4).
+// Internal linkage: each path compiles its own copy under its own target flags (see vec_avx2.h).
+inline void scale_min_k4(int j, const uint8_t* q, int& scale, int& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+}  // namespace
 
 }  // namespace sllm_cpu

@@ -1,5 +1,6 @@
-// The AVX2 path of quantized_linear.h: a block's 32 weights widened to four vectors of 8 floats
-// (d * q + m in one FMA each), then four FMAs per row of x. One or two rows keep several accumulators
+// The AVX2 path of quantized_linear.h: 32 weights at a time widened to four vectors of 8 floats
+// (d * q + m in one FMA each; a K-quant's sub-scales decoded first), then four FMAs per row of x. The
+// type is a template parameter, so each type's loop carries no branch on it. One or two rows keep several accumulators
 // each, so the FMA chains do not wait on each other's latency. The pragma enables AVX2 for this file
 // only; the op calls it only on a CPU that has it.
 #include <cstdint>
@@ -24,42 +25,99 @@ inline float half_at(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// The block's weights 0-7, 8-15, 16-23, 24-31 as floats.
-inline void widen(const uint8_t* blk, int64_t qtype, __m256 out[4]) {
-  const __m256 d = _mm256_set1_ps(half_at(blk));
-  if (qtype == kQ8_0) {
+// 8 bytes widened to 8 int32 lanes.
+inline __m256i bytes8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Bits first..first+7 of a Q5 block's qh as 0 or 16 per lane: weights first..first+7's fifth bits.
+inline __m256i fifth_bits(__m256i qh, int first) {
+  const __m256i at = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(first));
+  return _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, at), _mm256_set1_epi32(1)), 4);
+}
+
+constexpr bool is_k(int Q) { return Q == kQ4_K || Q == kQ5_K || Q == kQ6_K; }
+constexpr int64_t block_weights(int Q) { return is_k(Q) ? kMaxQuantBlock : kQuantBlock; }
+
+// Weights 32c..32c+31 of the block as floats, in four vectors of 8 (c is 0 for 32-weight blocks).
+template <int Q>
+inline void widen(const uint8_t* blk, int c, __m256 out[4]) {
+  const __m256i low4 = _mm256_set1_epi32(0x0F);
+  if constexpr (Q == kQ8_0) {
+    const __m256 d = _mm256_set1_ps(half_at(blk));
     for (int v = 0; v < 4; ++v) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v));
       out[v] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
     }
-    return;
-  }
-  const uint8_t* qs = blk + (qtype == kQ4_1 ? 4 : 2);
-  const __m256 m = qtype == kQ4_1 ? _mm256_set1_ps(half_at(blk + 2)) : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
-  const __m256i mask = _mm256_set1_epi32(0x0F);
-  for (int h = 0; h < 2; ++h) {  // bytes 0-7 hold weights 0-7 and 16-23, bytes 8-15 weights 8-15 and 24-31
-    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(qs + 8 * h)));
-    out[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, mask)), d, m);
-    out[h + 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), d, m);
+  } else if constexpr (Q == kQ4_K || Q == kQ5_K) {
+    int sc, mn;
+    scale_min_k4(c, blk + 4, sc, mn);
+    const __m256 d = _mm256_set1_ps(half_at(blk) * static_cast<float>(sc));
+    const __m256 m = _mm256_set1_ps(-(half_at(blk + 2) * static_cast<float>(mn)));
+    const uint8_t* qs = blk + (Q == kQ5_K ? 48 : 16) + 32 * (c / 2);
+    const __m128i nibble = _mm_cvtsi32_si128(4 * (c & 1)), bit = _mm_cvtsi32_si128(c);
+    for (int v = 0; v < 4; ++v) {
+      __m256i q = _mm256_and_si256(_mm256_srl_epi32(bytes8(qs + 8 * v), nibble), low4);
+      if constexpr (Q == kQ5_K) {
+        const __m256i h = _mm256_and_si256(_mm256_srl_epi32(bytes8(blk + 16 + 8 * v), bit), _mm256_set1_epi32(1));
+        q = _mm256_or_si256(q, _mm256_slli_epi32(h, 4));
+      }
+      out[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, m);
+    }
+  } else if constexpr (Q == kQ6_K) {
+    const float d = half_at(blk + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const int h = c / 4, g = c % 4;
+    const uint8_t* ql = blk + 64 * h + 32 * (g & 1);
+    const uint8_t* qh = blk + 128 + 32 * h;
+    const __m128i nibble = _mm_cvtsi32_si128(4 * (g >> 1)), pair = _mm_cvtsi32_si128(2 * g);
+    for (int v = 0; v < 4; ++v) {
+      const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(bytes8(ql + 8 * v), nibble), low4);
+      const __m256i hi = _mm256_and_si256(_mm256_srl_epi32(bytes8(qh + 8 * v), pair), _mm256_set1_epi32(3));
+      const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+      out[v] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(d * static_cast<float>(sc[2 * c + v / 2])));
+    }
+  } else {  // Q4_0, Q4_1, Q5_0, Q5_1
+    constexpr bool with_min = Q == kQ4_1 || Q == kQ5_1, five = Q == kQ5_0 || Q == kQ5_1;
+    const uint8_t* qs = blk + (with_min ? 4 : 2) + (five ? 4 : 0);
+    const __m256 d = _mm256_set1_ps(half_at(blk));
+    const __m256 m = with_min ? _mm256_set1_ps(half_at(blk + 2))
+                              : _mm256_mul_ps(d, _mm256_set1_ps(Q == kQ4_0 ? -8.0f : -16.0f));
+    uint32_t bits = 0;
+    if constexpr (five) std::memcpy(&bits, qs - 4, 4);
+    const __m256i qh = _mm256_set1_epi32(static_cast<int>(bits));
+    for (int h = 0; h < 2; ++h) {  // bytes 0-7 hold weights 0-7 and 16-23, bytes 8-15 weights 8-15 and 24-31
+      const __m256i b = bytes8(qs + 8 * h);
+      __m256i lo = _mm256_and_si256(b, low4), hi = _mm256_srli_epi32(b, 4);
+      if constexpr (five) {
+        lo = _mm256_or_si256(lo, fifth_bits(qh, 8 * h));
+        hi = _mm256_or_si256(hi, fifth_bits(qh, 16 + 8 * h));
+      }
+      out[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), d, m);
+      out[h + 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), d, m);
+    }
   }
 }
 
 // A accumulators per row for M rows.
-template <int M, int A>
-void rows(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype, int64_t row_bytes,
-          const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const int64_t bb = quant_block_bytes(qtype);
+template <int Q, int M, int A>
+void rows(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
+          int64_t n1, float* y, int64_t ldy) {
+  constexpr int64_t per = block_weights(Q);
+  const int64_t bb = quant_block_bytes(Q);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
     __m256 acc[M][A];
     for (int i = 0; i < M; ++i)
       for (int a = 0; a < A; ++a) acc[i][a] = _mm256_setzero_ps();
-    for (int64_t c = 0; c < k; c += kQuantBlock) {
-      __m256 wv[4];
-      widen(row + c / kQuantBlock * bb, qtype, wv);
-      for (int i = 0; i < M; ++i) {
-        const float* xi = x + i * ldx + c;
-        for (int v = 0; v < 4; ++v) acc[i][v % A] = _mm256_fmadd_ps(wv[v], _mm256_loadu_ps(xi + 8 * v), acc[i][v % A]);
+    for (int64_t b = 0; b < k / per; ++b) {
+      for (int c = 0; c < per / kQuantBlock; ++c) {
+        __m256 wv[4];
+        widen<Q>(row + b * bb, c, wv);
+        for (int i = 0; i < M; ++i) {
+          const float* xi = x + i * ldx + b * per + c * kQuantBlock;
+          for (int v = 0; v < 4; ++v) acc[i][v % A] = _mm256_fmadd_ps(wv[v], _mm256_loadu_ps(xi + 8 * v), acc[i][v % A]);
+        }
       }
     }
     for (int i = 0; i < M; ++i) {
@@ -70,19 +128,34 @@ void rows(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtyp
   }
 }
 
+template <int Q>
+void by_rows(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes,
+             const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  switch (m) {
+    case 1: return rows<Q, 1, 4>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 2: return rows<Q, 2, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 3: return rows<Q, 3, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 4: return rows<Q, 4, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 5: return rows<Q, 5, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 6: return rows<Q, 6, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 7: return rows<Q, 7, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    default: return rows<Q, 8, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+  }
+}
+
 }  // namespace
 
 void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                            int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  switch (m) {
-    case 1: return rows<1, 4>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 2: return rows<2, 2>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 3: return rows<3, 2>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 4: return rows<4, 2>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 5: return rows<5, 1>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 6: return rows<6, 1>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 7: return rows<7, 1>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    default: return rows<8, 1>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
+  switch (qtype) {
+    case kQ4_0: return by_rows<kQ4_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ4_1: return by_rows<kQ4_1>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ5_0: return by_rows<kQ5_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ5_1: return by_rows<kQ5_1>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ8_0: return by_rows<kQ8_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ4_K: return by_rows<kQ4_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ5_K: return by_rows<kQ5_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    default: return by_rows<kQ6_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
   }
 }
 

@@ -1,5 +1,6 @@
-// The AVX-512 path of quantized_linear.h: a block's 32 weights widened to two vectors of 16 floats
-// (d * q + m in one FMA each), then two FMAs per row of x into that row's two accumulators (one for
+// The AVX-512 path of quantized_linear.h: 32 weights at a time widened to two vectors of 16 floats
+// (d * q + m in one FMA each; a K-quant's sub-scales decoded first, the type a template parameter),
+// then two FMAs per row of x into that row's two accumulators (one for
 // each half of the block, so consecutive FMAs do not wait on each other). The op calls this only on a
 // CPU with AVX-512 F/BW/VL/DQ.
 #include <cstdint>
@@ -23,36 +24,99 @@ inline float half_at(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// The block's weights 0-15 and 16-31 as floats.
-inline void widen(const uint8_t* blk, int64_t qtype, __m512& lo, __m512& hi) {
-  const __m512 d = _mm512_set1_ps(half_at(blk));
-  if (qtype == kQ8_0) {
+// 16 bytes widened to 16 int32 lanes.
+inline __m512i bytes16(const uint8_t* p) { return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// Bits first..first+15 of a Q5 block's qh as 0 or 16 per lane: those weights' fifth bits.
+inline __m512i fifth_bits(__m512i qh, int first) {
+  const __m512i at = _mm512_add_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(first));
+  return _mm512_slli_epi32(_mm512_and_si512(_mm512_srlv_epi32(qh, at), _mm512_set1_epi32(1)), 4);
+}
+
+constexpr bool is_k(int Q) { return Q == kQ4_K || Q == kQ5_K || Q == kQ6_K; }
+constexpr int64_t block_weights(int Q) { return is_k(Q) ? kMaxQuantBlock : kQuantBlock; }
+
+// Weights 32c..32c+15 (lo) and 32c+16..32c+31 (hi) of the block as floats (c is 0 for 32-weight blocks).
+template <int Q>
+inline void widen(const uint8_t* blk, int c, __m512& lo, __m512& hi) {
+  const __m512i low4 = _mm512_set1_epi32(0x0F);
+  if constexpr (Q == kQ8_0) {
+    const __m512 d = _mm512_set1_ps(half_at(blk));
     const __m128i* qs = reinterpret_cast<const __m128i*>(blk + 2);
     lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(qs))), d);
     hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(qs + 1))), d);
-    return;
+  } else if constexpr (Q == kQ4_K || Q == kQ5_K) {
+    int sc, mn;
+    scale_min_k4(c, blk + 4, sc, mn);
+    const __m512 d = _mm512_set1_ps(half_at(blk) * static_cast<float>(sc));
+    const __m512 m = _mm512_set1_ps(-(half_at(blk + 2) * static_cast<float>(mn)));
+    const uint8_t* qs = blk + (Q == kQ5_K ? 48 : 16) + 32 * (c / 2);
+    const __m128i nibble = _mm_cvtsi32_si128(4 * (c & 1)), bit = _mm_cvtsi32_si128(c);
+    __m512i q[2];
+    for (int v = 0; v < 2; ++v) {
+      q[v] = _mm512_and_si512(_mm512_srl_epi32(bytes16(qs + 16 * v), nibble), low4);
+      if constexpr (Q == kQ5_K) {
+        const __m512i h = _mm512_and_si512(_mm512_srl_epi32(bytes16(blk + 16 + 16 * v), bit), _mm512_set1_epi32(1));
+        q[v] = _mm512_or_si512(q[v], _mm512_slli_epi32(h, 4));
+      }
+    }
+    lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q[0]), d, m);
+    hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q[1]), d, m);
+  } else if constexpr (Q == kQ6_K) {
+    const float d = half_at(blk + 208);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+    const int h = c / 4, g = c % 4;
+    const uint8_t* ql = blk + 64 * h + 32 * (g & 1);
+    const uint8_t* qh = blk + 128 + 32 * h;
+    const __m128i nibble = _mm_cvtsi32_si128(4 * (g >> 1)), pair = _mm_cvtsi32_si128(2 * g);
+    __m512 out[2];
+    for (int v = 0; v < 2; ++v) {
+      const __m512i l = _mm512_and_si512(_mm512_srl_epi32(bytes16(ql + 16 * v), nibble), low4);
+      const __m512i u = _mm512_and_si512(_mm512_srl_epi32(bytes16(qh + 16 * v), pair), _mm512_set1_epi32(3));
+      const __m512i q = _mm512_sub_epi32(_mm512_or_si512(l, _mm512_slli_epi32(u, 4)), _mm512_set1_epi32(32));
+      out[v] = _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(d * static_cast<float>(sc[2 * c + v])));
+    }
+    lo = out[0];
+    hi = out[1];
+  } else {  // Q4_0, Q4_1, Q5_0, Q5_1: byte j holds weight j (low nibble) and j + 16 (high nibble)
+    constexpr bool with_min = Q == kQ4_1 || Q == kQ5_1, five = Q == kQ5_0 || Q == kQ5_1;
+    const uint8_t* qs = blk + (with_min ? 4 : 2) + (five ? 4 : 0);
+    const __m512 d = _mm512_set1_ps(half_at(blk));
+    const __m512 m = with_min ? _mm512_set1_ps(half_at(blk + 2))
+                              : _mm512_mul_ps(d, _mm512_set1_ps(Q == kQ4_0 ? -8.0f : -16.0f));
+    const __m512i b = bytes16(qs);
+    __m512i l = _mm512_and_si512(b, low4), u = _mm512_srli_epi32(b, 4);
+    if constexpr (five) {
+      uint32_t bits;
+      std::memcpy(&bits, qs - 4, 4);
+      const __m512i qh = _mm512_set1_epi32(static_cast<int>(bits));
+      l = _mm512_or_si512(l, fifth_bits(qh, 0));
+      u = _mm512_or_si512(u, fifth_bits(qh, 16));
+    }
+    lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(l), d, m);
+    hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), d, m);
   }
-  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (qtype == kQ4_1 ? 4 : 2))));
-  const __m512 m = qtype == kQ4_1 ? _mm512_set1_ps(half_at(blk + 2)) : _mm512_mul_ps(d, _mm512_set1_ps(-8.0f));
-  lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(b, _mm512_set1_epi32(0x0F))), d, m);
-  hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(b, 4)), d, m);
 }
 
-template <int M>
-void rows(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype, int64_t row_bytes,
-          const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const int64_t bb = quant_block_bytes(qtype);
+template <int Q, int M>
+void rows(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
+          int64_t n1, float* y, int64_t ldy) {
+  constexpr int64_t per = block_weights(Q);
+  const int64_t bb = quant_block_bytes(Q);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
     __m512 acc[M][2];
     for (int i = 0; i < M; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (int64_t c = 0; c < k; c += kQuantBlock) {
-      __m512 lo, hi;
-      widen(row + c / kQuantBlock * bb, qtype, lo, hi);
-      for (int i = 0; i < M; ++i) {
-        const float* xi = x + i * ldx + c;
-        acc[i][0] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xi), acc[i][0]);
-        acc[i][1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xi + 16), acc[i][1]);
+    for (int64_t b = 0; b < k / per; ++b) {
+      for (int c = 0; c < per / kQuantBlock; ++c) {
+        __m512 lo, hi;
+        widen<Q>(row + b * bb, c, lo, hi);
+        for (int i = 0; i < M; ++i) {
+          const float* xi = x + i * ldx + b * per + c * kQuantBlock;
+          acc[i][0] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xi), acc[i][0]);
+          acc[i][1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xi + 16), acc[i][1]);
+        }
       }
     }
     for (int i = 0; i < M; ++i)
@@ -60,19 +124,34 @@ void rows(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtyp
   }
 }
 
+template <int Q>
+void by_rows(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes,
+             const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  switch (m) {
+    case 1: return rows<Q, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 2: return rows<Q, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 3: return rows<Q, 3>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 4: return rows<Q, 4>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 5: return rows<Q, 5>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 6: return rows<Q, 6>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 7: return rows<Q, 7>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    default: return rows<Q, 8>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+  }
+}
+
 }  // namespace
 
 void quantized_linear_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                              int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  switch (m) {
-    case 1: return rows<1>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 2: return rows<2>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 3: return rows<3>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 4: return rows<4>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 5: return rows<5>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 6: return rows<6>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    case 7: return rows<7>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
-    default: return rows<8>(x, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
+  switch (qtype) {
+    case kQ4_0: return by_rows<kQ4_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ4_1: return by_rows<kQ4_1>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ5_0: return by_rows<kQ5_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ5_1: return by_rows<kQ5_1>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ8_0: return by_rows<kQ8_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ4_K: return by_rows<kQ4_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ5_K: return by_rows<kQ5_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    default: return by_rows<kQ6_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
   }
 }
 
