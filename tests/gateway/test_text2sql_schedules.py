@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import select
 
-import gateway.scheduler as scheduling
+import gateway.jobs.schedules as scheduling
 from gateway.db import Database
 from gateway.jobs.leases import LeasePolicy, replica_id
-from gateway.scheduler import Scheduler, check_cron, next_after
+from gateway.jobs.schedules import Scheduler, check_cron, next_after
 from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp()

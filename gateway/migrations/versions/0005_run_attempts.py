@@ -1,5 +1,5 @@
 """Schedule runs count their attempts: a run whose replica died is taken over and run once more
-(gateway/scheduler.py); one cut short again is marked interrupted."""
+(gateway/jobs/schedules.py); one cut short again is marked interrupted."""
 
 import sqlalchemy as sa
 from alembic import op

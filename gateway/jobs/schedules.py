@@ -18,7 +18,7 @@ POST their result to the schedule's webhook through the jobs' webhook sender (si
 deliveries are rows).
 
 Cron expressions are evaluated in UTC. `now()` is the clock: tests fast-forward it by patching
-`gateway.scheduler.now` (leases keep real time). Every replica on a database runs a scheduler;
+`gateway.jobs.schedules.now` (leases keep real time). Every replica on a database runs a scheduler;
 the claim above makes each due time run on one of them."""
 
 import asyncio
