@@ -42,11 +42,16 @@ def replicas(request, tiny_model: Path, tmp_path_factory) -> Iterator[tuple[str,
     db_url = database_for(request, tmp)
     keys = {"rpm": _printed(create_key, name="three-a-minute", db=db_url, rpm=3, tpm=None),
             "tpm": _printed(create_key, name="ten-tokens", db=db_url, rpm=None, tpm=10),
-            "free": _printed(create_key, name="unlimited", db=db_url, rpm=None, tpm=None)}
+            "free": _printed(create_key, name="unlimited", db=db_url, rpm=None, tpm=None),
+            "routed": _printed(create_key, name="ten-routed-tokens", db=db_url, rpm=None, tpm=10)}
     with ExitStack() as stack:
         pair = [stack.enter_context(run_server(tmp, db=db_url, model=str(tiny_model), served_model_name="tiny",
                                                max_num_seqs=2)) for _ in range(2)]
-        yield db_url, keys, pair
+        # A third replica with no model of its own, routing `remote` to the first (as compose.yaml's do).
+        upstream = {"name": "remote", "upstream": [{"url": pair[0].base_url, "model": "tiny",
+                                                    "api_key": keys["free"]}]}
+        router = stack.enter_context(run_server(tmp, db=db_url, models=[upstream]))
+        yield db_url, keys, [*pair, router]
 
 
 def _client(server: RunningServer, key: str) -> openai.OpenAI:
@@ -69,7 +74,7 @@ def _usage_recorded(db_url: str, key: str, requests: int) -> None:
 
 
 def test_a_key_over_its_requests_per_minute_gets_429_from_either_replica(replicas):
-    db_url, keys, (a, b) = replicas
+    db_url, keys, (a, b, _router) = replicas
     _clear_of_the_minute_boundary()
     remaining = []
     for server in (a, b, a):
@@ -93,7 +98,7 @@ def test_a_key_over_its_requests_per_minute_gets_429_from_either_replica(replica
 
 
 def test_a_key_over_its_tokens_per_minute_gets_429_and_usage_is_listed(replicas):
-    db_url, keys, (a, b) = replicas
+    db_url, keys, (a, b, _router) = replicas
     _clear_of_the_minute_boundary()
     raw = _client(a, keys["tpm"]).completions.with_raw_response.create(model="tiny", prompt="Hello there",
                                                                         max_tokens=8, temperature=0)
@@ -110,6 +115,18 @@ def test_a_key_over_its_tokens_per_minute_gets_429_and_usage_is_listed(replicas)
     rows = [json.loads(line) for line in _printed(key_usage, db=db_url, by="hour", as_json=True).splitlines()]
     assert [(r["requests"], r["prompt_tokens"], r["completion_tokens"]) for r in rows if r["key"] == "ten-tokens"] == [
         (1, usage.prompt_tokens, usage.completion_tokens)]
-    assert {r["key"] for r in rows} <= {"ten-tokens", "three-a-minute", "unlimited"}  # refused requests: not usage
+    assert {r["key"] for r in rows} <= {"ten-tokens", "three-a-minute", "unlimited", "ten-routed-tokens"}  # refused requests: not usage
     table = _printed(key_usage, db=db_url, by="day", as_json=False)
     assert "ten-tokens" in table and "prompt_tokens" in table
+
+
+def test_a_routed_answer_counts_its_tokens_too(replicas):
+    db_url, keys, (a, _b, router) = replicas
+    _clear_of_the_minute_boundary()
+    answer = _client(router, keys["routed"]).completions.create(model="remote", prompt="Hello there", max_tokens=8,
+                                                                temperature=0)
+    assert answer.usage.total_tokens >= 10
+    _usage_recorded(db_url, "ten-routed-tokens", 1)
+    with pytest.raises(openai.RateLimitError) as exc:
+        _client(a, keys["routed"]).completions.create(model="tiny", prompt="Hi", max_tokens=1)
+    assert exc.value.body["type"] == "tokens"
