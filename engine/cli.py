@@ -64,6 +64,7 @@ def _register_optional_commands() -> None:
     for module, attr, target, name in (
         ("gateway.cli", "serve", app, "serve"),
         ("gateway.cli", "create_key", keys_app, "create"),
+        ("gateway.cli", "key_usage", keys_app, "usage"),
         ("gateway.bench", "bench_serve", bench_app, "serve"),
         ("engine.bench", "bench_offline", bench_app, "offline"),
         ("engine.json_bench", "bench_json", bench_app, "json"),

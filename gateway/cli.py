@@ -1,6 +1,8 @@
 """`sllm serve`: flags named as `vllm serve` names them, each also an SLLM_* environment variable.
 Imports stay inside the function: every `sllm` command imports this module."""
 
+from typing import Annotated
+
 import typer
 
 
@@ -86,6 +88,13 @@ def serve(
     job_scan_s: float = typer.Option(
         2.0, "--job-scan-s", envvar="SLLM_JOB_SCAN_S",
         help="How often the server looks for job work nobody holds (new, or a dead replica's)"),
+    rate_limit_rpm: int | None = typer.Option(
+        None, "--rate-limit-rpm", envvar="SLLM_RATE_LIMIT_RPM",
+        help="Requests per minute for each database API key without a limit of its own (sllm keys create --rpm); "
+             "counted in the database, so shared by replicas on it"),
+    rate_limit_tpm: int | None = typer.Option(
+        None, "--rate-limit-tpm", envvar="SLLM_RATE_LIMIT_TPM",
+        help="Tokens (prompt + completion) per minute for each database API key without a limit of its own"),
     max_file_bytes: int = typer.Option(100 * 1024 * 1024, "--max-file-bytes", envvar="SLLM_MAX_FILE_BYTES",
                                        help="Largest file /v1/files accepts"),
     enable_lora: bool = typer.Option(
@@ -132,6 +141,7 @@ def serve(
         priority_batch=priority_batch, priority_schedule=priority_schedule,
         allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,
         job_concurrency=job_concurrency, job_lease_s=job_lease_s, job_scan_s=job_scan_s,
+        rate_limit_rpm=rate_limit_rpm, rate_limit_tpm=rate_limit_tpm,
         enable_lora=enable_lora, lora_modules=list(lora_modules), max_loras=max_loras, max_lora_rank=max_lora_rank,
         max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         db=db,
@@ -163,6 +173,11 @@ def serve(
 def create_key(
     name: str = typer.Argument(..., help="Who or what the key is for"),
     db: str | None = typer.Option(None, "--db", envvar="SLLM_DB", help="SQLite file or SQLAlchemy URL"),
+    # Annotated: the defaults stay plain values when tests call this function directly.
+    rpm: Annotated[int | None, typer.Option(
+        "--rpm", min=1, help="Requests per minute (default: the server's --rate-limit-rpm)")] = None,
+    tpm: Annotated[int | None, typer.Option(
+        "--tpm", min=1, help="Tokens per minute (default: the server's --rate-limit-tpm)")] = None,
 ):
     """Create an API key, stored hashed in the server's database; prints it once. A server started
     after this requires a key on every /v1 route."""
@@ -177,8 +192,44 @@ def create_key(
         try:
             await database.create_all()
             async with database.sessions() as session:
-                return await create_api_key(session, name)
+                return await create_api_key(session, name, rpm=rpm, tpm=tpm)
         finally:
             await database.dispose()
 
     print(asyncio.run(run()))
+
+
+def key_usage(
+    db: str | None = typer.Option(None, "--db", envvar="SLLM_DB", help="SQLite file or SQLAlchemy URL"),
+    by: str = typer.Option("day", "--by", help="Sum per `day` or per `hour` (UTC)"),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per line"),
+):
+    """Requests and tokens per API key, per day or hour, as every replica on the database recorded them."""
+    import asyncio
+    import json
+
+    from gateway.db import Database
+    from gateway.settings import default_db_path
+    from gateway.tables.rate_limits import usage_rows
+
+    if by not in ("day", "hour"):
+        raise typer.BadParameter("--by takes day or hour")
+
+    async def run() -> list[dict]:
+        database = Database(db or default_db_path())
+        try:
+            await database.create_all()
+            async with database.sessions() as session:
+                return await usage_rows(session, 86400 if by == "day" else 3600)
+        finally:
+            await database.dispose()
+
+    rows = asyncio.run(run())
+    if as_json:
+        for row in rows:
+            print(json.dumps(row))
+        return
+    print(f"{'period (UTC)':<17} {'key':<24} {'requests':>9} {'prompt_tokens':>14} {'completion_tokens':>18}")
+    for row in rows:
+        print(f"{row['period']:<17} {row['key']:<24} {row['requests']:>9} {row['prompt_tokens']:>14} "
+              f"{row['completion_tokens']:>18}")

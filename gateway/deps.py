@@ -1,4 +1,5 @@
-"""FastAPI dependencies: server state, DB sessions, API keys; and the model a request names."""
+"""FastAPI dependencies: server state, DB sessions, API keys and their rate limits; and the model a
+request names."""
 
 import hmac
 from collections.abc import AsyncIterator
@@ -8,9 +9,10 @@ from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine import AsyncEngine
+from gateway import rate_limits
 from gateway.errors import APIError
 from gateway.state import ServerState
-from gateway.tables.api_keys import hash_key, is_active_key
+from gateway.tables.api_keys import ApiKey, find_active_key, hash_key
 
 
 def get_state(request: Request) -> ServerState:
@@ -50,11 +52,20 @@ async def require_api_key(request: Request, state: State) -> None:
     # Compare digests, not keys, in constant time: no timing leak, and no key kept in clear.
     if any(hmac.compare_digest(digest, hash_key(k)) for k in state.settings.api_keys):
         return
+    found: ApiKey | None = None
     if state.db_has_keys:
         async for session in state.db.session():
-            if await is_active_key(session, key):
-                return
-    raise _unauthorized("Incorrect API key provided.")
+            found = await find_active_key(session, key)
+    if found is None:
+        raise _unauthorized("Incorrect API key provided.")
+    # The middleware reads these back: the key's usage once the request ends, the limit's headers.
+    request.state.api_key_id = found.id
+    limit = await rate_limits.check(state.db, state.settings, found)
+    if limit is not None:
+        request.state.rate_limit = limit
+        if not limit.spent.admitted:
+            request.state.api_key_id = None  # a refused request is not usage
+            raise limit.error()
 
 
 async def require_admin_key(request: Request, state: State) -> None:

@@ -10,7 +10,7 @@ kinds of work onto priorities), in series of their own so vLLM's names keep vLLM
 from collections.abc import Iterable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -129,7 +129,15 @@ class Metrics:
                                   "Time until an upstream model's stream opened (proxy clock).")
         self.upstream_e2e = hist("upstream_request_latency_seconds",
                                  "End-to-end latency of requests forwarded to an upstream model (proxy clock).")
+        # The database's backlog (gateway/jobs/backlog.py), read at each scrape.
+        self.job_backlog = Gauge("sllm:job_backlog", "Job work waiting in the database (the same on every replica "
+                                 "of it): batch lines without a result, background responses, schedule runs.",
+                                 ["kind"], registry=r)
         r.register(EngineCollector(models))
+
+    def observe_backlog(self, counts: dict[str, int]) -> None:
+        for kind, n in counts.items():
+            self.job_backlog.labels(kind).set(n)
 
     def observe_upstream(self, model: str, what: str, seconds: float) -> None:
         (self.upstream_ttfb if what == "ttfb" else self.upstream_e2e).labels(model).observe(seconds)

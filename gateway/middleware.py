@@ -1,5 +1,6 @@
 """Pure ASGI middleware (not BaseHTTPMiddleware, which would hide client disconnects from routes):
-request ids in and out, the request body size limit (413), and the per-request log line."""
+request ids in and out, the request body size limit (413), the per-request log line, and for a
+database API key its rate limit headers and usage (gateway/rate_limits.py)."""
 
 import json
 import re
@@ -9,6 +10,7 @@ from fastapi import HTTPException
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway import rate_limits
 from gateway.access_log import RequestRecord
 from gateway.protocol.common import ErrorInfo, ErrorResponse
 
@@ -57,7 +59,10 @@ class RequestContextMiddleware:
         async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 record.status = message["status"]
-                MutableHeaders(scope=message)["x-request-id"] = request_id
+                out = MutableHeaders(scope=message)
+                out["x-request-id"] = request_id
+                for name, value in rate_limits.response_headers(scope).items():
+                    out[name] = value
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 record.emit()
@@ -66,6 +71,9 @@ class RequestContextMiddleware:
             await self.app(scope, limited_receive, send_with_id)
         finally:
             record.emit()
+            key_id = scope["state"].get("api_key_id")
+            if key_id is not None:
+                await rate_limits.record_usage(scope["app"].state.sllm.db, key_id, record)
 
     async def _reject_413(self, send: Send, request_id: str, record: RequestRecord, limit: int) -> None:
         exc = _too_large(limit)

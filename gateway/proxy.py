@@ -29,6 +29,10 @@ async def forward(state: ServerState, model: UpstreamModel, path: str, body: dic
     started = time.monotonic()
     if not body.get("stream"):
         answer = await call(state, model, path, body)
+        usage = answer.get("usage") if isinstance(answer, dict) else None
+        if record is not None and isinstance(usage, dict):  # the log line, and the key's rate limit and usage
+            record.prompt_tokens = usage.get("prompt_tokens", usage.get("input_tokens"))
+            record.completion_tokens = usage.get("completion_tokens", usage.get("output_tokens"))
         return JSONResponse(answer)
     chunks = await model.pool.open_stream(path, body)
     state.metrics.observe_upstream(model.name, "ttfb", time.monotonic() - started)

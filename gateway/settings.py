@@ -166,6 +166,9 @@ class Settings(_LoRAModules):
     # replica looks for work nobody holds.
     job_lease_s: float = Field(15.0, gt=0)
     job_scan_s: float = Field(2.0, gt=0)
+    # Requests and tokens per minute for a database API key that has no limit of its own; None: none.
+    rate_limit_rpm: int | None = Field(None, ge=1)
+    rate_limit_tpm: int | None = Field(None, ge=1)
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=1)
     max_batch_lines: int = Field(50_000, ge=1)
     # Webhooks: refused unless a secret and an allow-list of hosts are configured.

@@ -117,7 +117,7 @@ class Text2SQL:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self.registry = SourceRegistry(FunctionSourceStore(self._load, self._save, self._delete, self._names))
-        from gateway.scheduler import Scheduler
+        from gateway.jobs.schedules import Scheduler
 
         self.scheduler = Scheduler(state, self.run_schedule)
 

@@ -19,7 +19,7 @@ DEMO_SHOP_URL = "sqlite:///~/.cache/sllm/text2sql/shop.sqlite"
 # introspected before it is registered (a 400 when it cannot be).
 URL_PATTERN = r"^[^:/]+://"
 # Five whitespace-separated fields, or a macro (@hourly, @daily, ...): the shape the scheduler takes;
-# croniter then checks each field (gateway/scheduler.py check_cron, a 400 `invalid_cron`).
+# croniter then checks each field (gateway/jobs/schedules.py check_cron, a 400 `invalid_cron`).
 # Whitespace as Python's str.split() knows it (JSON Schema's \s lacks \x1c-\x1f and \x85).
 _SPACE, _FIELD = r"[\s\x1c-\x1f\x85]", r"[^\s\x1c-\x1f\x85]+"
 CRON_PATTERN = rf"^{_SPACE}*(@{_FIELD}|{_FIELD}({_SPACE}+{_FIELD}){{4}}){_SPACE}*$"

@@ -1,13 +1,17 @@
 """`GET /health` (503 until the model has loaded) and `GET /metrics` (Prometheus text format)."""
 
+import logging
+
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.deps import State
 from gateway.errors import APIError, error_response
+from gateway.jobs.backlog import backlog
 from gateway.protocol.common import HealthStatus
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -25,4 +29,8 @@ async def health(state: State) -> Response:
 
 @router.get("/metrics")
 async def metrics(state: State) -> Response:
+    try:
+        state.metrics.observe_backlog(await backlog(state.db))
+    except Exception:  # a scrape still answers while the database is away; the backlog keeps its last value
+        log.warning("/metrics: could not read the job backlog from the database", exc_info=True)
     return Response(state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

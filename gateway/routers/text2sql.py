@@ -1,5 +1,5 @@
 """`/v1/text2sql`: ask a question of a registered database (or run given SQL), manage sources, and
-schedule questions on a cron with their runs kept (gateway/text2sql.py, gateway/scheduler.py).
+schedule questions on a cron with their runs kept (gateway/text2sql.py, gateway/jobs/schedules.py).
 
     POST   /v1/text2sql                         {source, question | sql, execute, max_rows, constrained}
     POST   /v1/text2sql/sources                 {name, url, description}    GET, DELETE /sources[/{name}]
@@ -12,9 +12,9 @@ import uuid
 from fastapi import APIRouter, Query, Request
 from sqlalchemy import delete, select
 
-from gateway import scheduler as scheduling  # its clock, `now()`, is patched by tests
 from gateway.deps import Session, State
 from gateway.errors import APIError
+from gateway.jobs import schedules as scheduling  # its clock, `now()`, is patched by tests
 from gateway.protocol.text2sql import (
     AskRequest,
     AskResponse,

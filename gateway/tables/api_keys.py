@@ -27,12 +27,15 @@ class ApiKey(Base):
     # aware datetime.
     created_at: Mapped[datetime] = mapped_column(default=lambda: datetime.now(UTC).replace(tzinfo=None))
     revoked: Mapped[bool] = mapped_column(default=False)
+    # Requests and tokens per minute; None: the server's default (--rate-limit-rpm / -tpm).
+    rpm: Mapped[int | None] = mapped_column(default=None)
+    tpm: Mapped[int | None] = mapped_column(default=None)
 
 
-async def create_api_key(session: AsyncSession, name: str) -> str:
+async def create_api_key(session: AsyncSession, name: str, rpm: int | None = None, tpm: int | None = None) -> str:
     """Stores a new key and returns it in clear, the only time it is ever visible."""
     key = KEY_PREFIX + secrets.token_urlsafe(32)
-    session.add(ApiKey(name=name, key_hash=hash_key(key)))
+    session.add(ApiKey(name=name, key_hash=hash_key(key), rpm=rpm, tpm=tpm))
     await session.commit()
     return key
 
@@ -41,6 +44,6 @@ async def any_active_key(session: AsyncSession) -> bool:
     return (await session.scalar(select(ApiKey.id).where(ApiKey.revoked.is_(False)).limit(1))) is not None
 
 
-async def is_active_key(session: AsyncSession, key: str) -> bool:
-    query = select(ApiKey.id).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked.is_(False))
-    return (await session.scalar(query)) is not None
+async def find_active_key(session: AsyncSession, key: str) -> ApiKey | None:
+    query = select(ApiKey).where(ApiKey.key_hash == hash_key(key), ApiKey.revoked.is_(False))
+    return await session.scalar(query)

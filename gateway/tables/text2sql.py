@@ -57,3 +57,5 @@ class Text2SQLRun(Base):
     # Who runs it and until when (gateway/jobs/leases.py); revision 0003.
     owner: Mapped[str | None] = mapped_column(String(64))
     lease_expires_at: Mapped[float | None] = mapped_column(Float)
+    # 1 for the claim of its due time, 2 once another replica took it over (revision 0005).
+    attempts: Mapped[int] = mapped_column(Integer, default=1, server_default="1")

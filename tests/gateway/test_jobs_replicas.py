@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,13 +42,16 @@ def query(url: str, sql: str, *args) -> list[tuple]:
 
 
 class Replica:
-    def __init__(self, model: Path, db_url: str, log: Path):
+    """`sllm serve` on the tiny model, or with `serves` given, a gateway with those flags instead
+    (an upstream, other lease settings)."""
+
+    def __init__(self, model: Path, db_url: str, log: Path, serves: list[str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-c", "from engine.cli import main; main()", "serve", "--model", str(model),
-               "--served-model-name", "tiny", "--port", str(self.port), "--db", db_url, "--max-num-seqs", "8",
-               "--job-concurrency", "4", "--job-lease-s", str(LEASE_S), "--job-scan-s", str(SCAN_S),
-               "--log-level", "info"]
+        serves = serves or ["--model", str(model), "--served-model-name", "tiny", "--max-num-seqs", "8",
+                            "--job-concurrency", "4", "--job-lease-s", str(LEASE_S), "--job-scan-s", str(SCAN_S)]
+        cmd = [sys.executable, "-c", "from engine.cli import main; main()", "serve", "--port", str(self.port),
+               "--db", db_url, "--log-level", "info", *serves]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLLM_")} | {"OMP_NUM_THREADS": "1"}
         self.log = log
         with open(log, "ab") as out:
@@ -180,19 +184,39 @@ def test_two_replicas_share_a_batch_and_the_survivor_finishes_it_after_a_sigkill
     print(f"\ntakeover after SIGKILL: {takeover_s:.2f} s (lease {LEASE_S} s, scan {SCAN_S} s)")
 
 
+@pytest.fixture
+def engine_upstream(tmp_path, tiny_model) -> Iterator[Replica]:
+    """One `sllm serve` running the tiny model: the engine the gateway replicas route to."""
+    engine = Replica(tiny_model, str(tmp_path / "engine.db"), tmp_path / "engine.log",
+                     ["--model", str(tiny_model), "--served-model-name", "tiny", "--max-num-seqs", "64"])
+    try:
+        engine.wait_healthy()
+        yield engine
+    finally:
+        engine.stop()
+
+
+def _gateways(count: int, engine: Replica, db_url: str, tmp: Path, tag: str, *flags: str) -> list[Replica]:
+    group = [Replica(Path(), db_url, tmp / f"{tag}-{i}.log", ["--upstream", f"tiny={engine.url}/v1", *flags])
+             for i in range(count)]
+    for replica in group:
+        replica.wait_healthy()
+    return group
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("SLLM_SLOW"), reason="measurement: SLLM_SLOW=1")
-def test_batch_throughput_with_one_and_two_replicas(tmp_path, tiny_model, postgres):
-    """Measurements for the issue note, not guarantees: one 200-line batch through one replica, then
-    through two on another database (same machine, so two replicas share its cores)."""
-    lines = [completion_line(f"line-{i:03d}", f"Item {i}: the", 24, ignore_eos=True) for i in range(LINES)]
-    rates = {}
-    for count in (1, 2, 1, 2):  # interleaved: the machine is shared
-        db_url = postgres.new_database()
-        group = [Replica(tiny_model, db_url, tmp_path / f"throughput-{count}-{i}.log") for i in range(count)]
+def test_batch_throughput_with_one_and_two_replicas(tmp_path, engine_upstream, postgres):
+    """Measurements for the issue note, not guarantees: one 200-line batch through one gateway
+    replica, then through two, both routing the model to one engine upstream (`sllm serve` on the
+    tiny model, so the gateways' own work shows); each count on a fresh database, interleaved."""
+    lines = [completion_line(f"line-{i:03d}", f"Item {i}: the", 24, model="tiny", ignore_eos=True)
+             for i in range(LINES)]
+    rates: dict[int, list[float]] = {}
+    for run, count in enumerate((1, 2, 1, 2)):  # interleaved: the machine is shared
+        group = _gateways(count, engine_upstream, postgres.new_database(), tmp_path, f"throughput-{run}",
+                          "--job-scan-s", str(SCAN_S))
         try:
-            for replica in group:
-                replica.wait_healthy()
             client = group[0].client
             upload = client.files.create(file=("200.jsonl", jsonl(lines)), purpose="batch")
             started = time.monotonic()
@@ -203,5 +227,47 @@ def test_batch_throughput_with_one_and_two_replicas(tmp_path, tiny_model, postgr
         finally:
             for replica in group:
                 replica.stop()
-    print("\n" + ", ".join(f"{n} replica(s): " + " / ".join(f"{r:.1f}" for r in rs) + " lines/s"
+    print("\n" + ", ".join(f"{n} gateway replica(s): " + " / ".join(f"{r:.1f}" for r in rs) + " lines/s"
                            for n, rs in rates.items()))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("SLLM_SLOW"), reason="measurement: SLLM_SLOW=1")
+def test_takeover_time_after_a_sigkill_with_the_default_lease(tmp_path, engine_upstream, postgres):
+    """Measurement for the issue note: two gateway replicas with the default --job-lease-s and
+    --job-scan-s share a batch on one engine upstream; one is SIGKILLed mid-batch; printed: the
+    time until the survivor holds every line the dead one held, and until the batch completed."""
+    db_url = postgres.new_database()
+    a, b = _gateways(2, engine_upstream, db_url, tmp_path, "takeover")
+    try:
+        count = 4 * LINES
+        lines = [completion_line(f"line-{i:03d}", f"Item {i}: the", 48, model="tiny", ignore_eos=True)
+                 for i in range(count)]
+        upload = a.client.files.create(file=("lines.jsonl", jsonl(lines)), purpose="batch")
+        batch = a.client.batches.create(input_file_id=upload.id, endpoint="/v1/completions",
+                                        completion_window="24h")
+        deadline = time.monotonic() + 120
+        while not query(db_url, "SELECT 1 FROM batch_lines WHERE batch_id = $1 AND owner LIKE $2 LIMIT 1",
+                        batch.id, b.owner_prefix):
+            assert time.monotonic() < deadline, "replica B never claimed a line of the batch"
+            time.sleep(0.05)
+        wait_recorded(b.client, batch.id, count // 8)
+        os.kill(a.process.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        a.process.wait(timeout=30)
+        unrecorded_of_a = """SELECT count(*) FROM batch_lines l WHERE l.batch_id = $1 AND l.owner LIKE $2
+                             AND NOT EXISTS (SELECT 1 FROM batch_results r WHERE r.batch_id = l.batch_id
+                             AND r.line = l.line)"""
+        held = query(db_url, unrecorded_of_a, batch.id, a.owner_prefix)[0][0]
+        assert held > 0, "the kill should land while A holds lines"
+        while query(db_url, unrecorded_of_a, batch.id, a.owner_prefix)[0][0]:
+            assert time.monotonic() - killed_at < 120, "replica B never took over replica A's lines"
+            time.sleep(0.05)
+        takeover_s = time.monotonic() - killed_at
+        done = wait_batch(b.client, batch.id, timeout=600)
+        assert done.status == "completed" and done.request_counts.completed == count
+        print(f"\ntakeover after SIGKILL (default lease 15 s, scan 2 s): A held {held} lines; B held them all "
+              f"{takeover_s:.2f} s after the kill; the batch completed {time.monotonic() - killed_at:.2f} s after it")
+    finally:
+        for replica in (a, b):
+            replica.stop()

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import httpx
 import pytest
 
-import gateway.scheduler
+import gateway.jobs.schedules
 from integrations.text2sql.dataset import demo_database
 from tests.gateway.server import free_port, run_server
 
@@ -47,7 +47,7 @@ def webhook_receiver():
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, webhook_receiver):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gateway.scheduler, "TICK_S", 0.1)
+        mp.setattr(gateway.jobs.schedules, "TICK_S", 0.1)
         with run_server(tmp_path_factory.mktemp("t2s"), webhook_secret="whsec_dGVzdC1zZWNyZXQ=",
                         webhook_allow_hosts=["127.0.0.1"]) as s:
             yield s
@@ -181,7 +181,7 @@ def _wait_runs(server, schedule_id: str, count: int, timeout: float = 60) -> lis
 def test_schedule_fires_on_a_fast_forwarded_clock(server, monkeypatch, webhook_receiver):
     hook_url, received = webhook_receiver
     clock = {"t": time.time()}
-    monkeypatch.setattr(gateway.scheduler, "now", lambda: clock["t"])
+    monkeypatch.setattr(gateway.jobs.schedules, "now", lambda: clock["t"])
     sched = _post(server, "text2sql/schedules", {"cron": "*/5 * * * *", "source": "demo_shop",
                                                  "question": "How many products are there?", "webhook_url": hook_url})
     assert sched["id"].startswith("t2ssched_") and sched["next_run_at"] > clock["t"]

@@ -1,7 +1,8 @@
 """The scheduler on its own (no model, no HTTP): schedules are rows that survive a restart, a due
 time missed while the server was down runs once and not once per missed time, a run cut short by a
-stop is marked interrupted (once its lease expired) and not run again, and a due time is claimed
-once even by two schedulers; on SQLite and on a real PostgreSQL server."""
+stop is taken over once its lease expired and run again once (by one of two replicas), one cut
+short twice is marked interrupted, and a due time is claimed once even by two schedulers; on
+SQLite and on a real PostgreSQL server."""
 
 import asyncio
 import time
@@ -11,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import select
 
-import gateway.scheduler as scheduling
+import gateway.jobs.schedules as scheduling
 from gateway.db import Database
 from gateway.jobs.leases import LeasePolicy, replica_id
-from gateway.scheduler import Scheduler, check_cron, next_after
+from gateway.jobs.schedules import Scheduler, check_cron, next_after
 from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC).timestamp()
@@ -43,12 +44,12 @@ async def _database(db_url: str) -> Database:
 
 
 def _scheduler(db: Database, calls: list[str], block: asyncio.Event | None = None,
-               lease: LeasePolicy | None = None) -> Scheduler:
+               lease: LeasePolicy | None = None, sql: str = "SELECT 1") -> Scheduler:
     async def run(schedule: Text2SQLSchedule):
         calls.append(schedule.id)
         if block is not None:
             await block.wait()
-        return "completed", {"sql": "SELECT 1"}, None
+        return "completed", {"sql": sql}, None
 
     return Scheduler(SimpleNamespace(db=db, engine=object(), load_error=None, jobs=None), run, lease)
 
@@ -101,31 +102,89 @@ async def test_missed_times_while_down_run_once_after_a_restart(db_url, clock):
     await db.dispose()
 
 
-async def test_a_run_cut_by_a_stop_is_interrupted_not_rerun(db_url, clock):
+async def _cut_short(db: Database, calls: list[str], lease_s: float = 0.5) -> Scheduler:
+    """A scheduler whose runs block until it dies (stop() with runs under way, leases left to expire)."""
+    return _scheduler(db, calls, block=asyncio.Event(), lease=LeasePolicy(replica_id(), lease_s=lease_s, scan_s=0.1))
+
+
+async def _recover_when_expired(*schedulers: Scheduler) -> list[int]:
+    """Each scheduler recovers at once, again until one of them found the expired run."""
+    deadline = time.monotonic() + 10
+    while sum(found := await asyncio.gather(*(s.recover() for s in schedulers))) == 0:
+        assert time.monotonic() < deadline, "the run's lease never expired"
+        await asyncio.sleep(0.05)
+    return list(found)
+
+
+async def test_a_run_cut_by_a_stop_is_run_again_once_by_another_replica(db_url, clock):
     db = await _database(db_url)
     await _schedule(db)
     calls: list[str] = []
-    lease = LeasePolicy(replica_id(), lease_s=0.5, scan_s=0.1)
-    blocked = _scheduler(db, calls, block=asyncio.Event(), lease=lease)
+    dying = await _cut_short(db, calls)
     clock.t = T0 + HOUR
-    assert len(await blocked.run_due()) == 1
+    assert len(await dying.run_due()) == 1
     await asyncio.sleep(0)
-    await blocked.renew()
-    await blocked.stop()  # the server dies mid-run: its lease is left to expire
+    await dying.renew()
+    await dying.stop()  # the server dies mid-run: its lease is left to expire
     (run,) = await _runs(db)
-    assert run.status == "running" and run.owner == lease.owner
+    assert run.status == "running" and run.owner == dying.lease.owner and run.attempts == 1
 
-    restarted = _scheduler(db, calls)
+    a, b = _scheduler(db, calls), _scheduler(db, calls)
     # While the lease lasts, the run may be another replica's live one: it is left alone.
-    assert await restarted.recover() == 0 and run.lease_expires_at > time.time()
-    deadline = time.monotonic() + 10
-    while (recovered := await restarted.recover()) == 0 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert recovered == 1
-    assert await restarted.run_due() == []  # its due time was claimed; the next one is an hour away
-    (run,) = await _runs(db)
-    assert run.status == "failed" and run.error["code"] == "interrupted"
+    assert await a.recover() == 0 and run.lease_expires_at > time.time()
+    assert sorted(await _recover_when_expired(a, b)) == [0, 1]  # one of the two takes it over
+    await a.wait_idle()
+    await b.wait_idle()
+    assert await a.run_due() == [] and await b.run_due() == []  # its due time was claimed once
+    (again,) = await _runs(db)
+    assert (again.id, again.scheduled_for, again.status, again.attempts) == (run.id, run.scheduled_for, "completed", 2)
+    assert again.owner in (a.lease.owner, b.lease.owner) and again.result == {"sql": "SELECT 1"}
+    assert calls == ["t2ssched_1", "t2ssched_1"]  # the first try, and the one re-run
     await db.dispose()
+
+
+async def test_a_run_cut_short_twice_is_interrupted_and_a_late_result_is_dropped(db_url, clock):
+    db = await _database(db_url)
+    await _schedule(db)
+    calls: list[str] = []
+    first = await _cut_short(db, calls)
+    clock.t = T0 + HOUR
+    assert len(await first.run_due()) == 1
+    await asyncio.sleep(0)
+    await first.stop()
+    second = await _cut_short(db, calls)
+    assert await _recover_when_expired(second) == [1]
+    await asyncio.sleep(0)
+    await second.stop()  # the takeover dies too
+
+    third = _scheduler(db, calls)
+    assert await _recover_when_expired(third) == [1]
+    await third.wait_idle()
+    (run,) = await _runs(db)
+    assert (run.status, run.attempts, run.error["code"]) == ("failed", 2, "interrupted")
+    assert calls == ["t2ssched_1", "t2ssched_1"]  # not a third time
+
+    # A replica that was only slow (it missed its heartbeats, so another took its run over) keeps
+    # nothing of its own when it finishes after all: the run is the other's to end.
+    clock.t = T0 + 2 * HOUR
+    release = asyncio.Event()
+    slow = _scheduler(db, calls, block=release, lease=LeasePolicy(replica_id(), lease_s=0.5, scan_s=0.1),
+                      sql="SELECT 'slow'")
+    (late_id,) = await slow.run_due()
+    other = _scheduler(db, calls)
+    assert await _recover_when_expired(other) == [1]
+    await other.wait_idle()
+    release.set()
+    await slow.wait_idle()
+    late = (await _runs(db))[-1]
+    assert (late.id, late.status, late.owner, late.result) == (late_id, "completed", other.lease.owner,
+                                                               {"sql": "SELECT 1"})
+    await db.dispose()
+
+
+async def _schedule_row(db: Database) -> Text2SQLSchedule:
+    async with db.sessions() as session:
+        return await session.get(Text2SQLSchedule, "t2ssched_1")
 
 
 async def test_two_schedulers_claim_a_due_time_once(db_url, clock):

@@ -7,15 +7,18 @@ run for the due time it claimed. So:
   per missed time, and then waits for its next time after now;
 - a due time runs at most once, whatever restarts and races (the update checks the old
   `next_run_at`, and the run table has a unique (schedule, due time) constraint);
-- a run cut short (a stop, a crash) is not run again: it holds a lease (gateway/jobs/leases.py) that
-  its replica renews while it runs; once the lease has expired, any replica's scheduler marks it
-  failed ("interrupted"), so a live replica's runs are never mistaken for a dead one's.
+- a run cut short (a stop, a crash) is run again once: it holds a lease (gateway/jobs/leases.py)
+  that its replica renews while it runs; once the lease has expired, one replica's scheduler takes
+  the same run row over (a claim that only takes free rows) and runs it again for the same due
+  time; a run cut short a second time is marked failed ("interrupted"). A live replica's runs are
+  never mistaken for a dead one's, and a run's end is written only by the replica holding it, so
+  one due time has one result even if a slow replica finishes after a takeover.
 Runs go through the job gate and run at `priority_schedule` (below interactive requests), then
 POST their result to the schedule's webhook through the jobs' webhook sender (signed, retried,
 deliveries are rows).
 
 Cron expressions are evaluated in UTC. `now()` is the clock: tests fast-forward it by patching
-`gateway.scheduler.now` (leases keep real time). Every replica on a database runs a scheduler;
+`gateway.jobs.schedules.now` (leases keep real time). Every replica on a database runs a scheduler;
 the claim above makes each due time run on one of them."""
 
 import asyncio
@@ -37,6 +40,7 @@ from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
 log = logging.getLogger(__name__)
 
 TICK_S = 1.0  # the longest the scheduler sleeps before it looks at the clock again
+MAX_ATTEMPTS = 2  # a run, and one takeover after its replica died
 
 RunSchedule = Callable[[Text2SQLSchedule], Awaitable[tuple[str, dict | None, dict | None]]]
 
@@ -130,17 +134,33 @@ class Scheduler:
             await session.commit()
 
     async def recover(self) -> int:
-        """Marks runs left `running` by a stopped replica (their leases expired) as failed; returns
-        how many."""
+        """Takes over the runs left `running` by a stopped replica (their leases expired) and runs
+        each again here, or marks it failed where it was cut short twice; returns how many."""
+        t = time.time()
+        abandoned = (Text2SQLRun.status == "running", free(Text2SQLRun, t))
         async with self.state.db.sessions() as session:
-            result = await session.execute(update(Text2SQLRun).where(
-                Text2SQLRun.status == "running", free(Text2SQLRun, time.time())).values(
-                status="failed", finished_at=now(),
-                error={"code": "interrupted", "message": "the server stopped during this run; it is not run again"}))
+            failed = await session.execute(update(Text2SQLRun).where(
+                *abandoned, Text2SQLRun.attempts >= MAX_ATTEMPTS).values(
+                status="failed", finished_at=now(), lease_expires_at=None,
+                error={"code": "interrupted", "message": "the server stopped during this run twice; it is not run "
+                                                         "again"}).execution_options(synchronize_session=False))
+            # Replicas recovering at once skip each other's locked rows (PostgreSQL); the update
+            # checks the lease again, so a run is taken by one of them.
+            ids = (await session.scalars(select(Text2SQLRun.id).where(*abandoned)
+                                         .with_for_update(skip_locked=True))).all()
+            taken = (await session.execute(update(Text2SQLRun).where(Text2SQLRun.id.in_(ids), *abandoned).values(
+                owner=self.lease.owner, lease_expires_at=t + self.lease.lease_s, started_at=now(),
+                attempts=Text2SQLRun.attempts + 1).returning(Text2SQLRun.id, Text2SQLRun.schedule_id)
+                .execution_options(synchronize_session=False))).all() if ids else []
+            schedules = {row.id: row for row in (await session.scalars(select(Text2SQLSchedule).where(
+                Text2SQLSchedule.id.in_({schedule_id for _, schedule_id in taken})))).all()} if taken else {}
             await session.commit()
-        if result.rowcount:
-            log.warning("%d scheduled text-to-SQL runs were interrupted by a stop", result.rowcount)
-        return result.rowcount
+        if failed.rowcount:
+            log.warning("%d scheduled text-to-SQL runs were interrupted twice: marked failed", failed.rowcount)
+        for run_id, schedule_id in taken:
+            log.warning("text-to-SQL run %s was interrupted (its replica stopped): running it again", run_id)
+            self._start(run_id, schedules[schedule_id])
+        return failed.rowcount + len(taken)
 
     async def run_due(self) -> list[str]:
         """Claims every schedule due by now() and starts its run; returns the new runs' ids."""
@@ -153,11 +173,14 @@ class Scheduler:
             run_id = await self._claim(schedule, t)
             if run_id is not None:
                 started.append(run_id)
-                self._running.add(run_id)
-                task = asyncio.create_task(self._execute(run_id, schedule), name=f"text2sql-run:{run_id}")
-                self._runs.add(task)
-                task.add_done_callback(self._runs.discard)
+                self._start(run_id, schedule)
         return started
+
+    def _start(self, run_id: str, schedule: Text2SQLSchedule) -> None:
+        self._running.add(run_id)
+        task = asyncio.create_task(self._execute(run_id, schedule), name=f"text2sql-run:{run_id}")
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
 
     async def _claim(self, schedule: Text2SQLSchedule, t: float) -> str | None:
         run = Text2SQLRun(id=f"t2srun_{uuid.uuid4().hex}", schedule_id=schedule.id,
@@ -199,7 +222,7 @@ class Scheduler:
         try:
             status, result, error = await self.run(schedule)
         except asyncio.CancelledError:
-            raise  # stopped: the next start marks it interrupted
+            raise  # stopped: once its lease expired, a replica (this one restarted, or another) runs it again
         except Exception as exc:
             log.exception("scheduled run %s failed", run_id)
             status, result, error = "failed", None, {"code": "internal_error", "message": str(exc)}
@@ -207,8 +230,13 @@ class Scheduler:
             if gate is not None:
                 gate.release()
         async with self.state.db.sessions() as session:
-            await session.execute(update(Text2SQLRun).where(Text2SQLRun.id == run_id).values(
-                status=status, result=result, error=error, finished_at=now(), lease_expires_at=None))
+            # Only while this replica still holds it: one taken over meanwhile is the other's to end.
+            ended = await session.execute(update(Text2SQLRun).where(
+                Text2SQLRun.id == run_id, Text2SQLRun.owner == self.lease.owner, Text2SQLRun.status == "running",
+            ).values(status=status, result=result, error=error, finished_at=now(), lease_expires_at=None))
+            if not ended.rowcount:
+                log.warning("text-to-SQL run %s was taken over by another replica: its result here is dropped", run_id)
+                return
             if schedule.webhook_url:
                 self._notify(session, schedule, run_id, status, result, error)
             await session.commit()
