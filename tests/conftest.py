@@ -1,12 +1,31 @@
 """Fixtures shared by every test folder."""
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.cpu_paths import cpu_path  # noqa: F401 - the fixture, for tests parametrized over CPU paths
 from tests.postgres import SKIP_REASON, PostgresCluster, find_bin
+
+# httpx's module-level helpers time out after 5 s, a clock the tests never meant to test: on a loaded
+# 2-core machine (parallel workers, a busy CI host) one real generation can take longer. Tests that
+# time something pass their own timeout, which wins.
+TEST_HTTP_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+
+
+def _patient(call):
+    @functools.wraps(call)
+    def wrapper(*args, **kwargs):
+        kwargs.setdefault("timeout", TEST_HTTP_TIMEOUT)
+        return call(*args, **kwargs)
+    return wrapper
+
+
+for _name in ("request", "get", "post", "put", "patch", "delete", "stream"):
+    setattr(httpx, _name, _patient(getattr(httpx, _name)))
 
 
 @pytest.fixture(scope="session")
