@@ -1,10 +1,12 @@
 """The one check of a request's input against the engine's limits, before it is queued.
 
 Every refusal is an InvalidRequestError naming the field at fault, which the gateway answers as a
-400. The limits are fixed once the engine is built, so the check needs no engine state and may run
-on any thread (the gateway runs it on the event loop, before it submits the request)."""
+400. The limits are fixed once the engine is built and guided specs compile under a lock, so the
+check may run on any thread (the gateway runs it before it submits the request)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from engine.errors import InvalidRequestError
 from engine.sampling_params import SamplingParams
@@ -48,3 +50,26 @@ class RequestLimits:
             raise InvalidRequestError(
                 f"the request needs {total} tokens of KV cache but the cache holds "
                 f"{self.num_blocks * self.block_size}", "max_tokens")
+
+
+class InputCheck:
+    """LLMEngine.check_request: the priority, the prompt (tokenized here when it is text), the limits,
+    and the guided-decoding spec, compiled so that a bad schema fails before queueing."""
+
+    def __init__(self, tokenizer, limits: RequestLimits, compile_guided: Callable[[dict[str, Any]], Any]):
+        self.tokenizer = tokenizer
+        self.limits = limits
+        self.compile_guided = compile_guided
+
+    def __call__(self, prompt: str | list[int], params: SamplingParams, priority: int = 0) -> list[int]:
+        check_priority(priority)
+        if isinstance(prompt, str):
+            if not prompt:
+                raise InvalidRequestError("the prompt is empty", "prompt")
+            token_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        else:
+            token_ids = list(prompt)
+        self.limits.check(token_ids, params)
+        if params.guided:
+            self.compile_guided(params.guided)
+        return token_ids

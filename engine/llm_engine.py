@@ -10,16 +10,17 @@ import torch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
-from engine.input_check import RequestLimits, check_priority
+from engine.input_check import InputCheck, RequestLimits
 from engine.loader import default_served_name, load_model_config, load_tokenizer, resolve_model
 from engine.lora import LoRARequest
 from engine.model_runner import ModelRunner
-from engine.output_processor import OutputProcessor, Request
+from engine.output_processor import OutputProcessor, Request, eos_token_ids
 from engine.outputs import EngineStats, RequestMetrics, RequestOutput
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
-from engine.scheduler import SampledSeq, Scheduler, SchedulerOutput
+from engine.scheduler import SampledSeq, Scheduler
 from engine.sequence import Sequence
+from engine.step_sampler import StepSampler
 
 log = logging.getLogger(__name__)
 
@@ -42,33 +43,28 @@ class LLMEngine:
         torch.manual_seed(config.seed)
         self.runner = ModelRunner(config, self.model_config, self.model_path, self.max_model_len)
         self.scheduler = Scheduler(config, self.runner.num_blocks)
-        self.eos_token_ids = self._eos_ids()
+        self.eos_token_ids = eos_token_ids(self.model_config, self.tokenizer)
         self.sampler = Sampler(self.tokenizer, self.eos_token_ids)
         self.vocab_size = self.runner.model.vocab_size
-        self.limits = RequestLimits(self.vocab_size, self.max_model_len, config.block_size, self.runner.num_blocks)
+        limits = RequestLimits(self.vocab_size, self.max_model_len, config.block_size, self.runner.num_blocks)
+        # Refuses bad input before a request is queued and returns its token ids; safe on any thread, so
+        # a server checks first, then submits the ids (tokenizing or compiling may take a while).
+        self.check_request = InputCheck(self.tokenizer, limits, self._compile_guided)
         self.processor = OutputProcessor(self.tokenizer, self.eos_token_ids, self.max_model_len)
         self.guided = None  # engine.guided.GuidedDecoding, built on the first constrained request
-        self._guided_lock = threading.Lock()  # check_request compiles on the caller's thread
+        self._guided_lock = threading.Lock()
         self.speculator = None
         if config.speculative_config:
             from engine.speculative import SpeculativeConfig, Speculator
 
             spec = SpeculativeConfig.parse(config.speculative_config)
             self.speculator = Speculator(spec, config, self.tokenizer, self.max_model_len)
+        self.step_sampler = StepSampler(self.sampler, self.speculator)
         for name, path in (config.lora_modules or {}).items():
             self.add_lora(name, path)
         self.load_seconds = time.perf_counter() - t0
         self.stats = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0}
         log.info("loaded %s from %s in %.2fs", self.served_model_name, self.model_path, self.load_seconds)
-
-    def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for src in (self.model_config.eos_token_id, getattr(self.tokenizer, "eos_token_id", None)):
-            if isinstance(src, int):
-                ids.add(src)
-            elif isinstance(src, list | tuple):
-                ids.update(int(x) for x in src)
-        return ids
 
     @property
     def block_manager(self) -> BlockManager:
@@ -106,22 +102,9 @@ class LLMEngine:
     def tokenize(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(prompt, add_special_tokens=False)
 
-    def check_request(self, prompt: str | list[int], params: SamplingParams, priority: int = 0) -> list[int]:
-        """Refuses bad input (InvalidRequestError) before a request is queued, and returns the prompt's
-        token ids. Safe on any thread, so a server can check on its event loop and then submit the ids;
-        a long prompt or a new schema takes a while to tokenize or compile, so do it off that loop."""
-        check_priority(priority)
-        if isinstance(prompt, str):
-            if not prompt:
-                raise InvalidRequestError("the prompt is empty", "prompt")
-            token_ids = self.tokenize(prompt)
-        else:
-            token_ids = list(prompt)
-        self.limits.check(token_ids, params)
-        if params.guided:
-            with self._guided_lock:
-                self.guided_decoding().compile(params.guided)  # a bad schema fails here, before queueing
-        return token_ids
+    def _compile_guided(self, spec: dict) -> None:
+        with self._guided_lock:  # check_request runs on its caller's thread
+            self.guided_decoding().compile(spec)
 
     def add_request(
         self,
@@ -244,14 +227,7 @@ class LLMEngine:
 
     def snapshot_stats(self) -> EngineStats:
         """A consistent copy of the engine's counters; call it on the thread that steps."""
-        sch, bm = self.scheduler, self.scheduler.block_manager
-        running = {s.request_id for s in sch.running}
-        return EngineStats(
-            num_running=len(sch.running), num_waiting=len(sch.waiting), num_requests_running=len(running),
-            num_requests_waiting=len({s.request_id for s in sch.waiting} - running),
-            kv_usage=bm.usage, num_free_blocks=bm.num_free_blocks, num_blocks=bm.num_blocks,
-            prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits, num_preemptions=sch.num_preemptions,
-            preemptions_by_priority=dict(sch.preemptions_by_priority), spec=self.spec_stats, **self.stats)
+        return self.scheduler.snapshot_stats(spec=self.spec_stats, **self.stats)
 
     # -- the step --------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -267,7 +243,8 @@ class LLMEngine:
                 m.first_scheduled_time = now
         logits = self.runner.execute(sched)
         self.stats["steps"] += 1
-        sampled = self._sample(sched, logits)
+        sampled = self.step_sampler.sample(sched, logits, self._fork)
+        self._append(sampled)
         self.stats["prompt_tokens"] += self.scheduler.update_from_output(sched, sampled)
         if self.speculator is not None:
             for s in sampled:
@@ -278,58 +255,19 @@ class LLMEngine:
             self._release(req)
         return outputs
 
-    def _sample(self, sched: SchedulerOutput, logits: torch.Tensor) -> list[SampledSeq]:
-        """Samples a token for every sequence that reached its last token (verifying its drafts, if
-        any) and hands the tokens to the output processor, which appends them up to a stop."""
-        plain: list[Sequence] = []
-        plain_rows: list[int] = []
-        verify: list[tuple[Sequence, int]] = []
-        row = 0
-        for item in sched.scheduled:
-            if not item.samples:
-                continue
-            k = len(item.seq.spec_tokens)
-            if k:
-                verify.append((item.seq, row))
-            else:
-                plain.append(item.seq)
-                plain_rows.append(row)
-            row += k + 1
-        sampled: list[SampledSeq] = []
-        if plain:
-            rows, sampled_plain = self._expand_forks(plain, logits[plain_rows])
-            tokens, lps = self.sampler(rows, [s.seq for s in sampled_plain])
-            for s, token, lp in zip(sampled_plain, tokens, lps, strict=True):
-                self.processor.append(s.seq, [token], [lp])
-            sampled += sampled_plain
-            self.stats["generation_tokens"] += len(tokens)
-        for seq, r in verify:
-            drafts = list(seq.spec_tokens)
-            q = self.speculator.draft_probs.pop(seq.seq_id, None)
-            tokens, lps = self.sampler.verify(logits[r : r + len(drafts) + 1], seq, drafts, q)
-            n = self.processor.append(seq, tokens, lps)
-            accepted = min(n, len(tokens) - 1)
-            m = self.requests[seq.request_id].metrics
-            m.spec_proposed += len(drafts)
-            m.spec_accepted += accepted
-            self.speculator.record(seq, len(drafts), accepted, n)
-            sampled.append(SampledSeq(seq, accepted_drafts=accepted))
+    def _append(self, sampled: list[SampledSeq]) -> None:
+        """Hands each sequence's new tokens to the output processor, which appends them up to a stop."""
+        for s in sampled:
+            n = self.processor.append(s.seq, s.tokens, s.logprobs)
             self.stats["generation_tokens"] += n
-        return sampled
+            if s.num_drafts is not None:
+                s.accepted_drafts = min(n, len(s.tokens) - 1)
+                m = self.requests[s.seq.request_id].metrics
+                m.spec_proposed += s.num_drafts
+                m.spec_accepted += s.accepted_drafts
+                self.speculator.record(s.seq, s.num_drafts, s.accepted_drafts, n)
 
-    def _expand_forks(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[torch.Tensor, list[SampledSeq]]:
-        """n > 1: a sequence that just finished its prompt forks into n, sharing every prompt block."""
-        rows: list[int] = []
-        out: list[SampledSeq] = []
-        for i, seq in enumerate(seqs):
-            rows.append(i)
-            out.append(SampledSeq(seq))
-            if seq.pending_forks:
-                req = self.requests[seq.request_id]
-                for k in range(1, seq.pending_forks + 1):
-                    child = self._new_sequence(req, k, list(seq.token_ids))
-                    self.scheduler.fork(seq, child)
-                    rows.append(i)
-                    out.append(SampledSeq(child, forked_from=seq))
-                seq.pending_forks = 0
-        return logits[rows] if len(rows) > len(seqs) else logits, out
+    def _fork(self, parent: Sequence, index: int) -> Sequence:
+        child = self._new_sequence(self.requests[parent.request_id], index, list(parent.token_ids))
+        self.scheduler.fork(parent, child)
+        return child

@@ -20,6 +20,17 @@ from engine.sequence import Sequence
 log = logging.getLogger(__name__)
 
 
+def eos_token_ids(model_config, tokenizer) -> set[int]:
+    """Every id that ends a sequence: the model config's (one or a list) and the tokenizer's."""
+    ids: set[int] = set()
+    for src in (model_config.eos_token_id, getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, list | tuple):
+            ids.update(int(x) for x in src)
+    return ids
+
+
 @dataclass(eq=False)
 class SeqState:
     """Per-sequence output bookkeeping: text, what was already emitted, logprobs."""

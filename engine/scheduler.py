@@ -29,9 +29,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.outputs import EngineStats
 from engine.sequence import Sequence, SequenceStatus
 
 # Fairness keys remembered beyond those of live sequences before the oldest are forgotten.
@@ -66,10 +68,14 @@ class SchedulerOutput:
 
 @dataclass
 class SampledSeq:
-    """A sequence that got tokens this step, once the output processor has appended them."""
+    """A sequence's new tokens from one step (engine/step_sampler.py), before the output processor
+    appends them (up to a stop) and the scheduler applies the step (update_from_output)."""
 
     seq: Sequence
-    accepted_drafts: int | None = None  # speculative drafts kept by the target model; None: none verified
+    tokens: list[int]
+    logprobs: list[Any]  # TokenLogprobs or None, one per token
+    num_drafts: int | None = None  # speculative drafts verified this step; None: none
+    accepted_drafts: int = 0  # of those, kept: set once the tokens are appended
     forked_from: Sequence | None = None  # an n > 1 sample created this step, sharing its parent's blocks
 
 
@@ -331,6 +337,17 @@ class Scheduler:
         out.blocks_to_copy = self.bm.take_pending_copies()
         return out
 
+    def snapshot_stats(self, **engine_counters: Any) -> EngineStats:
+        """The scheduler's state as an immutable EngineStats, with the engine's own counters."""
+        bm = self.bm
+        running = {s.request_id for s in self.running}
+        return EngineStats(
+            num_running=len(self.running), num_waiting=len(self.waiting), num_requests_running=len(running),
+            num_requests_waiting=len({s.request_id for s in self.waiting} - running),
+            kv_usage=bm.usage, num_free_blocks=bm.num_free_blocks, num_blocks=bm.num_blocks,
+            prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits, num_preemptions=self.num_preemptions,
+            preemptions_by_priority=dict(self.preemptions_by_priority), **engine_counters)
+
     def update_from_output(self, sched: SchedulerOutput, sampled: list[SampledSeq]) -> int:
         """Applies a step's results: computed tokens advance, the slots of rejected drafts and the
         blocks of finished sequences return to the pool, and newly full blocks join the prefix cache.
@@ -354,7 +371,7 @@ class Scheduler:
             if seq.finish_reason is not None:
                 self.finish(seq)
                 continue
-            if s.accepted_drafts is not None:
+            if s.num_drafts is not None:
                 # KV of the accepted drafts is valid; the rejected drafts' slots are released.
                 seq.num_computed_tokens += s.accepted_drafts
                 self.bm.trim(seq, len(seq))
