@@ -45,6 +45,15 @@ async def unless_disconnected(request: Request | None, work: Awaitable[T]) -> T:
     return task.result()
 
 
+async def _resume(first: asyncio.Future, rest: AsyncIterator[RequestOutput]) -> AsyncIterator[RequestOutput]:
+    """The engine stream again, from its first output (already awaited, or still on its way)."""
+    out = await first
+    yield out
+    if not out.finished:
+        async for out in rest:
+            yield out
+
+
 class Generation:
     def __init__(self, state: ServerState, engine: AsyncEngine, request: Request | None,
                  client_priority: int | None = None):
@@ -60,6 +69,7 @@ class Generation:
         # Engine ids must be unique even when a client reuses its x-request-id.
         self.engine_id = f"{base}-{uuid.uuid4().hex[:8]}"
         self._gens: list[AsyncIterator[RequestOutput]] = []
+        self._firsts: list[asyncio.Future] = []
         self._streams: list[AsyncIterator[RequestOutput]] = []
         self._slot = None
 
@@ -76,7 +86,11 @@ class Generation:
             raise
         self._gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}", self.priority, self.fairness_key)
                       for i, p in enumerate(token_prompts)]
-        self._streams = [self._track(g) for g in self._gens]
+        # Submitted now, in admission order, not when the answer's body is first read: each stream runs
+        # up to its first wait (the request is then queued in the engine) before start() returns.
+        self._firsts = [asyncio.ensure_future(anext(g)) for g in self._gens]
+        await asyncio.sleep(0)
+        self._streams = [self._track(_resume(t, g)) for t, g in zip(self._firsts, self._gens, strict=True)]
 
     async def _check(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
         heavy = params.guided or (isinstance(prompt, str) and len(prompt) > LONG_PROMPT_CHARS)
@@ -124,6 +138,9 @@ class Generation:
         byte of a stream): the admission slot, and each engine request, which closing aborts."""
         if self._slot is not None:
             self._slot.release()
+        for t in self._firsts:
+            t.cancel()  # a first output still awaited: cancelling it closes (aborts) its engine stream
+        await asyncio.gather(*self._firsts, return_exceptions=True)
         for g in self._gens:
             try:
                 await g.aclose()
