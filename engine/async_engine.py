@@ -9,29 +9,64 @@ import logging
 import queue
 import threading
 import uuid
-from collections.abc import AsyncIterator, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable
 from concurrent.futures import Future
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from engine.config import EngineConfig
 from engine.errors import EngineDeadError
 from engine.llm_engine import LLMEngine
 from engine.lora import LoRARequest
-from engine.outputs import RequestOutput
+from engine.outputs import EngineStats, RequestOutput
 from engine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
 
 
+# -- messages to the step thread --------------------------------------------------------------------
+@dataclass(frozen=True)
+class AddRequest:
+    request_id: str
+    prompt: str | list[int]
+    params: SamplingParams
+    priority: int
+    fairness_key: Hashable | None
+    lora_request: LoRARequest | str | None
+
+
+@dataclass(frozen=True)
+class AbortRequest:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class StopSequence:
+    request_id: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Call:
+    """Engine state the step thread owns (LoRA adapters), changed between two steps."""
+
+    fn: Callable[[], Any]
+    future: Future
+
+
+Command = AddRequest | AbortRequest | StopSequence | Call
+
+
 class AsyncEngine:
     def __init__(self, config: EngineConfig | None = None, engine: LLMEngine | None = None, **kwargs):
         config = None if engine is not None else config or EngineConfig(**kwargs)
-        self._commands: queue.Queue = queue.Queue()
+        self._commands: queue.Queue[Command] = queue.Queue()
         self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
         self.error: BaseException | None = None
+        self._stats = EngineStats()  # replaced whole by the step thread, never changed in place
         built: Future[LLMEngine] = Future()
         self._thread = threading.Thread(target=self._run, args=(engine, config, built), name="sllm-engine",
                                         daemon=True)
@@ -55,27 +90,14 @@ class AsyncEngine:
     def is_running(self) -> bool:
         return self._thread.is_alive() and self.error is None
 
+    def check_request(self, prompt: str | list[int], params: SamplingParams, priority: int = 0) -> list[int]:
+        """LLMEngine.check_request on the caller's thread: bad input is refused before it is queued;
+        submit the returned token ids."""
+        return self.engine.check_request(prompt, params, priority)
+
     def stats(self) -> dict[str, Any]:
-        e = self.engine
-        bm = e.block_manager
-        # Snapshots first: the step thread mutates these lists while the event loop reads them.
-        running = list(e.scheduler.running)
-        waiting = list(e.scheduler.waiting)
-        return {
-            "num_running": len(running),
-            "num_waiting": len(waiting),
-            "num_requests_running": len({s.request_id for s in running}),
-            "num_requests_waiting": len({s.request_id for s in waiting} - {s.request_id for s in running}),
-            "kv_usage": bm.usage,
-            "num_free_blocks": bm.num_free_blocks,
-            "num_blocks": bm.num_blocks,
-            "prefix_queries": bm.prefix_queries,
-            "prefix_hits": bm.prefix_hits,
-            "num_preemptions": e.scheduler.num_preemptions,
-            "preemptions_by_priority": dict(e.scheduler.preemptions_by_priority),
-            "spec": e.spec_stats,  # None unless speculative decoding is configured
-            **e.stats,
-        }
+        """The counters as of the last step (EngineStats), as a dict for the metrics endpoint."""
+        return asdict(self._stats)
 
     # -- the step thread -------------------------------------------------------------------------
     def _deliver(self, request_id: str, item: RequestOutput | BaseException, last: bool) -> None:
@@ -88,31 +110,29 @@ class AsyncEngine:
     def _drain_commands(self) -> None:
         while True:
             try:
-                cmd, args = self._commands.get_nowait()
+                cmd = self._commands.get_nowait()
             except queue.Empty:
                 return
-            if cmd == "add":
-                request_id, prompt, params, priority, fairness_key, lora = args
-                try:
-                    self.engine.add_request(request_id, prompt, params, priority=priority,
-                                            fairness_key=fairness_key, lora_request=lora)
-                except Exception as exc:  # bad input: reported to that request only
-                    self._deliver(request_id, exc, last=True)
-            elif cmd == "call":  # engine state the step thread owns (LoRA adapters), changed between steps
-                fn, fut = args
-                try:
-                    fut.set_result(fn())
-                except Exception as exc:
-                    fut.set_exception(exc)
-            elif cmd == "abort":
-                out = self.engine.abort_request(args)
-                if out is not None:
-                    self._deliver(args, out, last=True)
-            elif cmd == "stop":
-                request_id, index = args
-                out = self.engine.stop_sequence(request_id, index)
-                if out is not None:
-                    self._deliver(request_id, out, last=out.finished)
+            match cmd:
+                case AddRequest():
+                    try:
+                        self.engine.add_request(cmd.request_id, cmd.prompt, cmd.params, priority=cmd.priority,
+                                                fairness_key=cmd.fairness_key, lora_request=cmd.lora_request)
+                    except Exception as exc:  # bad input: reported to that request only
+                        self._deliver(cmd.request_id, exc, last=True)
+                case Call():
+                    try:
+                        cmd.future.set_result(cmd.fn())
+                    except Exception as exc:
+                        cmd.future.set_exception(exc)
+                case AbortRequest():
+                    out = self.engine.abort_request(cmd.request_id)
+                    if out is not None:
+                        self._deliver(cmd.request_id, out, last=True)
+                case StopSequence():
+                    out = self.engine.stop_sequence(cmd.request_id, cmd.index)
+                    if out is not None:
+                        self._deliver(cmd.request_id, out, last=out.finished)
 
     def _run(self, engine: LLMEngine | None, config: EngineConfig | None, built: Future) -> None:
         """Builds the engine on the step thread, so that one thread does all of its torch work. With
@@ -125,20 +145,23 @@ class AsyncEngine:
         except BaseException as exc:
             built.set_exception(exc)
             return
-        built.set_result(engine)
         self.engine = engine
+        self._stats = engine.snapshot_stats()
+        built.set_result(engine)
         self._loop()
 
     def _loop(self) -> None:
         try:
             while not self._stop:
                 self._drain_commands()
+                self._stats = self.engine.snapshot_stats()
                 if not self.engine.has_unfinished_requests():
                     self._wake.wait(timeout=0.5)
                     self._wake.clear()
                     continue
                 outputs = self.engine.step()
-                if not outputs and not self.engine.scheduler.running:
+                self._stats = self.engine.snapshot_stats()
+                if not outputs and not self._stats.num_running:
                     self._wake.wait(timeout=0.002)  # dynamic batching window, nothing runnable yet
                     self._wake.clear()
                 for out in outputs:
@@ -165,8 +188,8 @@ class AsyncEngine:
         q: asyncio.Queue = asyncio.Queue()
         with self._lock:
             self._streams[request_id] = (asyncio.get_running_loop(), q)
-        self._commands.put(("add", (request_id, prompt, params or SamplingParams(), priority, fairness_key,
-                                    lora_request)))
+        self._commands.put(AddRequest(request_id, prompt, params or SamplingParams(), priority, fairness_key,
+                                      lora_request))
         self._wake.set()
         finished = False
         try:
@@ -191,13 +214,13 @@ class AsyncEngine:
                 self.abort(request_id)
 
     def abort(self, request_id: str) -> None:
-        self._commands.put(("abort", request_id))
+        self._commands.put(AbortRequest(request_id))
         self._wake.set()
 
     def stop_sequence(self, request_id: str, index: int = 0) -> None:
         """Ends sample `index` of a request between two steps (LLMEngine.stop_sequence): its stream
         then ends, or for n > 1 goes on with the other samples."""
-        self._commands.put(("stop", (request_id, index)))
+        self._commands.put(StopSequence(request_id, index))
         self._wake.set()
 
     async def generate_full(self, prompt, params=None, request_id=None, priority: int = 0,
@@ -214,7 +237,7 @@ class AsyncEngine:
         if self.error is not None:
             raise EngineDeadError(f"the engine has stopped: {self.error}")
         fut: Future = Future()
-        self._commands.put(("call", (fn, fut)))
+        self._commands.put(Call(fn, fut))
         self._wake.set()
         return await asyncio.wrap_future(fut)
 

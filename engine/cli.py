@@ -23,9 +23,10 @@ def generate(
     top_p: float = typer.Option(1.0),
     seed: int | None = typer.Option(None),
     chat: bool = typer.Option(False, help="Wrap each prompt as a user message in the chat template"),
-    max_num_seqs: int = typer.Option(128),
-    quantization: str = typer.Option("auto", "--quantization", "-q", envvar="SLLM_QUANTIZATION",
-                                     help="auto, none (GGUF dequantized to float), gguf or int8 (weight-only, groups of 32)"),
+    max_num_seqs: int | None = typer.Option(None, help="Default: EngineConfig's"),
+    quantization: str | None = typer.Option(
+        None, "--quantization", "-q", envvar="SLLM_QUANTIZATION",
+        help="auto (the default), none (GGUF dequantized to float), gguf or int8 (weight-only, groups of 32)"),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per prompt"),
 ):
     """Offline batch generation with continuous batching and a progress bar."""
@@ -39,7 +40,8 @@ def generate(
             items.append(json.loads(line)["prompt"] if file.suffix == ".jsonl" else line)
     if not items:
         raise typer.BadParameter("give prompts as arguments or with --file")
-    llm = LLM(model=model, max_num_seqs=max_num_seqs, quantization=quantization)
+    given = {"max_num_seqs": max_num_seqs, "quantization": quantization}
+    llm = LLM(model=model, **{k: v for k, v in given.items() if v is not None})
     if chat:
         items = [llm.apply_chat_template([{"role": "user", "content": p}]) for p in items]
     params = SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed)

@@ -1,58 +1,30 @@
 """The synchronous engine: requests in, one scheduled forward pass per `step()`, outputs out."""
 
 import logging
+import threading
 import time
 from collections.abc import Hashable
-from dataclasses import dataclass, field
 
 import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.detokenizer import DetokenizerState, detokenize_incrementally, find_stop, new_state, stop_holdback
 from engine.errors import InvalidRequestError
+from engine.input_check import InputCheck, RequestLimits
 from engine.loader import default_served_name, load_model_config, load_tokenizer, resolve_model
 from engine.lora import LoRARequest
 from engine.model_runner import ModelRunner
-from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput, TokenLogprobs
+from engine.output_processor import OutputProcessor, Request, eos_token_ids
+from engine.outputs import EngineStats, RequestMetrics, RequestOutput
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
+from engine.scheduler import SampledSeq, Scheduler
 from engine.sequence import Sequence
+from engine.step_sampler import StepSampler
 
 log = logging.getLogger(__name__)
 
 MAX_DEFAULT_MODEL_LEN = 8192
-
-
-@dataclass(eq=False)
-class SeqState:
-    """Per-sequence output bookkeeping: text, what was already emitted, logprobs."""
-
-    seq: Sequence
-    detok: DetokenizerState
-    text: str = ""
-    emitted_chars: int = 0
-    emitted_tokens: int = 0
-    logprobs: list[TokenLogprobs] = field(default_factory=list)
-    emitted_logprobs: int = 0
-
-
-@dataclass(eq=False)
-class Request:
-    request_id: str
-    prompt: str | None
-    prompt_token_ids: list[int]
-    params: SamplingParams
-    metrics: RequestMetrics
-    states: list[SeqState] = field(default_factory=list)
-    aborted: bool = False
-    fairness_key: Hashable | None = None
-    lora: LoRARequest | None = None
-
-    @property
-    def finished(self) -> bool:
-        return len(self.states) == self.params.n and all(s.seq.is_finished for s in self.states)
 
 
 class LLMEngine:
@@ -70,33 +42,38 @@ class LLMEngine:
             torch.set_num_threads(config.num_threads)
         torch.manual_seed(config.seed)
         self.runner = ModelRunner(config, self.model_config, self.model_path, self.max_model_len)
-        self.block_manager = BlockManager(self.runner.num_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(config, self.block_manager)
-        self.eos_token_ids = self._eos_ids()
+        self.scheduler = Scheduler(config, self.runner.num_blocks)
+        self.eos_token_ids = eos_token_ids(self.model_config, self.tokenizer)
         self.sampler = Sampler(self.tokenizer, self.eos_token_ids)
         self.vocab_size = self.runner.model.vocab_size
-        self.requests: dict[str, Request] = {}
+        limits = RequestLimits(self.vocab_size, self.max_model_len, config.block_size, self.runner.num_blocks)
+        # Refuses bad input before a request is queued and returns its token ids; safe on any thread, so
+        # a server checks first, then submits the ids (tokenizing or compiling may take a while).
+        self.check_request = InputCheck(self.tokenizer, limits, self._compile_guided)
+        self.processor = OutputProcessor(self.tokenizer, self.eos_token_ids, self.max_model_len)
         self.guided = None  # engine.guided.GuidedDecoding, built on the first constrained request
+        self._guided_lock = threading.Lock()
         self.speculator = None
         if config.speculative_config:
             from engine.speculative import SpeculativeConfig, Speculator
 
             spec = SpeculativeConfig.parse(config.speculative_config)
             self.speculator = Speculator(spec, config, self.tokenizer, self.max_model_len)
+        self.step_sampler = StepSampler(self.sampler, self.speculator)
         for name, path in (config.lora_modules or {}).items():
             self.add_lora(name, path)
         self.load_seconds = time.perf_counter() - t0
         self.stats = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0}
         log.info("loaded %s from %s in %.2fs", self.served_model_name, self.model_path, self.load_seconds)
 
-    def _eos_ids(self) -> set[int]:
-        ids: set[int] = set()
-        for src in (self.model_config.eos_token_id, getattr(self.tokenizer, "eos_token_id", None)):
-            if isinstance(src, int):
-                ids.add(src)
-            elif isinstance(src, list | tuple):
-                ids.update(int(x) for x in src)
-        return ids
+    @property
+    def block_manager(self) -> BlockManager:
+        """The scheduler's, read here by benchmarks and leak checks; only the scheduler changes it."""
+        return self.scheduler.block_manager
+
+    @property
+    def requests(self) -> dict[str, Request]:
+        return self.processor.requests
 
     # -- LoRA adapters (engine/lora.py) -------------------------------------------------------------
     def _loras(self):
@@ -125,37 +102,9 @@ class LLMEngine:
     def tokenize(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(prompt, add_special_tokens=False)
 
-    def _validate(self, token_ids: list[int], params: SamplingParams) -> None:
-        if not token_ids:
-            raise InvalidRequestError("the prompt is empty", "prompt")
-        if any(not isinstance(t, int) or t < 0 or t >= self.vocab_size for t in token_ids):
-            raise InvalidRequestError(f"prompt token ids must be in [0, {self.vocab_size})", "prompt")
-        bad = [t for t in params.stop_token_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise InvalidRequestError(f"unknown stop_token_ids {bad}: vocabulary size is {self.vocab_size}", "stop_token_ids")
-        bad = [t for t in params.logit_bias if t >= self.vocab_size]
-        if bad:
-            raise InvalidRequestError(f"logit_bias has unknown token ids {bad[:5]}: vocabulary size is {self.vocab_size}",
-                                      "logit_bias")
-        n = len(token_ids)
-        if n >= self.max_model_len:
-            raise InvalidRequestError(
-                f"the prompt has {n} tokens, but this model's maximum context length is {self.max_model_len}",
-                "prompt",
-            )
-        if params.max_tokens is not None and n + params.max_tokens > self.max_model_len:
-            raise InvalidRequestError(
-                f"this model's maximum context length is {self.max_model_len} tokens; the request asks for "
-                f"{n + params.max_tokens} ({n} in the prompt and {params.max_tokens} to generate)",
-                "max_tokens",
-            )
-        total = n + (params.max_tokens or self.max_model_len - n)
-        if (total + self.config.block_size - 1) // self.config.block_size > self.block_manager.num_blocks:
-            raise InvalidRequestError(
-                f"the request needs {total} tokens of KV cache but the cache holds "
-                f"{self.block_manager.num_blocks * self.config.block_size}",
-                "max_tokens",
-            )
+    def _compile_guided(self, spec: dict) -> None:
+        with self._guided_lock:  # check_request runs on its caller's thread
+            self.guided_decoding().compile(spec)
 
     def add_request(
         self,
@@ -171,19 +120,9 @@ class LLMEngine:
         equal priority take turns by key (engine/scheduler.py); `lora_request`: a loaded adapter's name,
         or a LoRARequest (loaded under its name on first sight, as vLLM does)."""
         params = params or SamplingParams()
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise InvalidRequestError(f"priority must be an integer, got {priority!r}", "priority")
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
-        if isinstance(prompt, str):
-            text, token_ids = prompt, self.tokenize(prompt)
-            if not prompt:
-                raise InvalidRequestError("the prompt is empty", "prompt")
-        else:
-            text, token_ids = None, list(prompt)
-        self._validate(token_ids, params)
-        if params.guided:
-            self.guided_decoding().compile(params.guided)  # a bad schema fails here, before queueing
+        token_ids = self.check_request(prompt, params, priority)
         lora = None
         if lora_request is not None:
             loras = self._loras()
@@ -194,6 +133,7 @@ class LLMEngine:
             lora = loras.acquire(lora_request)
         arrival = time.monotonic() if arrival_time is None else arrival_time
         metrics = RequestMetrics(arrival, prompt_tokens=len(token_ids), priority=priority)
+        text = prompt if isinstance(prompt, str) else None
         req = Request(request_id, text, token_ids, params, metrics, fairness_key=fairness_key, lora=lora)
         seq = self._new_sequence(req, 0, list(token_ids))
         seq.pending_forks = params.n - 1
@@ -226,8 +166,9 @@ class LLMEngine:
         )
         if p.guided:
             close = p.guided_budget_close and p.max_tokens is not None and not p.ignore_eos and not p.min_tokens
-            seq.matcher = self.guided_decoding().matcher(p.guided, budget_close=close)
-        req.states.append(SeqState(seq, new_state(len(req.prompt_token_ids))))
+            with self._guided_lock:
+                seq.matcher = self.guided_decoding().matcher(p.guided, budget_close=close)
+        self.processor.add_sequence(req, seq)
         return seq
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
@@ -242,7 +183,7 @@ class LLMEngine:
                 self._finish(st.seq)
         req.metrics.finished_time = time.monotonic()
         self._release(req)
-        return self._make_output(req)
+        return self.processor.make_output(req)
 
     def stop_sequence(self, request_id: str, index: int = 0) -> RequestOutput | None:
         """Ends one of a request's samples now (finish reason `abort`), as its caller decided the
@@ -255,11 +196,16 @@ class LLMEngine:
             return None
         st.seq.finish_reason = "abort"
         self._finish(st.seq)
-        out = self._make_output(req)
+        out = self.processor.make_output(req)
         if req.finished:
             req.metrics.finished_time = time.monotonic()
             del self.requests[request_id]
         return out
+
+    def _finish(self, seq: Sequence) -> None:
+        self.scheduler.finish(seq)
+        if self.speculator is not None:
+            self.speculator.release(seq)
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -271,6 +217,17 @@ class LLMEngine:
     @property
     def num_waiting(self) -> int:
         return len(self.scheduler.waiting)
+
+    @property
+    def spec_stats(self) -> dict[str, float] | None:
+        if self.speculator is None:
+            return None
+        sp = self.speculator
+        return {**sp.stats, "acceptance_rate": sp.acceptance_rate, "mean_accepted_length": sp.mean_accepted_length}
+
+    def snapshot_stats(self) -> EngineStats:
+        """A consistent copy of the engine's counters; call it on the thread that steps."""
+        return self.scheduler.snapshot_stats(spec=self.spec_stats, **self.stats)
 
     # -- the step --------------------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -286,183 +243,31 @@ class LLMEngine:
                 m.first_scheduled_time = now
         logits = self.runner.execute(sched)
         self.stats["steps"] += 1
-        plain: list[Sequence] = []
-        plain_rows: list[int] = []
-        verify: list[tuple[Sequence, int]] = []
-        row = 0
-        for item in sched.scheduled:
-            seq = item.seq
-            samples = item.samples  # before num_computed_tokens moves
-            k = len(seq.spec_tokens)
-            real = item.num_new_tokens - k
-            if seq.num_computed_tokens < seq.num_prompt_tokens:
-                self.stats["prompt_tokens"] += min(real, seq.num_prompt_tokens - seq.num_computed_tokens)
-            seq.num_computed_tokens += real
-            if not samples:
-                self.block_manager.register_full_blocks(seq)
-            elif k:
-                verify.append((seq, row))
-                row += k + 1
-            else:
-                plain.append(seq)
-                plain_rows.append(row)
-                row += 1
-        touched: dict[str, Request] = {}
-        emitted = 0
-        if plain:
-            rows, row_seqs = self._expand_forks(plain, logits[plain_rows])
-            tokens, lps = self.sampler(rows, row_seqs)
-            for seq, token, lp in zip(row_seqs, tokens, lps, strict=True):
-                self._emit(seq, [token], [lp], touched)
-            emitted += len(tokens)
-        for seq, r in verify:
-            emitted += self._verify(seq, logits[r : r + len(seq.spec_tokens) + 1], touched)
-        for seq in plain + [s for s, _ in verify]:
-            if not seq.is_finished:
-                self.block_manager.register_full_blocks(seq)
-        self.stats["generation_tokens"] += emitted
-        now = time.monotonic()
-        outputs = []
-        for req in touched.values():
-            m = req.metrics
-            m.first_token_time = m.first_token_time or now
-            m.last_token_time = now
-            out = self._make_output(req)
-            if req.finished:
-                m.finished_time = now
-                del self.requests[req.request_id]
-                self._release(req)
-            outputs.append(out)
+        sampled = self.step_sampler.sample(sched, logits, self._fork)
+        self._append(sampled)
+        self.stats["prompt_tokens"] += self.scheduler.update_from_output(sched, sampled)
+        if self.speculator is not None:
+            for s in sampled:
+                if s.seq.is_finished:
+                    self.speculator.release(s.seq)
+        outputs, finished = self.processor.outputs()
+        for req in finished:
+            self._release(req)
         return outputs
 
-    def _emit(self, seq: Sequence, tokens: list[int], lps: list, touched: dict[str, "Request"]) -> int:
-        """Appends sampled tokens until the sequence finishes; returns how many were appended."""
-        req = self.requests[seq.request_id]
-        touched[req.request_id] = req
-        n = 0
-        for token, lp in zip(tokens, lps, strict=True):
-            self._append_token(req, seq, token, lp)
-            n += 1
-            if seq.is_finished:
-                break
-        return n
+    def _append(self, sampled: list[SampledSeq]) -> None:
+        """Hands each sequence's new tokens to the output processor, which appends them up to a stop."""
+        for s in sampled:
+            n = self.processor.append(s.seq, s.tokens, s.logprobs)
+            self.stats["generation_tokens"] += n
+            if s.num_drafts is not None:
+                s.accepted_drafts = min(n, len(s.tokens) - 1)
+                m = self.requests[s.seq.request_id].metrics
+                m.spec_proposed += s.num_drafts
+                m.spec_accepted += s.accepted_drafts
+                self.speculator.record(s.seq, s.num_drafts, s.accepted_drafts, n)
 
-    def _verify(self, seq: Sequence, rows: torch.Tensor, touched: dict[str, "Request"]) -> int:
-        drafts, seq.spec_tokens = seq.spec_tokens, []
-        q = self.speculator.draft_probs.pop(seq.seq_id, None)
-        tokens, lps = self.sampler.verify(rows, seq, drafts, q)
-        n = self._emit(seq, tokens, lps, touched)
-        accepted = min(n, len(tokens) - 1)
-        m = self.requests[seq.request_id].metrics
-        m.spec_proposed += len(drafts)
-        m.spec_accepted += accepted
-        self.speculator.record(seq, len(drafts), accepted, n)
-        if not seq.is_finished:
-            # KV of the accepted drafts is valid; the rejected drafts' slots are released.
-            seq.num_computed_tokens += accepted
-            self.block_manager.trim(seq, len(seq))
-        return n
-
-    def _expand_forks(self, sampling: list[Sequence], logits: torch.Tensor) -> tuple[torch.Tensor, list[Sequence]]:
-        """n > 1: a sequence that just finished its prompt forks into n, sharing every prompt block."""
-        if not any(s.pending_forks for s in sampling):
-            return logits, sampling
-        rows, seqs = [], []
-        for i, seq in enumerate(sampling):
-            rows.append(i)
-            seqs.append(seq)
-            if seq.pending_forks:
-                req = self.requests[seq.request_id]
-                for k in range(1, seq.pending_forks + 1):
-                    child = self._new_sequence(req, k, list(seq.token_ids))
-                    child.num_computed_tokens = seq.num_computed_tokens
-                    child.num_cached_tokens = seq.num_cached_tokens
-                    self.block_manager.fork(seq, child)
-                    self.scheduler.fork(seq, child)
-                    rows.append(i)
-                    seqs.append(child)
-                seq.pending_forks = 0
-        return logits[rows], seqs
-
-    def _append_token(self, req: Request, seq: Sequence, token: int, lp: TokenLogprobs | None) -> None:
-        p = req.params
-        seq.token_ids.append(token)
-        st = next(s for s in req.states if s.seq is seq)
-        if lp is not None:
-            st.logprobs.append(lp)
-        new_text = detokenize_incrementally(self.tokenizer, seq.token_ids, st.detok, p.skip_special_tokens)
-        st.text += new_text
-        grammar_done = False
-        if seq.matcher is not None:
-            if not seq.matcher.accept_token(token):
-                log.warning("request %s: token %d rejected by its grammar", req.request_id, token)
-                grammar_done = True
-            grammar_done = grammar_done or seq.matcher.is_terminated()
-        if grammar_done:
-            seq.finish_reason = "stop"
-        elif seq.num_output_tokens >= p.min_tokens:
-            if token in p.stop_token_ids:
-                seq.finish_reason, seq.stop_reason = "stop", token
-            elif not p.ignore_eos and token in self.eos_token_ids:
-                seq.finish_reason = "stop"
-            elif p.stop and new_text:
-                hit = find_stop(st.text, len(new_text), p.stop)
-                if hit is not None:
-                    idx, stop = hit
-                    st.text = st.text[: idx + len(stop)] if p.include_stop_str_in_output else st.text[:idx]
-                    seq.finish_reason, seq.stop_reason = "stop", stop
-        if seq.finish_reason is None:
-            limit = p.max_tokens if p.max_tokens is not None else self.max_model_len - seq.num_prompt_tokens
-            if seq.num_output_tokens >= limit or len(seq) >= self.max_model_len:
-                seq.finish_reason = "length"
-        if seq.finish_reason is not None:
-            self._finish(seq)
-
-    def _finish(self, seq: Sequence) -> None:
-        self.scheduler.finish(seq)
-        if self.speculator is not None:
-            self.speculator.release(seq)
-
-    @property
-    def spec_stats(self) -> dict[str, float] | None:
-        if self.speculator is None:
-            return None
-        sp = self.speculator
-        return {**sp.stats, "acceptance_rate": sp.acceptance_rate, "mean_accepted_length": sp.mean_accepted_length}
-
-    def _make_output(self, req: Request) -> RequestOutput:
-        outs = []
-        total_out = 0
-        for st in req.states:
-            seq = st.seq
-            text = st.text
-            end = len(text)
-            if not seq.is_finished and req.params.stop:
-                end -= stop_holdback(text, req.params.stop)
-            end = max(end, st.emitted_chars)
-            ids = seq.output_token_ids
-            outs.append(
-                CompletionOutput(
-                    index=seq.index,
-                    text=text[:end],
-                    token_ids=list(ids),
-                    delta_text=text[st.emitted_chars : end],
-                    delta_token_ids=ids[st.emitted_tokens :],
-                    logprobs=list(st.logprobs) if req.params.logprobs is not None else None,
-                    delta_logprobs=st.logprobs[st.emitted_logprobs :] if req.params.logprobs is not None else None,
-                    finish_reason=seq.finish_reason,
-                    stop_reason=seq.stop_reason,
-                )
-            )
-            st.emitted_chars, st.emitted_tokens, st.emitted_logprobs = end, len(ids), len(st.logprobs)
-            total_out += len(ids)
-        req.metrics.output_tokens = total_out
-        req.metrics.cached_tokens = req.states[0].seq.num_cached_tokens if req.states else 0
-        return RequestOutput(
-            request_id=req.request_id,
-            prompt=req.prompt,
-            prompt_token_ids=req.prompt_token_ids,
-            outputs=outs,
-            finished=req.finished or req.aborted,
-            metrics=req.metrics,
-        )
+    def _fork(self, parent: Sequence, index: int) -> Sequence:
+        child = self._new_sequence(self.requests[parent.request_id], index, list(parent.token_ids))
+        self.scheduler.fork(parent, child)
+        return child

@@ -84,3 +84,25 @@ class RequestOutput:
     @property
     def num_output_tokens(self) -> int:
         return sum(len(o.token_ids) for o in self.outputs)
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """The engine's state after a step, published whole: readers on other threads (the gateway's
+    metrics) see one consistent snapshot and never the scheduler's lists while they change."""
+
+    num_running: int = 0  # sequences in the running batch
+    num_waiting: int = 0
+    num_requests_running: int = 0
+    num_requests_waiting: int = 0  # requests none of whose sequences runs
+    kv_usage: float = 0.0
+    num_free_blocks: int = 0
+    num_blocks: int = 0
+    prefix_queries: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_hits: int = 0
+    num_preemptions: int = 0
+    preemptions_by_priority: dict[int, int] = field(default_factory=dict)  # a copy, never changed
+    spec: dict[str, float] | None = None  # None unless speculative decoding is configured
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    steps: int = 0

@@ -29,9 +29,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.outputs import EngineStats
 from engine.sequence import Sequence, SequenceStatus
 
 # Fairness keys remembered beyond those of live sequences before the oldest are forgotten.
@@ -65,6 +67,19 @@ class SchedulerOutput:
 
 
 @dataclass
+class SampledSeq:
+    """A sequence's new tokens from one step (engine/step_sampler.py), before the output processor
+    appends them (up to a stop) and the scheduler applies the step (update_from_output)."""
+
+    seq: Sequence
+    tokens: list[int]
+    logprobs: list[Any]  # TokenLogprobs or None, one per token
+    num_drafts: int | None = None  # speculative drafts verified this step; None: none
+    accepted_drafts: int = 0  # of those, kept: set once the tokens are appended
+    forked_from: Sequence | None = None  # an n > 1 sample created this step, sharing its parent's blocks
+
+
+@dataclass
 class _Plan:
     """Waiting sequences that will be admitted this step, and the tokens each was promised."""
 
@@ -85,10 +100,10 @@ def _running_order(seq: Sequence) -> tuple[int, int]:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, block_manager: BlockManager,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, config: EngineConfig, num_blocks: int, clock: Callable[[], float] = time.monotonic):
         self.config = config
-        self.bm = block_manager
+        # The scheduler alone allocates and frees KV blocks (as in vLLM and nano-vllm).
+        self.bm = BlockManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.clock = clock
         self.waiting: list[Sequence] = []  # in no particular order: _next_waiting picks
         self.running: list[Sequence] = []
@@ -96,6 +111,10 @@ class Scheduler:
         self.preemptions_by_priority: dict[int, int] = {}  # keyed by the victim's own priority
         self._admissions = 0
         self._key_admitted: dict[Hashable | None, int] = {}  # fairness key -> its last admission
+
+    @property
+    def block_manager(self) -> BlockManager:
+        return self.bm
 
     def add(self, seq: Sequence) -> None:
         seq.waiting_since = self.clock()
@@ -318,8 +337,51 @@ class Scheduler:
         out.blocks_to_copy = self.bm.take_pending_copies()
         return out
 
+    def snapshot_stats(self, **engine_counters: Any) -> EngineStats:
+        """The scheduler's state as an immutable EngineStats, with the engine's own counters."""
+        bm = self.bm
+        running = {s.request_id for s in self.running}
+        return EngineStats(
+            num_running=len(self.running), num_waiting=len(self.waiting), num_requests_running=len(running),
+            num_requests_waiting=len({s.request_id for s in self.waiting} - running),
+            kv_usage=bm.usage, num_free_blocks=bm.num_free_blocks, num_blocks=bm.num_blocks,
+            prefix_queries=bm.prefix_queries, prefix_hits=bm.prefix_hits, num_preemptions=self.num_preemptions,
+            preemptions_by_priority=dict(self.preemptions_by_priority), **engine_counters)
+
+    def update_from_output(self, sched: SchedulerOutput, sampled: list[SampledSeq]) -> int:
+        """Applies a step's results: computed tokens advance, the slots of rejected drafts and the
+        blocks of finished sequences return to the pool, and newly full blocks join the prefix cache.
+        Returns how many prompt tokens the step computed."""
+        prompt_tokens = 0
+        got_tokens = {s.seq.seq_id for s in sampled}
+        for item in sched.scheduled:
+            seq = item.seq
+            real = item.num_new_tokens - len(seq.spec_tokens)
+            seq.spec_tokens = []
+            if seq.num_computed_tokens < seq.num_prompt_tokens:
+                prompt_tokens += min(real, seq.num_prompt_tokens - seq.num_computed_tokens)
+            seq.num_computed_tokens += real
+            if seq.seq_id not in got_tokens:  # a prompt chunk short of the prompt's end
+                self.bm.register_full_blocks(seq)
+        for s in sampled:
+            seq = s.seq
+            if s.forked_from is not None:
+                seq.num_computed_tokens = s.forked_from.num_computed_tokens
+                seq.num_cached_tokens = s.forked_from.num_cached_tokens
+            if seq.finish_reason is not None:
+                self.finish(seq)
+                continue
+            if s.num_drafts is not None:
+                # KV of the accepted drafts is valid; the rejected drafts' slots are released.
+                seq.num_computed_tokens += s.accepted_drafts
+                self.bm.trim(seq, len(seq))
+            self.bm.register_full_blocks(seq)
+        return prompt_tokens
+
     def fork(self, parent: Sequence, child: Sequence) -> None:
-        """An n > 1 sample joins the batch beside its parent, with the parent's place in the order."""
+        """An n > 1 sample joins the batch beside its parent, with the parent's place in the order,
+        sharing every block of it until one of them writes (copy-on-write)."""
+        self.bm.fork(parent, child)
         child.priority, child.fairness_key = parent.priority, parent.fairness_key
         child.effective_priority, child.admitted_order = parent.effective_priority, parent.admitted_order
         child.waited_s = parent.waited_s

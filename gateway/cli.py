@@ -1,5 +1,10 @@
-"""`sllm serve`: flags named as `vllm serve` names them, each also an SLLM_* environment variable.
-Imports stay inside the function: every `sllm` command imports this module."""
+"""`sllm serve`: flags named as `vllm serve` names them. Each setting is also an SLLM_* environment
+variable (SLLM_MAX_NUM_SEQS for --max-num-seqs; SLLM_API_KEY, SLLM_WEBHOOK_ALLOW_HOSTS and
+SLLM_LORA_MODULES take their lists space-separated), read by pydantic-settings with the
+configuration file (gateway/settings.py): the flags given win over variables, variables over the
+file, and what none of them sets is Settings' default (the engine's from EngineConfig). So every
+settings flag here defaults to None: not given. Imports stay inside the function: every `sllm`
+command imports this module."""
 
 from typing import Annotated
 
@@ -7,7 +12,6 @@ import typer
 
 
 def serve(
-    ctx: typer.Context,
     model: list[str] = typer.Option(
         [], "--model", envvar="SLLM_MODEL",
         help="'default', an HF folder or a .gguf; repeat to serve several (each its own engine and KV budget)"),
@@ -21,98 +25,104 @@ def serve(
              "no embedded model is loaded"),
     config: str | None = typer.Option(None, "--config", envvar="SLLM_CONFIG",
                                       help="TOML or YAML file with these settings and a `models` list; flags win"),
-    host: str = typer.Option("127.0.0.1", "--host", envvar="SLLM_HOST"),
-    port: int = typer.Option(8000, "--port", envvar="SLLM_PORT"),
+    host: str | None = typer.Option(None, "--host"),
+    port: int | None = typer.Option(None, "--port"),
     api_key: list[str] = typer.Option(
-        [], "--api-key", envvar="SLLM_API_KEY",
+        [], "--api-key",
         help="Accepted bearer key; repeat for several (the variable takes them space-separated)",
     ),
-    max_model_len: int | None = typer.Option(None, "--max-model-len", envvar="SLLM_MAX_MODEL_LEN"),
-    max_num_seqs: int = typer.Option(128, "--max-num-seqs", envvar="SLLM_MAX_NUM_SEQS"),
-    block_size: int = typer.Option(16, "--block-size", envvar="SLLM_BLOCK_SIZE"),
-    num_kv_blocks: int | None = typer.Option(None, "--num-kv-blocks", envvar="SLLM_NUM_KV_BLOCKS"),
-    dtype: str = typer.Option("auto", "--dtype", envvar="SLLM_DTYPE",
-                              help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16 or float16"),
-    quantization: str = typer.Option(
-        "auto", "--quantization", "-q", envvar="SLLM_QUANTIZATION",
+    max_model_len: int | None = typer.Option(None, "--max-model-len"),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs"),
+    block_size: int | None = typer.Option(None, "--block-size"),
+    num_kv_blocks: int | None = typer.Option(None, "--num-kv-blocks"),
+    dtype: str | None = typer.Option(
+        None, "--dtype",
+        help="auto (float32 on CPU, bfloat16 on CUDA), float32, bfloat16 or float16"),
+    quantization: str | None = typer.Option(
+        None, "--quantization", "-q",
         help="auto (a GGUF model keeps its quantized blocks on the CPU), none (GGUF dequantized to "
              "float: the HF-exact reference), gguf (the file's blocks, required) or int8 (weight-only "
              "int8 in groups of 32, for float checkpoints; CPU, float32)"),
-    max_queued_requests: int = typer.Option(
-        256, "--max-queued-requests", envvar="SLLM_MAX_QUEUED_REQUESTS",
+    max_queued_requests: int | None = typer.Option(
+        None, "--max-queued-requests",
         help="Requests allowed to wait beyond --max-num-seqs; past it the server answers 429",
     ),
-    max_request_body_bytes: int = typer.Option(8 * 1024 * 1024, "--max-request-body-bytes",
-                                               envvar="SLLM_MAX_REQUEST_BODY_BYTES"),
-    db: str | None = typer.Option(None, "--db", envvar="SLLM_DB", help="SQLite file or SQLAlchemy URL"),
-    log_level: str = typer.Option("info", "--log-level", envvar="SLLM_LOG_LEVEL"),
+    max_request_body_bytes: int | None = typer.Option(None, "--max-request-body-bytes"),
+    db: str | None = typer.Option(None, "--db", help="SQLite file or SQLAlchemy URL"),
+    log_level: str | None = typer.Option(None, "--log-level"),
     speculative_config: str | None = typer.Option(
-        None, "--speculative-config", envvar="SLLM_SPECULATIVE_CONFIG",
+        None, "--speculative-config",
         help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\' or a draft model',
     ),
-    guided_loop_repeats: int = typer.Option(
-        3, "--guided-loop-repeats", envvar="SLLM_GUIDED_LOOP_REPEATS",
+    guided_loop_repeats: int | None = typer.Option(
+        None, "--guided-loop-repeats",
         help="Structured output: close a JSON string, array or object once a token cycle repeats this "
              "many times, so a looping small model still completes its JSON; 0 turns it off"),
     tool_call_bias: float | None = typer.Option(
-        None, "--tool-call-bias", envvar="SLLM_TOOL_CALL_BIAS",
+        None, "--tool-call-bias",
         help="tool_choice auto: logit bias toward opening a tool call at the first generated token; "
              "default 3 for models whose chat template does not render tools, 0 for those that do"),
-    guided_budget_close: bool = typer.Option(
-        True, "--guided-budget-close/--no-guided-budget-close", envvar="SLLM_GUIDED_BUDGET_CLOSE",
+    guided_budget_close: bool | None = typer.Option(
+        None, "--guided-budget-close/--no-guided-budget-close",
         help="Structured output and tool calls: when the tokens left before max_tokens are just enough, "
              "close the JSON (missing required keys get minimal values) so it parses"),
-    priority_interactive: int = typer.Option(
-        0, "--priority-interactive", envvar="SLLM_PRIORITY_INTERACTIVE",
+    priority_interactive: int | None = typer.Option(
+        None, "--priority-interactive",
         help="Engine priority of chat, completions and responses in the foreground (lower runs first)"),
-    priority_background: int = typer.Option(5, "--priority-background", envvar="SLLM_PRIORITY_BACKGROUND",
-                                            help="Engine priority of background responses"),
-    priority_batch: int = typer.Option(10, "--priority-batch", envvar="SLLM_PRIORITY_BATCH",
-                                       help="Engine priority of batch lines"),
-    priority_schedule: int = typer.Option(5, "--priority-schedule", envvar="SLLM_PRIORITY_SCHEDULE",
-                                          help="Engine priority of text-to-SQL schedule runs"),
-    allow_client_priority: bool = typer.Option(
-        False, "--allow-client-priority/--no-allow-client-priority", envvar="SLLM_ALLOW_CLIENT_PRIORITY",
+    priority_background: int | None = typer.Option(
+        None, "--priority-background",
+        help="Engine priority of background responses"),
+    priority_batch: int | None = typer.Option(
+        None, "--priority-batch",
+        help="Engine priority of batch lines"),
+    priority_schedule: int | None = typer.Option(
+        None, "--priority-schedule",
+        help="Engine priority of text-to-SQL schedule runs"),
+    allow_client_priority: bool | None = typer.Option(
+        None, "--allow-client-priority/--no-allow-client-priority",
         help="Let clients set `priority` in the body of chat, completions and responses (otherwise a 400)"),
-    priority_aging_s: float = typer.Option(
-        10.0, "--priority-aging-s", envvar="SLLM_PRIORITY_AGING_S",
+    priority_aging_s: float | None = typer.Option(
+        None, "--priority-aging-s",
         help="A waiting request's priority improves by 1 per this many seconds waited, so none starves; "
              "0: off"),
-    job_concurrency: int = typer.Option(
-        16, "--job-concurrency", envvar="SLLM_JOB_CONCURRENCY",
+    job_concurrency: int | None = typer.Option(
+        None, "--job-concurrency",
         help="Batch lines, background responses and schedule runs in the engine at once"),
-    job_lease_s: float = typer.Option(
-        15.0, "--job-lease-s", envvar="SLLM_JOB_LEASE_S",
+    job_lease_s: float | None = typer.Option(
+        None, "--job-lease-s",
         help="Replicas on one database: how long a claim on a batch line, background response or schedule "
              "run holds without its heartbeat; a dead replica's work is taken over after this"),
-    job_scan_s: float = typer.Option(
-        2.0, "--job-scan-s", envvar="SLLM_JOB_SCAN_S",
+    job_scan_s: float | None = typer.Option(
+        None, "--job-scan-s",
         help="How often the server looks for job work nobody holds (new, or a dead replica's)"),
     rate_limit_rpm: int | None = typer.Option(
-        None, "--rate-limit-rpm", envvar="SLLM_RATE_LIMIT_RPM",
+        None, "--rate-limit-rpm",
         help="Requests per minute for each database API key without a limit of its own (sllm keys create --rpm); "
              "counted in the database, so shared by replicas on it"),
     rate_limit_tpm: int | None = typer.Option(
-        None, "--rate-limit-tpm", envvar="SLLM_RATE_LIMIT_TPM",
+        None, "--rate-limit-tpm",
         help="Tokens (prompt + completion) per minute for each database API key without a limit of its own"),
-    max_file_bytes: int = typer.Option(100 * 1024 * 1024, "--max-file-bytes", envvar="SLLM_MAX_FILE_BYTES",
-                                       help="Largest file /v1/files accepts"),
-    enable_lora: bool = typer.Option(
-        False, "--enable-lora/--no-enable-lora", envvar="SLLM_ENABLE_LORA",
+    max_file_bytes: int | None = typer.Option(
+        None, "--max-file-bytes",
+        help="Largest file /v1/files accepts"),
+    enable_lora: bool | None = typer.Option(
+        None, "--enable-lora/--no-enable-lora",
         help="Serve LoRA adapters (PEFT folders) on the embedded model; each adapter is a model name"),
     lora_modules: list[str] = typer.Option(
-        [], "--lora-modules", envvar="SLLM_LORA_MODULES",
+        [], "--lora-modules",
         help="NAME=PATH: a PEFT LoRA adapter served as model NAME on the first embedded model; repeat for "
              "several (implies --enable-lora)"),
-    max_loras: int = typer.Option(4, "--max-loras", envvar="SLLM_MAX_LORAS",
-                                  help="LoRA adapters resident at once (least recently used evicted when idle)"),
-    max_lora_rank: int = typer.Option(64, "--max-lora-rank", envvar="SLLM_MAX_LORA_RANK",
-                                      help="Largest LoRA rank accepted"),
+    max_loras: int | None = typer.Option(
+        None, "--max-loras",
+        help="LoRA adapters resident at once (least recently used evicted when idle)"),
+    max_lora_rank: int | None = typer.Option(
+        None, "--max-lora-rank",
+        help="Largest LoRA rank accepted"),
     webhook_secret: str | None = typer.Option(
-        None, "--webhook-secret", envvar="SLLM_WEBHOOK_SECRET",
+        None, "--webhook-secret",
         help="HMAC key webhooks are signed with (whsec_<base64> or plain text); webhooks are off without it"),
     webhook_allow_host: list[str] = typer.Option(
-        [], "--webhook-allow-host", envvar="SLLM_WEBHOOK_ALLOW_HOSTS",
+        [], "--webhook-allow-host",
         help="Host a webhook may call: name, *.domain, IP or CIDR; repeat for several (the variable takes "
              "them space-separated)"),
 ):
@@ -121,11 +131,10 @@ def serve(
     import logging
 
     import uvicorn
-    from click.core import ParameterSource
     from pydantic import ValidationError
 
     from gateway.app import create_app
-    from gateway.config_file import ConfigError, cli_models, load_config
+    from gateway.config_file import ConfigError, ConfigFileSource, cli_models
     from gateway.settings import Settings
 
     flags = dict(
@@ -146,22 +155,15 @@ def serve(
         max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         db=db,
     )
-    param_of = {"api_keys": "api_key", "webhook_allow_hosts": "webhook_allow_host"}
-
-    def given(param: str) -> bool:
-        return ctx.get_parameter_source(param) not in (ParameterSource.DEFAULT, None)
-
     try:
-        values = load_config(config) if config else {}
-        # A flag given on the command line (or by its variable) wins over the file; defaults do not.
-        values |= {k: v for k, v in flags.items() if (given(param_of.get(k, k)) or k not in values) and v is not None}
+        given = {k: v for k, v in flags.items() if v is not None and v != []}
         if model or served_model_name or upstream:
             models = list(model) or ([] if upstream else ["default"])
             if len(models) == 1 and not upstream:
-                values |= {"model": models[0], "served_model_name": (served_model_name or [None])[0], "models": []}
+                given |= {"model": models[0], "served_model_name": (served_model_name or [None])[0], "models": []}
             else:
-                values["models"] = cli_models(models, list(served_model_name), list(upstream))
-        settings = Settings(**values)
+                given["models"] = cli_models(models, list(served_model_name), list(upstream))
+        settings = Settings.from_sources(given, *([ConfigFileSource(Settings, config)] if config else []))
     except (ConfigError, ValidationError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -6,6 +6,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
+
 from gateway.settings import ModelEntry, Settings, UpstreamURL
 
 
@@ -38,6 +41,20 @@ def load_config(path: str | Path) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"{path}: unknown settings {', '.join(unknown)} (known: {', '.join(Settings.model_fields)})")
     return data
+
+
+class ConfigFileSource(PydanticBaseSettingsSource):
+    """A TOML or YAML file as a pydantic-settings source (Settings.from_sources)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: str | Path):
+        super().__init__(settings_cls)
+        self.values = load_config(path)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self.values)
 
 
 def parse_upstream(text: str) -> tuple[str, UpstreamURL]:

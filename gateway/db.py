@@ -1,6 +1,6 @@
 """The gateway's database: SQLAlchemy 2.0 typed ORM over SQLite (WAL) or any async SQLAlchemy URL.
 
-Tables live in `gateway/tables/`, one module per concept, all on `Base`; the schema itself is made
+Tables live in `gateway/tables/`, one module per concept, all on `Base` (gateway/tables/base.py); the schema itself is made
 and changed by Alembic revisions (`gateway/migrations/`), which `Database.create_all` applies. Routes
 get a session per request through
 the `db_session` dependency; background work opens its own with `database.sessions()`."""
@@ -10,11 +10,10 @@ from pathlib import Path
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import DeclarativeBase
 
+from gateway.tables.base import Base
 
-class Base(DeclarativeBase):
-    pass
+__all__ = ["Base", "Database", "database_url"]
 
 
 def database_url(path_or_url: str) -> str:

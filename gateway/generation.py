@@ -1,5 +1,5 @@
-"""One API request's work in the engine: admission, the context check, one engine request per
-prompt, metrics, and abort when the client goes away (cancelling an engine stream aborts it and
+"""One API request's work in the engine: admission, the engine's input check, one engine request
+per prompt, metrics, and abort when the client goes away (cancelling an engine stream aborts it and
 frees its KV blocks)."""
 
 import asyncio
@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from fastapi import Request
 
-from engine import AsyncEngine, InvalidRequestError, RequestOutput, SamplingParams
+from engine import AsyncEngine, RequestOutput, SamplingParams
 from gateway.access_log import RequestRecord
 from gateway.errors import ClientDisconnected
 from gateway.priority import fairness_key, priority_of
@@ -17,10 +17,8 @@ from gateway.state import ServerState
 
 T = TypeVar("T")
 
-# How long a request waits for its first output before its answer starts anyway. The engine
-# refuses bad input when it takes the request, within one step, so refusals still come as a 400;
-# a request queued behind a full batch gets its stream headers (and keep-alive pings) meanwhile.
-ACCEPT_WINDOW_S = 1.0
+# Prompts longer than this (characters) are tokenized off the event loop: other requests keep flowing.
+LONG_PROMPT_CHARS = 8192
 
 
 async def _wait_for_disconnect(request: Request) -> None:
@@ -76,51 +74,29 @@ class Generation:
         self._slot = None
 
     async def start(self, prompts: list[str | list[int]], params: SamplingParams) -> None:
-        """Admits the request (429 past the queue bound), checks each prompt against the context
-        (400), and submits it; engine refusals that come back within ACCEPT_WINDOW_S are raised here,
-        so they too become a 400 instead of an error inside a stream."""
+        """Admits the request (429 past the queue bound) and checks each prompt with the engine's
+        input check (400) before anything is queued; the engine then gets the token ids."""
         # Jobs skip admission: the job gate bounds them (gateway/jobs/gate.py); the engine runs them below
         # interactive requests by priority.
         self._slot = self.state.admission.acquire() if self.request is not None else None
         try:
-            token_prompts = [await self._tokens(p, params) for p in prompts]
-            self._streams = await unless_disconnected(self.request, self._open(token_prompts, params))
+            token_prompts = [await self._check(p, params) for p in prompts]
         except BaseException:
             await self.close()
             raise
-
-    async def _tokens(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
-        """Tokenized here so the context check is certain before anything is sent, whatever the
-        engine's queue; the engine then gets the ids and does not tokenize again."""
-        if isinstance(prompt, str):
-            encode = self.engine.tokenizer.encode
-            if len(prompt) > 8192:  # long prompts off the event loop: other requests keep flowing
-                ids = await asyncio.to_thread(encode, prompt, add_special_tokens=False)
-            else:
-                ids = encode(prompt, add_special_tokens=False)
-            if not ids:
-                raise InvalidRequestError("the prompt is empty", "prompt")
-        else:
-            ids = prompt
-        limit, n = self.engine.max_model_len, len(ids)
-        if n >= limit:
-            raise InvalidRequestError(
-                f"the prompt has {n} tokens, but this model's maximum context length is {limit}", "prompt")
-        if params.max_tokens is not None and n + params.max_tokens > limit:
-            raise InvalidRequestError(
-                f"this model's maximum context length is {limit} tokens; the request asks for "
-                f"{n + params.max_tokens} ({n} in the prompt and {params.max_tokens} to generate)", "max_tokens")
-        return ids
-
-    async def _open(self, prompts: list[list[int]], params: SamplingParams) -> list[AsyncIterator[RequestOutput]]:
-        self._gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}", self.priority,
-                                           self.fairness_key) for i, p in enumerate(prompts)]
+        self._gens = [self.engine.generate(p, params, f"{self.engine_id}-{i}", self.priority, self.fairness_key)
+                      for i, p in enumerate(token_prompts)]
+        # Submitted now, in admission order, not when the answer's body is first read: each stream runs
+        # up to its first wait (the request is then queued in the engine) before start() returns.
         self._firsts = [asyncio.ensure_future(anext(g)) for g in self._gens]
-        done, _ = await asyncio.wait(self._firsts, timeout=ACCEPT_WINDOW_S, return_when=asyncio.FIRST_EXCEPTION)
-        failed = [t for t in done if not t.cancelled() and t.exception() is not None]
-        if failed:
-            raise failed[0].exception()
-        return [self._track(_resume(t, g)) for t, g in zip(self._firsts, self._gens, strict=True)]
+        await asyncio.sleep(0)
+        self._streams = [self._track(_resume(t, g)) for t, g in zip(self._firsts, self._gens, strict=True)]
+
+    async def _check(self, prompt: str | list[int], params: SamplingParams) -> list[int]:
+        heavy = params.guided or (isinstance(prompt, str) and len(prompt) > LONG_PROMPT_CHARS)
+        if heavy:  # tokenizing a long prompt or compiling a new schema takes a while
+            return await asyncio.to_thread(self.engine.check_request, prompt, params, self.priority)
+        return self.engine.check_request(prompt, params, self.priority)
 
     async def _track(self, stream: AsyncIterator[RequestOutput]) -> AsyncIterator[RequestOutput]:
         last_token_time = None

@@ -1,16 +1,29 @@
-"""Server settings: one pydantic model filled from `sllm serve` flags (each also an SLLM_* variable)
-or a configuration file (gateway/config_file.py), including the models served: embedded engines and
-upstream OpenAI-compatible servers."""
+"""Server settings: one pydantic-settings model, including the models served (embedded engines and
+upstream OpenAI-compatible servers). `Settings.from_sources` merges, first wins: the `sllm serve`
+flags given, SLLM_* environment variables, a configuration file (gateway/config_file.py), defaults.
+Engine defaults are EngineConfig's, never typed again here."""
 
 import os
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from engine.config import EngineConfig, Quantization
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 DType = Literal["auto", "float32", "bfloat16", "float16"]
-Quantization = Literal["auto", "none", "gguf", "int8"]
+ENV_PREFIX = "SLLM_"
+# Settings whose variable keeps its flag's name, and list settings given space-separated, as the
+# flags' variables always took them.
+VARIABLE_NAMES = {"api_keys": "SLLM_API_KEY"}
+SPACE_SEPARATED = {"api_keys", "webhook_allow_hosts", "lora_modules"}
+# Sources after the flags while Settings.from_sources builds (None: settings built in code).
+_LATER_SOURCES: ContextVar[tuple[PydanticBaseSettingsSource, ...] | None] = ContextVar("sllm_settings_sources",
+                                                                                        default=None)
 
 
 def default_db_path() -> str:
@@ -25,7 +38,7 @@ def parse_lora_modules(value: Any) -> dict[str, str]:
     if isinstance(value, dict):
         return {str(k): str(v) for k, v in value.items()}
     if isinstance(value, str):
-        value = [value]
+        value = value.split()
     out: dict[str, str] = {}
     for item in value:
         name, sep, path = str(item).partition("=")
@@ -128,28 +141,46 @@ class ModelEntry(_LoRAModules):
         return default_served_name(self.model or "default")
 
 
-class Settings(_LoRAModules):
+class SllmEnvironment(EnvSettingsSource):
+    """The SLLM_* variables, named and split as the `sllm serve` flags' variables always were."""
+
+    def __init__(self, settings_cls: type[BaseSettings]):
+        super().__init__(settings_cls, env_prefix=ENV_PREFIX, case_sensitive=False)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        if field_name in VARIABLE_NAMES:
+            return self.env_vars.get(VARIABLE_NAMES[field_name].lower()), field_name, False
+        return super().get_field_value(field, field_name)
+
+    def prepare_field_value(self, field_name: str, field: FieldInfo, value: Any, value_is_complex: bool) -> Any:
+        if field_name in SPACE_SEPARATED and isinstance(value, str):
+            return value.split()
+        return super().prepare_field_value(field_name, field, value, value_is_complex)
+
+
+class Settings(BaseSettings, _LoRAModules):
+    model_config = SettingsConfigDict(extra="ignore")
     model: str = "default"
     served_model_name: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     api_keys: list[str] = Field(default_factory=list)
-    max_model_len: int | None = None
-    max_num_seqs: int = 128
-    block_size: int = 16
-    num_kv_blocks: int | None = None
+    max_model_len: int | None = EngineConfig.max_model_len
+    max_num_seqs: int = EngineConfig.max_num_seqs
+    block_size: int = EngineConfig.block_size
+    num_kv_blocks: int | None = EngineConfig.num_kv_blocks
     max_queued_requests: int = 256
     max_request_body_bytes: int = 8 * 1024 * 1024
     db: str = Field(default_factory=default_db_path)
     log_level: str = "info"
-    dtype: DType = "auto"  # auto: float32 on CPU; bfloat16 runs much faster on CPUs with AMX or AVX512-BF16
-    quantization: Quantization = "auto"  # as EngineConfig.quantization
-    speculative_config: dict | None = None  # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
+    dtype: DType = EngineConfig.dtype  # auto: float32 on CPU; bfloat16 runs much faster on CPUs with AMX or AVX512-BF16
+    quantization: Quantization = EngineConfig.quantization  # as EngineConfig.quantization
+    speculative_config: dict | None = EngineConfig.speculative_config  # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
     # Guided decoding steering, as EngineConfig documents them: the loop breaker's repeat count (0:
     # off) and the bias toward opening a tool call under tool_choice auto (None: by chat template).
-    guided_loop_repeats: int = Field(3, ge=0)
-    tool_call_bias: float | None = None
-    guided_budget_close: bool = True  # as EngineConfig.guided_budget_close
+    guided_loop_repeats: int = Field(EngineConfig.guided_loop_repeats, ge=0)
+    tool_call_bias: float | None = EngineConfig.tool_call_bias
+    guided_budget_close: bool = EngineConfig.guided_budget_close  # as EngineConfig.guided_budget_close
     # Engine priority of each kind of work (lower runs first; gateway/priority.py), whether clients may
     # name their own in the body, and how fast waiting work ages toward the front (EngineConfig).
     priority_interactive: int = 0
@@ -157,7 +188,7 @@ class Settings(_LoRAModules):
     priority_batch: int = 10
     priority_schedule: int = 5
     allow_client_priority: bool = False
-    priority_aging_s: float = Field(10.0, ge=0)
+    priority_aging_s: float = Field(EngineConfig.priority_aging_s, ge=0)
     # Jobs (batch lines, background responses, schedule runs): how many of their requests the engine
     # holds at once (gateway/jobs/gate.py).
     job_concurrency: int = Field(16, ge=1)
@@ -179,12 +210,31 @@ class Settings(_LoRAModules):
     webhook_timeout_s: float = Field(10.0, gt=0)
     # LoRA adapters, as vLLM's flags: the server-wide `lora_modules` belong to the first embedded model
     # (a `models` entry may carry its own); each adapter is served as a model named NAME.
-    enable_lora: bool = False
+    enable_lora: bool = EngineConfig.enable_lora
     lora_modules: dict[str, str] = Field(default_factory=dict)
-    max_loras: int = Field(4, ge=1)
-    max_lora_rank: int = Field(64, ge=1)
+    max_loras: int = Field(EngineConfig.max_loras, ge=1)
+    max_lora_rank: int = Field(EngineConfig.max_lora_rank, ge=1)
     # Served models; empty: the one embedded `model` above. Names must be unique.
     models: list[ModelEntry] = Field(default_factory=list)
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Settings built in code (tests, benchmarks) take their arguments only, whatever the environment.
+        later = _LATER_SOURCES.get()
+        return (init_settings,) if later is None else (init_settings, SllmEnvironment(settings_cls), *later)
+
+    @classmethod
+    def from_sources(cls, flags: dict[str, Any], *later: PydanticBaseSettingsSource) -> "Settings":
+        """Settings as `sllm serve` makes them: the flags given win over SLLM_* variables, which win
+        over the `later` sources (a configuration file), which win over the defaults."""
+        token = _LATER_SOURCES.set(later)
+        try:
+            return cls(**flags)
+        finally:
+            _LATER_SOURCES.reset(token)
 
     @model_validator(mode="after")
     def _unique_names(self) -> "Settings":

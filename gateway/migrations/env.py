@@ -5,7 +5,7 @@ from alembic import context
 from sqlalchemy import create_engine
 
 import gateway.tables  # noqa: F401  registers every table on Base.metadata
-from gateway.db import Base
+from gateway.tables.base import Base
 
 
 def _run(connection) -> None:

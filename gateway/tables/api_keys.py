@@ -8,7 +8,7 @@ from sqlalchemy import String, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.db import Base
+from gateway.tables.base import Base
 
 KEY_PREFIX = "sk-sllm-"
 

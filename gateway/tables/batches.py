@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import JSON, Float, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.db import Base
+from gateway.tables.base import Base
 
 
 class Batch(Base):

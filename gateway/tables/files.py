@@ -7,7 +7,7 @@ import uuid
 from sqlalchemy import Float, ForeignKey, Integer, LargeBinary, String, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.db import Base
+from gateway.tables.base import Base
 
 
 class StoredFile(Base):

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, Float, Index, String, false
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.db import Base
+from gateway.tables.base import Base
 
 
 class StoredResponse(Base):

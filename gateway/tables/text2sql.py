@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.db import Base
+from gateway.tables.base import Base
 
 
 class Text2SQLSource(Base):

@@ -6,7 +6,7 @@ import time
 from sqlalchemy import Float, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.db import Base
+from gateway.tables.base import Base
 
 
 class WebhookDelivery(Base):

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from engine import EngineConfig
 from engine.cli import app
-from gateway.config_file import ConfigError, cli_models, load_config, parse_upstream
+from gateway.config_file import ConfigError, ConfigFileSource, cli_models, load_config, parse_upstream
 from gateway.registry import ModelRegistry
 from gateway.settings import Settings
 
@@ -26,6 +27,21 @@ def test_the_shipped_example_loads_into_an_embedded_and_an_upstream_model(monkey
     assert settings.engine_config(small).block_size == settings.block_size  # server-wide value where unset
     pool = ModelRegistry.from_settings(settings).models["llama-70b"].pool
     assert [(t.model, t.api_key) for t in pool.targets] == [("meta-llama/Llama-3.3-70B-Instruct", "sk-cluster")] * 2
+
+
+def test_flags_win_over_variables_which_win_over_the_file_which_wins_over_defaults(tmp_path, monkeypatch):
+    f = tmp_path / "sllm.toml"
+    f.write_text('port = 9000\nmax_num_seqs = 8\nlog_level = "debug"\n')
+    monkeypatch.setenv("SLLM_PORT", "9001")
+    monkeypatch.setenv("SLLM_MAX_NUM_SEQS", "9")
+    monkeypatch.setenv("SLLM_API_KEY", "sk-a sk-b")  # lists space-separated, as the flags' variables took them
+    monkeypatch.setenv("SLLM_LORA_MODULES", "a=/x b=/y")
+    settings = Settings.from_sources({"port": 9002}, ConfigFileSource(Settings, f))
+    assert (settings.port, settings.max_num_seqs, settings.log_level) == (9002, 9, "debug")
+    assert settings.api_keys == ["sk-a", "sk-b"] and settings.lora_modules == {"a": "/x", "b": "/y"}
+    assert settings.block_size == EngineConfig.block_size  # set nowhere: the engine's default
+    # Settings built in code (tests, benchmarks) take their arguments only.
+    assert Settings().port == 8000 and Settings().max_num_seqs == EngineConfig.max_num_seqs
 
 
 def test_yaml_works_the_same(tmp_path):

@@ -128,7 +128,11 @@ def test_a_queued_stream_gets_its_headers_before_its_first_token(server):
             t0 = time.perf_counter()
             async with http.stream("POST", f"{server.base_url}/completions", json=LONG) as queued:
                 waited = time.perf_counter() - t0
-                waiting = server.engine.stats()["num_waiting"]
+                # Queued in the engine, which takes it between two steps of the running pair.
+                deadline, waiting = time.monotonic() + 30, 0
+                while waiting != 1 and time.monotonic() < deadline:
+                    waiting = server.engine.stats()["num_waiting"]
+                    await asyncio.sleep(0.01)
             for t in holders:
                 t.cancel()
             await asyncio.gather(*holders, return_exceptions=True)
