@@ -11,8 +11,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.db import Base
 from gateway.tables.api_keys import ApiKey
+from gateway.tables.base import Base
 
 
 class RateWindow(Base):
