@@ -119,15 +119,15 @@ const builders = {
 		}),
 		check: { node: 'AI Agent', field: 'output' },
 	}),
-	// n8n's AI Agent with n8n's own OpenAI Chat Model node (its default, the Responses API) and the
-	// Calculator tool, over ten questions; the check counts the answers holding the right number.
+	// n8n's AI Agent (version 3: 2.x refuses a Responses API model) with n8n's own OpenAI Chat Model
+	// node (its default, the Responses API) and the Calculator tool, over ten questions; the check counts the answers holding the right number.
 	'agent-math': () => ({
 		workflow: workflow('sllmE2eAgentMath', "e2e: AI Agent, n8n's OpenAI Chat Model and the Calculator", [
 			trigger(),
 			node('Questions', 'n8n-nodes-base.code', 2, {
 				jsCode: `return ${JSON.stringify(MATH.map(([q, answer]) => ({ question: `Use the calculator to compute ${q}.`, answer })))}.map((json) => ({ json }));`,
 			}),
-			node('AI Agent', '@n8n/n8n-nodes-langchain.agent', 2.2, {
+			node('AI Agent', '@n8n/n8n-nodes-langchain.agent', 3, {
 				promptType: 'define',
 				text: '={{ $json.question }}',
 				options: { maxIterations: 4 },
