@@ -11,6 +11,11 @@ export TRITON_INTERPRET=1
 if [ -z "${SLLM_PG_BIN:-}" ] && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
   echo "note: no PostgreSQL server binaries (apt-get install postgresql, or set SLLM_PG_BIN): the PostgreSQL tests skip"
 fi
+# Two workers, one test file each at a time (module fixtures such as a served model stay in one
+# process): many suites wait on sockets, servers and subprocesses, so two of them share 2 cores
+# well. SLLM_TEST_WORKERS=0 runs in one process; tests/conftest.py splits the torch threads.
+WORKERS=${SLLM_TEST_WORKERS:-2}
+if [ "$WORKERS" != 0 ]; then set -- -n "$WORKERS" --dist loadfile "$@"; fi
 python -m pytest -q -ra "$@"
 if [ -z "${SLLM_SKIP_NODE:-}" ]; then
   command -v npm >/dev/null || { echo "npm is required for the n8n-nodes package tests (set SLLM_SKIP_NODE=1 to skip)"; exit 1; }

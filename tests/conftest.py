@@ -1,6 +1,7 @@
 """Fixtures shared by every test folder."""
 
 import functools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,14 @@ def _patient(call):
 
 for _name in ("request", "get", "post", "put", "patch", "delete", "stream"):
     setattr(httpx, _name, _patient(getattr(httpx, _name)))
+
+
+# Parallel workers (scripts/test.sh) share the cores: each takes its part of them for torch, so two
+# workers' thread teams do not fight over two cores (the decode step's barrier spins).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 
 @pytest.fixture(scope="session")
