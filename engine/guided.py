@@ -117,7 +117,7 @@ class _TokenClasses:
 def default_trigger_bias(tokenizer) -> float:
     """A chat template that renders tools belongs to a model tuned to decide when to call; the
     others get our preamble and a nudge toward the call (see DEFAULT_TRIGGER_BIAS)."""
-    from engine.tool_calling import template_supports_tools
+    from engine.chat.template import template_supports_tools
 
     return 0.0 if template_supports_tools(tokenizer) else DEFAULT_TRIGGER_BIAS
 
@@ -133,7 +133,7 @@ class _Compiled:
 
 def _closing_state(spec: dict[str, Any]) -> Callable[[], JsonState | CallsState] | None:
     """How to follow `spec`'s output for budget-aware closing: JSON (a schema, or any object), or
-    tool calls described by `tool_calling.guided_for_tools` (its `tool_calls` entry)."""
+    tool calls described by `engine.chat.constraints.guided_for_tools` (its `tool_calls` entry)."""
     # The closing is compact JSON, which grammars allowing any whitespace accept too.
     if spec.get("json_schema") not in (None, False):
         schema = spec["json_schema"]

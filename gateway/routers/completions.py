@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from fastapi import APIRouter, Request, Response
 
 from engine import AsyncEngine, CompletionOutput, RequestOutput
+from engine.chat import EXTRA_FIELDS, structured_output
 from gateway import proxy
 from gateway.deps import State
 from gateway.errors import APIError
@@ -19,7 +20,6 @@ from gateway.registry import UpstreamModel
 from gateway.sampling import sampling_params
 from gateway.sse import openai_stream, sse_response
 from gateway.state import ServerState
-from gateway.tools import structured_output
 from gateway.usage import usage_of
 
 router = APIRouter(prefix="/v1")
@@ -75,7 +75,8 @@ async def run_completion(body: CompletionRequest, state: ServerState, engine: As
     params = sampling_params(
         body, n=best_of, max_tokens=body.max_tokens, logprobs=logprobs, temperature=body.temperature,
         top_p=body.top_p, stop=body.stop, seed=body.seed, presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty, guided=structured_output(body.response_format, body),
+        frequency_penalty=body.frequency_penalty,
+        guided=structured_output(body.response_format, body.model_dump(include=set(EXTRA_FIELDS))),
     )
     gen = Generation(state, engine, request, body.priority)
     await gen.start(prompts, params)

@@ -6,7 +6,7 @@ The conversation so far (the previous response's, then this input) goes through 
 keep their conversation, so `previous_response_id` continues it in one lookup.
 
 Function tools (`{"type": "function", "name", "parameters"}`) and `text.format` go through
-gateway/tools.py like Chat Completions' tools and `response_format`; calls come back as
+engine/chat like Chat Completions' tools and `response_format`; calls come back as
 `function_call` output items, answered by `function_call_output` input items."""
 
 from collections.abc import AsyncIterator
@@ -16,16 +16,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sse_starlette import ServerSentEvent
 
 from engine import RequestOutput
-from engine.tool_calling import (
+from engine.chat import (
+    ChatRequest,
     ContentDelta,
-    MarkupFilter,
-    ToolCallParser,
+    PreparedChat,
+    RepeatWatch,
     ToolCallStart,
-    parse_answer,
-    strip_markup,
+    chat_constraint,
+    content_text,
+    prepare_chat,
+    read_whole,
 )
-from gateway import chat_template, proxy
-from gateway import tools as tooling
+from gateway import proxy
 from gateway.deps import Session, State
 from gateway.errors import APIError, as_api_error
 from gateway.generation import Generation
@@ -84,12 +86,12 @@ def _input_messages(items: str | list[InputItem]) -> list[dict]:
                 raise APIError(400, f"input[{i}]: a function_call_output item needs call_id",
                                param=f"input[{i}].call_id")
             messages.append({"role": "tool", "tool_call_id": item.call_id,
-                             "content": chat_template.content_text(item.output, f"input[{i}].output")})
+                             "content": content_text(item.output, f"input[{i}].output")})
             continue
         if item.type != "message" or item.role is None:
             raise APIError(400, f"input[{i}]: items of type {item.type!r} are not supported yet",
                            param=f"input[{i}]", code="unsupported_parameter")
-        messages.append({"role": item.role, "content": chat_template.content_text(item.content, f"input[{i}].content")})
+        messages.append({"role": item.role, "content": content_text(item.content, f"input[{i}].content")})
     return messages
 
 
@@ -110,16 +112,11 @@ async def _previous_conversation(session: AsyncSession, response_id: str | None)
     return conversation
 
 
-def _finish(resp: ResponseObject, message: OutputMessage, final: RequestOutput,
-            items: list[OutputItem] | None = None, repeated: bool = False) -> None:
-    """`items`: the output already split into a message and function calls (tools offered);
-    otherwise the whole text is `message`. `repeated`: a repeated call ended the answer, so a
-    `length` finish cut nothing that is returned."""
+def _finish(resp: ResponseObject, final: RequestOutput, items: list[OutputItem], repeated: bool = False) -> None:
+    """`items`: the output split into a message and function calls. `repeated`: a repeated call
+    ended the answer, so a `length` finish cut nothing that is returned."""
     o = final.outputs[0]
     truncated = o.finish_reason == "length" and not repeated
-    if items is None:
-        message.content = [OutputText(text=o.text)]
-        items = [message]
     for item in items:
         item.status = "completed"
     # Only a message can be cut: a function call is returned only when its arguments are complete.
@@ -162,10 +159,9 @@ def _text_format(body: ResponsesRequest) -> dict | None:
     return body.text.format.model_dump(exclude_none=True) if body.text and body.text.format else None
 
 
-def tool_plan(body: ResponsesRequest) -> tooling.ToolPlan:
-    """Tools, tool_choice and text.format checked (a 400 naming the field) and turned into a constraint."""
-    return tooling.plan_tools(body.tools, body.tool_choice, body.parallel_tool_calls,
-                              tooling.structured_output(_text_format(body), format_param="text.format"))
+def chat_request(body: ResponsesRequest, messages: list[dict]) -> ChatRequest:
+    return ChatRequest(messages, body.tools, body.tool_choice, body.parallel_tool_calls, _text_format(body),
+                       format_param="text.format")
 
 
 def check_request(state: ServerState, body: ResponsesRequest) -> str:
@@ -174,7 +170,7 @@ def check_request(state: ServerState, body: ResponsesRequest) -> str:
     model = state.models.resolve(body.model)
     if isinstance(model, UpstreamModel):
         return model.name  # the upstream checks the rest
-    tool_plan(body)
+    chat_constraint(chat_request(body, []))  # tools, tool_choice and text.format: a 400 naming the field
     return model.name
 
 
@@ -211,26 +207,20 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     model = check_request(state, body)
     conversation = await _previous_conversation(session, body.previous_response_id) + _input_messages(body.input)
     turn = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + conversation
-    plan = tooling.with_history(tool_plan(body), turn)
-    prompt = tooling.render(engine.tokenizer, turn, plan)
-    params = sampling_params(body, n=1, max_tokens=body.max_output_tokens, logprobs=None,
-                             temperature=body.temperature, top_p=body.top_p, guided=plan.guided)
+    chat = chat_request(body, turn)
+    prepared = prepare_chat(engine.tokenizer, chat, sampling_params(
+        body, n=1, max_tokens=body.max_output_tokens, logprobs=None, temperature=body.temperature,
+        top_p=body.top_p))
     resp = response_object(body, model)
     if queued is not None:
         resp.id, resp.created_at, resp.background = queued.id, queued.created_at, True
     gen = Generation(state, engine, request, body.priority)
-    await gen.start([prompt], params)
+    await gen.start([prepared.prompt], prepared.params)
     if body.stream:
-        return sse_response(_stream(state, gen, resp, conversation, plan.parses_calls, plan.strips_markup),
-                            gen.close)
-    (final,) = await gen.finals(tooling.RepeatWatch(gen.stop_choice) if plan.parses_calls else None)
-    if plan.parses_calls:
-        items, repeated = _output_items(final.outputs[0].text)
-    elif plan.strips_markup:
-        items, repeated = [OutputMessage(content=[OutputText(text=strip_markup(final.outputs[0].text))])], False
-    else:
-        items, repeated = None, False
-    _finish(resp, OutputMessage(), final, items, repeated)
+        return sse_response(_stream(state, gen, resp, conversation, prepared), gen.close)
+    (final,) = await gen.finals(RepeatWatch(gen.stop_choice) if prepared.parses_calls else None)
+    items, repeated = _output_items(final.outputs[0].text, prepared)
+    _finish(resp, final, items, repeated)
     await _store(state, resp, conversation)
     return resp
 
@@ -275,10 +265,10 @@ async def _run_upstream(body: ResponsesRequest, state: ServerState, served: Upst
     return resp
 
 
-def _output_items(text: str) -> tuple[list[OutputItem], bool]:
-    """A whole output with tools offered: its text (if any) as a message, then one item per call;
-    and whether a repeated call ended it."""
-    content, calls, repeated = parse_answer(text)
+def _output_items(text: str, prepared: PreparedChat) -> tuple[list[OutputItem], bool]:
+    """A whole output: its text (if any, or when there are no calls) as a message, then one item per
+    call; and whether a repeated call ended it."""
+    content, calls, repeated = read_whole(text, prepared.parses_calls, prepared.strips_markup)
     items: list[OutputItem] = []
     if content or not calls:
         items.append(OutputMessage(content=[OutputText(text=content or "")]))
@@ -315,7 +305,7 @@ class _StreamedItems:
         return events + [TextDeltaEvent(item_id=self._open.id, output_index=self._index, delta=delta)]
 
     def feed(self, ev) -> list[Event]:
-        """One parser event (engine/tool_calling.py) to stream events."""
+        """One parser event (engine/chat/parser.py) to stream events."""
         if isinstance(ev, ContentDelta):
             return self.text(ev.text)
         if isinstance(ev, ToolCallStart):
@@ -352,7 +342,7 @@ class _StreamedItems:
 
 
 async def _stream(state: ServerState, gen: Generation, resp: ResponseObject, conversation: list[dict],
-                  parses_calls: bool = False, strips_markup: bool = False) -> AsyncIterator[ServerSentEvent]:
+                  prepared: PreparedChat) -> AsyncIterator[ServerSentEvent]:
     seq = 0
 
     def event(e: Event) -> ServerSentEvent:
@@ -362,36 +352,27 @@ async def _stream(state: ServerState, gen: Generation, resp: ResponseObject, con
         return ServerSentEvent(data=e.model_dump_json(), event=e.type)
 
     items = _StreamedItems()
-    parser = ToolCallParser() if parses_calls else None
-    markup = MarkupFilter() if strips_markup else None  # free text after tool results
+    parser = prepared.output_parser()
     yield event(ResponseLifecycleEvent(type="response.created", response=resp))
     yield event(ResponseLifecycleEvent(type="response.in_progress", response=resp))
     try:
-        if parser is None:
+        if not parser.parses_calls:  # without calls the answer is one message, open from the start
             for e in items.open_message():
                 yield event(e)
         final = None
         async for _, out in gen.outputs():
-            delta = out.outputs[0].delta_text
-            if parser is None:
-                if markup is not None:
-                    delta = markup.feed(delta) + (markup.finish() if out.finished else "")
-                if delta:
-                    for e in items.text(delta):
-                        yield event(e)
-            else:
-                repeated_before = parser.ended_by_repeat
-                for ev in parser.feed(delta) + (parser.finish() if out.finished else []):
-                    for e in items.feed(ev):
-                        yield event(e)
-                if parser.ended_by_repeat and not repeated_before and not out.finished:
-                    gen.stop_choice(0, 0)  # the rest would be dropped: end the engine's work here
+            repeated_before = parser.ended_by_repeat
+            for ev in parser.feed(out.outputs[0].delta_text, finished=out.finished):
+                for e in items.feed(ev):
+                    yield event(e)
+            if parser.ended_by_repeat and not repeated_before and not out.finished:
+                gen.stop_choice(0, 0)  # the rest would be dropped: end the engine's work here
             final = out
         assert final is not None and final.finished
-        repeated = parser is not None and parser.ended_by_repeat
+        repeated = parser.ended_by_repeat
         for e in items.finish(final.outputs[0].finish_reason == "length" and not repeated):
             yield event(e)
-        _finish(resp, OutputMessage(), final, items.items, repeated)
+        _finish(resp, final, items.items, repeated)
         await _store(state, resp, conversation)
         # Always `response.completed` (a truncated answer says status "incomplete" inside it): the SDKs'
         # stream helpers and LangChain wait for that event to close the stream.
