@@ -56,6 +56,10 @@ def serve(
         None, "--tool-call-bias", envvar="SLLM_TOOL_CALL_BIAS",
         help="tool_choice auto: logit bias toward opening a tool call at the first generated token; "
              "default 3 for models whose chat template does not render tools, 0 for those that do"),
+    avoid_repeated_calls: bool = typer.Option(
+        False, "--avoid-repeated-calls/--no-avoid-repeated-calls", envvar="SLLM_AVOID_REPEATED_CALLS",
+        help="Tool calling: steer an answer off repeating a call (same name and arguments) whose result is "
+             "already in the conversation; a request's avoid_repeated_calls field overrides it"),
     guided_budget_close: bool = typer.Option(
         True, "--guided-budget-close/--no-guided-budget-close", envvar="SLLM_GUIDED_BUDGET_CLOSE",
         help="Structured output and tool calls: when the tokens left before max_tokens are just enough, "
@@ -127,7 +131,7 @@ def serve(
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=json.loads(speculative_config) if speculative_config else None,
         guided_loop_repeats=guided_loop_repeats, tool_call_bias=tool_call_bias,
-        guided_budget_close=guided_budget_close,
+        guided_budget_close=guided_budget_close, avoid_repeated_calls=avoid_repeated_calls,
         priority_interactive=priority_interactive, priority_background=priority_background,
         priority_batch=priority_batch, priority_schedule=priority_schedule,
         allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,

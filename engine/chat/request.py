@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine.chat.answered import repeated_call_texts
 from engine.chat.constraints import as_format, guided_for_tools, wants_json_note
 from engine.chat.extras import structured_output
 from engine.chat.messages import JSON_REPLY_NOTE, with_system_note
@@ -37,6 +38,9 @@ class ChatRequest:
     guided_extras: Mapping[str, Any] | None = None  # vLLM's guided_json, ..., structured_outputs
     add_generation_prompt: bool = True
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # Steer the answer off repeating a call whose result is already in the conversation
+    # (engine/chat/answered.py); off by default, measured in the issue 17 note.
+    avoid_repeated_calls: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ def chat_constraint(request: ChatRequest) -> tuple[bool, dict[str, Any] | None]:
         assert calls is not None
         either = {"type": "or", "elements": [calls["structural_tag"]["format"], as_format(output)]}
         guided = {"structural_tag": {"type": "structural_tag", "format": either}}
+    if request.avoid_repeated_calls and guided is not None and (avoid := repeated_call_texts(request.messages)):
+        guided = {**guided, "avoid": avoid}
     return True, guided
 
 

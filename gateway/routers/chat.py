@@ -67,6 +67,8 @@ async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: Asyn
         body.messages, body.tools, body.tool_choice, body.parallel_tool_calls, body.response_format,
         guided_extras=body.model_dump(include=set(EXTRA_FIELDS)),
         add_generation_prompt=body.add_generation_prompt, template_kwargs=body.chat_template_kwargs or {},
+        avoid_repeated_calls=state.settings.avoid_repeated_calls if body.avoid_repeated_calls is None
+        else body.avoid_repeated_calls,
     )
     prepared = prepare_chat(engine.tokenizer, chat, sampling_params(
         body, n=body.n, max_tokens=body.max_completion_tokens or body.max_tokens,

@@ -159,9 +159,12 @@ def _text_format(body: ResponsesRequest) -> dict | None:
     return body.text.format.model_dump(exclude_none=True) if body.text and body.text.format else None
 
 
-def chat_request(body: ResponsesRequest, messages: list[dict]) -> ChatRequest:
+def chat_request(body: ResponsesRequest, messages: list[dict], avoid_repeated_calls: bool = False) -> ChatRequest:
+    """`avoid_repeated_calls`: the server's default, which the request's own field overrides."""
+    if body.avoid_repeated_calls is not None:
+        avoid_repeated_calls = body.avoid_repeated_calls
     return ChatRequest(messages, body.tools, body.tool_choice, body.parallel_tool_calls, _text_format(body),
-                       format_param="text.format")
+                       format_param="text.format", avoid_repeated_calls=avoid_repeated_calls)
 
 
 def check_request(state: ServerState, body: ResponsesRequest) -> str:
@@ -207,7 +210,7 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     model = check_request(state, body)
     conversation = await _previous_conversation(session, body.previous_response_id) + _input_messages(body.input)
     turn = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + conversation
-    chat = chat_request(body, turn)
+    chat = chat_request(body, turn, state.settings.avoid_repeated_calls)
     prepared = prepare_chat(engine.tokenizer, chat, sampling_params(
         body, n=1, max_tokens=body.max_output_tokens, logprobs=None, temperature=body.temperature,
         top_p=body.top_p))

@@ -138,6 +138,9 @@ class ChatSLLM(BaseChatModel):
     parallel_tool_calls: bool = False
     """Off by default, unlike OpenAI: small models given the chance repeat a call until max_tokens.
     `bind_tools(..., parallel_tool_calls=True)` turns it on per binding."""
+    avoid_repeated_calls: bool = False
+    """Steer an answer off repeating a tool call whose result is already in the messages (an agent
+    loop that calls the same tool with the same arguments again); per call as a keyword too."""
     engine_config: dict[str, Any] = Field(default_factory=dict)
     """EngineConfig settings (num_kv_blocks, max_num_seqs, device, ...); one engine per distinct value.
     With `enable_lora` and `lora_modules` ({name: PEFT folder}), a `model` (here or per call) that names
@@ -176,7 +179,8 @@ class ChatSLLM(BaseChatModel):
         engine = shared_engine(self.base_model if lora else model, self.engine_config)
         parallel = kwargs.get("parallel_tool_calls")
         chat = ChatRequest(_openai_messages(messages), kwargs.get("tools") or None, kwargs.get("tool_choice"),
-                           self.parallel_tool_calls if parallel is None else parallel, kwargs.get("response_format"))
+                           self.parallel_tool_calls if parallel is None else parallel, kwargs.get("response_format"),
+                           avoid_repeated_calls=kwargs.get("avoid_repeated_calls", self.avoid_repeated_calls))
         params = SamplingParams(
             temperature=kwargs.get("temperature", self.temperature), top_p=kwargs.get("top_p", self.top_p),
             max_tokens=kwargs.get("max_tokens", self.max_tokens), seed=kwargs.get("seed", self.seed),
