@@ -4,10 +4,11 @@
 class InvalidRequestError(ValueError):
     """A request the engine refuses: the message names the problem, `param` the offending field."""
 
-    def __init__(self, message: str, param: str | None = None):
+    def __init__(self, message: str, param: str | None = None, code: str | None = None):
         super().__init__(message)
         self.message = message
         self.param = param
+        self.code = code
 
 
 class EngineDeadError(RuntimeError):

@@ -22,7 +22,10 @@ Two steering rules sit on top of the grammar, both off-able engine settings:
   model decides between answering in text and opening a call.
 - Budget-aware closing (`EngineConfig.guided_budget_close`, `SamplingParams.guided_budget_close`):
   compact JSON and tool calls are closed when the tokens left before max_tokens are just enough
-  (engine/json_budget.py); after sampling, so it can replace the sampled token."""
+  (engine/json_budget.py); after sampling, so it can replace the sampled token.
+- Avoided texts (`"avoid": [texts]` beside the constraint, per request): the output is steered off
+  each text at the last structural choice on its way (engine/avoid_texts.py); the chat layer
+  passes the tool calls whose results are already in the conversation."""
 
 import json
 import logging
@@ -33,6 +36,7 @@ from typing import Any
 
 import torch
 
+from engine.avoid_texts import TextAvoider
 from engine.errors import InvalidRequestError
 from engine.json_budget import BudgetCloser, CallFormat, CallsState, JsonState
 
@@ -52,7 +56,8 @@ DEFAULT_TRIGGER_BIAS = 3.0
 
 
 def guided_key(spec: dict[str, Any]) -> str:
-    return json.dumps(spec, sort_keys=True, ensure_ascii=False)
+    """The compile cache's key: the constraint, not the per-request texts to avoid."""
+    return json.dumps({k: v for k, v in spec.items() if k != "avoid"}, sort_keys=True, ensure_ascii=False)
 
 
 def loop_period(tokens: list[int], repeats: int, max_period: int = LOOP_MAX_PERIOD,
@@ -117,7 +122,7 @@ class _TokenClasses:
 def default_trigger_bias(tokenizer) -> float:
     """A chat template that renders tools belongs to a model tuned to decide when to call; the
     others get our preamble and a nudge toward the call (see DEFAULT_TRIGGER_BIAS)."""
-    from engine.tool_calling import template_supports_tools
+    from engine.chat.template import template_supports_tools
 
     return 0.0 if template_supports_tools(tokenizer) else DEFAULT_TRIGGER_BIAS
 
@@ -133,7 +138,7 @@ class _Compiled:
 
 def _closing_state(spec: dict[str, Any]) -> Callable[[], JsonState | CallsState] | None:
     """How to follow `spec`'s output for budget-aware closing: JSON (a schema, or any object), or
-    tool calls described by `tool_calling.guided_for_tools` (its `tool_calls` entry)."""
+    tool calls described by `engine.chat.constraints.guided_for_tools` (its `tool_calls` entry)."""
     # The closing is compact JSON, which grammars allowing any whitespace accept too.
     if spec.get("json_schema") not in (None, False):
         schema = spec["json_schema"]
@@ -148,17 +153,26 @@ def _closing_state(spec: dict[str, Any]) -> Callable[[], JsonState | CallsState]
     return None
 
 
+def _avoid_texts(spec: dict[str, Any]) -> tuple[bytes, ...]:
+    avoid = spec.get("avoid") or ()
+    if not isinstance(avoid, list | tuple) or not all(isinstance(t, str) and t for t in avoid):
+        raise InvalidRequestError("guided avoid must be a list of non-empty strings", "guided")
+    return tuple(t.encode() for t in avoid)
+
+
 class GuidedMatcher:
     """One sequence's grammar state: xgrammar's matcher, plus what the steering rules need to know
     of its constraint."""
 
-    __slots__ = ("matcher", "triggers", "is_json", "closer")
+    __slots__ = ("matcher", "triggers", "is_json", "closer", "avoid")
 
-    def __init__(self, matcher, compiled: _Compiled, closer: BudgetCloser | None = None):
+    def __init__(self, matcher, compiled: _Compiled, closer: BudgetCloser | None = None,
+                 avoid: tuple[bytes, ...] = ()):
         self.matcher = matcher
         self.triggers = compiled.triggers
         self.is_json = compiled.is_json
         self.closer = closer
+        self.avoid = avoid  # texts the output must not finish (engine/avoid_texts.py)
 
     def accepts(self, tokens: list[int]) -> bool:
         """Whether the grammar takes `tokens` from here; its state is left as it was."""
@@ -201,6 +215,7 @@ class GuidedDecoding:
         self.compiler = xgr.GrammarCompiler(info, max_threads=1)
         self._decoded = info.decoded_vocab
         self._classes: _TokenClasses | None = None  # built on the first loop
+        self._avoider: TextAvoider | None = None  # built on the first request with texts to avoid
         self._cache: OrderedDict[str, _Compiled] = OrderedDict()
         self._trigger_cache: dict[tuple[bytes, ...], list[int]] = {}
         self._cache_size = cache_size
@@ -252,6 +267,7 @@ class GuidedDecoding:
 
     def compile(self, spec: dict[str, Any]) -> _Compiled:
         """Compiles `spec` (cached); a bad schema or grammar is the caller's 400."""
+        _avoid_texts(spec)  # checked here, before the request is queued
         key = guided_key(spec)
         hit = self._cache.get(key)
         if hit is not None:
@@ -273,7 +289,7 @@ class GuidedDecoding:
         closer = None
         if budget_close and self.budget_close and compiled.closing_state is not None and self.eos is not None:
             closer = BudgetCloser(compiled.closing_state(), self.eos)
-        return GuidedMatcher(self.xgr.GrammarMatcher(compiled.grammar), compiled, closer)
+        return GuidedMatcher(self.xgr.GrammarMatcher(compiled.grammar), compiled, closer, _avoid_texts(spec))
 
     # -- budget-aware closing (engine/json_budget.py) ---------------------------------------------------
 
@@ -310,9 +326,17 @@ class GuidedDecoding:
             seq.matcher.fill(mask, i)
             if self.loop_repeats and seq.matcher.is_json:
                 self._break_loop(mask[i], seq.output_token_ids)
+            if seq.matcher.avoid:
+                self._text_avoider().mask(mask[i], seq.output_token_ids, seq.matcher.avoid, seq.matcher)
             if self.trigger_bias and seq.matcher.triggers and seq.num_output_tokens == 0:
                 logits[i, self._trigger_starts(seq.matcher.triggers)] += self.trigger_bias
         self.xgr.apply_token_bitmask_inplace(logits, mask.to(logits.device), indices=rows)
+
+    def _text_avoider(self) -> TextAvoider:
+        if self._avoider is None:
+            self._avoider = TextAvoider(self._decoded, self._encode,
+                                        lambda: self.xgr.allocate_token_bitmask(1, self.vocab_size))
+        return self._avoider
 
     def _break_loop(self, row: torch.Tensor, output: list[int]) -> None:
         period = loop_period(output, self.loop_repeats)

@@ -106,7 +106,7 @@ def calls_valid(text: str) -> bool:
     """At least one call, and every returned call's arguments parse and match its tool's schema."""
     import jsonschema
 
-    from engine.tool_calling import parse_answer
+    from engine.chat.parser import parse_answer
 
     _, calls, _ = parse_answer(text)
     if not calls:
@@ -120,13 +120,9 @@ def calls_valid(text: str) -> bool:
 
 
 def cases(tokenizer) -> list[Case]:
-    from engine.tool_calling import (
-        JSON_REPLY_NOTE,
-        guided_for_response_format,
-        guided_for_tools,
-        render_chat,
-        with_system_note,
-    )
+    from engine.chat.constraints import guided_for_response_format, guided_for_tools
+    from engine.chat.messages import JSON_REPLY_NOTE, with_system_note
+    from engine.chat.template import render_chat
 
     def chat(prompt: str, note: bool = False, tools=None, choice="auto") -> str:
         messages = [{"role": "user", "content": prompt}]

@@ -62,6 +62,11 @@ def serve(
         None, "--tool-call-bias",
         help="tool_choice auto: logit bias toward opening a tool call at the first generated token; "
              "default 3 for models whose chat template does not render tools, 0 for those that do"),
+    avoid_repeated_calls: bool | None = typer.Option(
+        None, "--avoid-repeated-calls/--no-avoid-repeated-calls",
+        help="Tool calling: steer an answer off calling again a tool whose result is already in the "
+             "conversation, where the grammar offers another way on (an answer or another tool); a "
+             "request's avoid_repeated_calls field overrides it"),
     guided_budget_close: bool | None = typer.Option(
         None, "--guided-budget-close/--no-guided-budget-close",
         help="Structured output and tool calls: when the tokens left before max_tokens are just enough, "
@@ -145,7 +150,7 @@ def serve(
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=json.loads(speculative_config) if speculative_config else None,
         guided_loop_repeats=guided_loop_repeats, tool_call_bias=tool_call_bias,
-        guided_budget_close=guided_budget_close,
+        guided_budget_close=guided_budget_close, avoid_repeated_calls=avoid_repeated_calls,
         priority_interactive=priority_interactive, priority_background=priority_background,
         priority_batch=priority_batch, priority_schedule=priority_schedule,
         allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,

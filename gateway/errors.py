@@ -59,7 +59,7 @@ def as_api_error(exc: BaseException) -> APIError:
     if isinstance(exc, APIError):
         return exc
     if isinstance(exc, InvalidRequestError):
-        return APIError(400, exc.message, param=exc.param)
+        return APIError(400, exc.message, param=exc.param, code=exc.code)
     if isinstance(exc, EngineDeadError):
         message = str(exc) if "stopped" in str(exc) else f"the engine has stopped: {exc}"
         return APIError(503, message, code="engine_dead")

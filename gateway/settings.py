@@ -181,6 +181,9 @@ class Settings(BaseSettings, _LoRAModules):
     guided_loop_repeats: int = Field(EngineConfig.guided_loop_repeats, ge=0)
     tool_call_bias: float | None = EngineConfig.tool_call_bias
     guided_budget_close: bool = EngineConfig.guided_budget_close  # as EngineConfig.guided_budget_close
+    # Chat default of `avoid_repeated_calls` (engine/chat/answered.py): steer answers off a tool call
+    # whose result is already in the conversation; a request's own field wins.
+    avoid_repeated_calls: bool = False
     # Engine priority of each kind of work (lower runs first; gateway/priority.py), whether clients may
     # name their own in the body, and how fast waiting work ages toward the front (EngineConfig).
     priority_interactive: int = 0

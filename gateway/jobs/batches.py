@@ -242,9 +242,9 @@ def _usage(url: str, body: dict[str, Any]) -> tuple[int, int, int]:
 async def execute_line(state: ServerState, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """Runs one line through its endpoint's own function; (HTTP status, body) as the endpoint would
     have answered it."""
-    from gateway.routers.chat import run_chat
-    from gateway.routers.completions import run_completion
-    from gateway.routers.responses import run_response
+    from gateway.serving.chat import run_chat
+    from gateway.serving.completions import run_completion
+    from gateway.serving.responses import run_response
 
     try:
         try:

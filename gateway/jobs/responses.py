@@ -26,7 +26,8 @@ async def submit(state: ServerState, session: AsyncSession, body: ResponsesReque
                  idempotency_key: str | None) -> ResponseObject:
     """Checks what can be checked now (model, parameters, previous response, webhook), then
     queues the response; the same request runs later through `run_response`."""
-    from gateway.routers.responses import _previous_conversation, check_request, response_object
+    from gateway.serving.conversations import previous_conversation
+    from gateway.serving.responses import check_request, response_object
 
     model = check_request(state, body)
     if body.stream:
@@ -35,7 +36,7 @@ async def submit(state: ServerState, session: AsyncSession, body: ResponsesReque
     if not body.store:
         raise APIError(400, "background responses must be stored: store cannot be false with background",
                        param="store")
-    await _previous_conversation(session, body.previous_response_id)  # exists and is finished
+    await previous_conversation(session, body.previous_response_id)  # exists and is finished
     assert state.jobs is not None
     await state.jobs.webhooks.validate(body.metadata)
     digest = request_hash(body.model_dump_json())
@@ -83,7 +84,7 @@ async def claim(session: AsyncSession, response_id: str, body: dict, lease: Leas
 async def run_background(state: ServerState, response_id: str, lease: LeasePolicy) -> None:
     """Claims and runs one queued response, or one whose replica stopped renewing its lease (it
     died, or this is a restart): that one runs again from the start."""
-    from gateway.routers.responses import run_response
+    from gateway.serving.responses import run_response
 
     async with state.db.sessions() as session:
         row = await session.get(StoredResponse, response_id)

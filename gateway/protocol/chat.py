@@ -52,6 +52,9 @@ class ChatCompletionRequest(SamplingExtras, GuidedExtras):
     tools: list[JSONObject] | None = None
     tool_choice: str | JSONObject | None = None
     parallel_tool_calls: bool | None = None
+    # Ours: steer the answer off repeating a tool call whose result is already in the messages
+    # (None: the server's --avoid-repeated-calls).
+    avoid_repeated_calls: bool | None = None
     user: str | None = None
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None

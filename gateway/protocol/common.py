@@ -105,7 +105,7 @@ class GuidedExtras(Request):
     guided_choice: Annotated[list[NonEmptyStr], Field(min_length=1)] | None = None
     structured_outputs: dict[str, Any] | None = Field(None, json_schema_extra={"propertyNames": {"enum": [
         "json", "regex", "grammar", "choice", "json_object", "disable_fallback", "disable_any_whitespace",
-        "disable_additional_properties", "whitespace_pattern", "structural_tag"]}})  # gateway/tools.py
+        "disable_additional_properties", "whitespace_pattern", "structural_tag"]}})  # engine/chat/extras.py
 
 
 class ModelCard(BaseModel):

@@ -22,7 +22,7 @@ from gateway.protocol.common import (
 )
 
 MAX_N = 16
-# What the engine takes as `response_format` (engine/tool_calling.py checks it, with `json_schema`'s schema).
+# What the engine takes as `response_format` (engine/chat checks it, with `json_schema`'s schema).
 RESPONSE_FORMAT = {"required": ["type"], "properties": {"type": {"enum": ["text", "json_object", "json_schema"]}}}
 
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]

@@ -44,6 +44,7 @@ class ResponsesRequest(SamplingExtras):
     tools: list[JSONObject] | None = None
     tool_choice: str | JSONObject | None = None
     parallel_tool_calls: bool | None = None
+    avoid_repeated_calls: bool | None = None  # ours, as in Chat Completions
     text: TextConfig | None = None
     reasoning: JSONObject | None = None
     metadata: dict[str, str] | None = None

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from gateway import chat_template
+from engine.chat import render_chat
 from gateway.deps import State, get_engine
 from gateway.errors import APIError
 from gateway.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
@@ -17,9 +17,7 @@ async def tokenize(body: TokenizeRequest, state: State) -> TokenizeResponse:
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of `prompt` and `messages`", param="prompt")
     if body.messages is not None:
-        messages = [{"role": m.role, "content": chat_template.content_text(m.content, f"messages[{i}].content")}
-                    for i, m in enumerate(body.messages)]
-        text = chat_template.render(tok, messages, body.add_generation_prompt)
+        text = render_chat(tok, body.messages, add_generation_prompt=body.add_generation_prompt)
     else:
         text = body.prompt
     ids = tok.encode(text, add_special_tokens=body.add_special_tokens)

@@ -1,6 +1,6 @@
 """ChatSLLM: a LangChain chat model that runs sllm's engine in this process, no server needed.
 
-Tool calls and structured output go through the same code as the gateway (engine/tool_calling.py):
+Tool calls and structured output go through the same chat layer as the gateway (engine/chat):
 the chat template or our Hermes preamble for the prompt, grammar-constrained decoding so a 135M model
 still emits calls whose arguments parse and match their schema, and the same parser for the text."""
 
@@ -28,20 +28,16 @@ from langchain_core.utils.pydantic import is_basemodel_subclass
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from engine import AsyncEngine, RequestOutput, SamplingParams
-from engine.tool_calling import (
-    JSON_REPLY_NOTE,
+from engine.chat import (
+    ChatOutputParser,
+    ChatRequest,
     ContentDelta,
-    MarkupFilter,
+    PreparedChat,
+    StreamEvent,
     ToolCall,
-    ToolCallParser,
     ToolCallStart,
-    guided_for_response_format,
-    guided_for_tools,
-    parse_tool_calls,
-    render_chat,
-    strip_markup,
-    wants_json_note,
-    with_system_note,
+    collect,
+    prepare_chat,
 )
 from integrations.langchain.engines import iterate_sync, run_sync, shared_engine
 
@@ -49,12 +45,9 @@ from integrations.langchain.engines import iterate_sync, run_sync, shared_engine
 @dataclass
 class _Request:
     engine: AsyncEngine
-    prompt: str
-    params: SamplingParams
-    uses_tools: bool  # tools were offered, so the output is parsed for calls
+    chat: PreparedChat
     model_name: str
     lora: str | None = None  # a LoRA adapter of the engine (engine_config's lora_modules)
-    strips_markup: bool = False  # no calls parsed, tool results in the history: MarkupFilter
 
 
 def _usage(out: RequestOutput) -> UsageMetadata:
@@ -79,7 +72,7 @@ def _lc_tool_calls(calls: list[ToolCall]) -> tuple[list, list]:
     return valid, invalid
 
 
-def _events_chunk(events: list) -> AIMessageChunk | None:
+def _events_chunk(events: list[StreamEvent]) -> AIMessageChunk | None:
     """One message chunk for the parser events of one engine delta: one tool_call_chunk per call
     index, since chunks with the same index inside one message would not be merged."""
     text = "".join(e.text for e in events if isinstance(e, ContentDelta))
@@ -145,6 +138,9 @@ class ChatSLLM(BaseChatModel):
     parallel_tool_calls: bool = False
     """Off by default, unlike OpenAI: small models given the chance repeat a call until max_tokens.
     `bind_tools(..., parallel_tool_calls=True)` turns it on per binding."""
+    avoid_repeated_calls: bool = False
+    """Steer an answer off repeating a tool call whose result is already in the messages (an agent
+    loop that calls the same tool with the same arguments again); per call as a keyword too."""
     engine_config: dict[str, Any] = Field(default_factory=dict)
     """EngineConfig settings (num_kv_blocks, max_num_seqs, device, ...); one engine per distinct value.
     With `enable_lora` and `lora_modules` ({name: PEFT folder}), a `model` (here or per call) that names
@@ -181,50 +177,45 @@ class ChatSLLM(BaseChatModel):
         model = kwargs.get("model") or self.model_name
         lora = model if model in (self.engine_config.get("lora_modules") or {}) else None
         engine = shared_engine(self.base_model if lora else model, self.engine_config)
-        tools = kwargs.get("tools") or None
-        tool_choice = kwargs.get("tool_choice")
         parallel = kwargs.get("parallel_tool_calls")
-        guided = guided_for_tools(tools, tool_choice, self.parallel_tool_calls if parallel is None else parallel)
-        if guided is None and kwargs.get("response_format") is not None:
-            guided = guided_for_response_format(kwargs["response_format"])
-        chat = _openai_messages(messages)
-        if wants_json_note(guided):
-            chat = with_system_note(chat, JSON_REPLY_NOTE)
-        prompt = render_chat(engine.tokenizer, chat, tools, tool_choice)
+        chat = ChatRequest(_openai_messages(messages), kwargs.get("tools") or None, kwargs.get("tool_choice"),
+                           self.parallel_tool_calls if parallel is None else parallel, kwargs.get("response_format"),
+                           avoid_repeated_calls=kwargs.get("avoid_repeated_calls", self.avoid_repeated_calls))
         params = SamplingParams(
             temperature=kwargs.get("temperature", self.temperature), top_p=kwargs.get("top_p", self.top_p),
             max_tokens=kwargs.get("max_tokens", self.max_tokens), seed=kwargs.get("seed", self.seed),
-            stop=list(stop if stop is not None else self.stop or []), guided=guided,
+            stop=list(stop if stop is not None else self.stop or []),
         )
-        uses_tools = bool(tools) and tool_choice != "none"
-        history = any(m.get("role") == "tool" or m.get("tool_calls") for m in chat)
-        return _Request(engine, prompt, params, uses_tools, model, lora, strips_markup=not uses_tools and history)
+        return _Request(engine, prepare_chat(engine.tokenizer, chat, params), model, lora)
 
     def _metadata(self, req: _Request, out: RequestOutput, called: bool) -> dict[str, Any]:
         finish = "tool_calls" if called else out.outputs[0].finish_reason
         return {"model_name": req.lora or req.engine.served_model_name, "finish_reason": finish,
                 "model_provider": "sllm"}
 
-    async def _generate_watched(self, req: _Request, request_id: str) -> AsyncIterator[RequestOutput]:
-        """The engine's outputs; with tools offered, a repeated call (which the parser drops, with
-        all after it) stops the engine's sequence there instead of at max_tokens."""
-        watch = ToolCallParser() if req.uses_tools else None
-        async for out in req.engine.generate(req.prompt, req.params, request_id, lora_request=req.lora):
-            if watch is not None and not watch.ended_by_repeat:
-                watch.feed(out.outputs[0].delta_text)
-                if watch.ended_by_repeat and not out.finished:
-                    req.engine.stop_sequence(request_id)
-            yield out
+    async def _parsed(self, req: _Request, parser: ChatOutputParser
+                      ) -> AsyncIterator[tuple[RequestOutput, list[StreamEvent]]]:
+        """The engine's outputs with their parser events; a repeated call (which the parser drops,
+        with all after it) stops the engine's sequence there instead of at max_tokens."""
+        request_id = uuid.uuid4().hex
+        async for out in req.engine.generate(req.chat.prompt, req.chat.params, request_id, lora_request=req.lora):
+            repeated_before = parser.ended_by_repeat
+            events = parser.feed(out.outputs[0].delta_text, finished=out.finished)
+            if parser.ended_by_repeat and not repeated_before and not out.finished:
+                req.engine.stop_sequence(request_id)
+            yield out, events
 
     async def _complete(self, messages, stop, kwargs) -> ChatResult:
         req = self._request(messages, stop, kwargs)
-        out = None
-        async for latest in self._generate_watched(req, uuid.uuid4().hex):
+        parser = req.chat.output_parser()
+        out, events = None, []
+        async for latest, delta_events in self._parsed(req, parser):
             out = latest
+            events += delta_events
         assert out is not None
-        text = out.outputs[0].text
-        content, calls = parse_tool_calls(text) if req.uses_tools else (
-            strip_markup(text) if req.strips_markup else text, [])
+        content, calls = collect(events)
+        if not req.chat.parses_calls:  # the text as it is (or filtered), not None when empty
+            content = content or ""
         valid, invalid = _lc_tool_calls(calls)
         meta = self._metadata(req, out, bool(calls))
         message = AIMessage(content=content or "", tool_calls=valid, invalid_tool_calls=invalid,
@@ -234,22 +225,15 @@ class ChatSLLM(BaseChatModel):
 
     async def _chunks(self, messages, stop, kwargs) -> AsyncIterator[ChatGenerationChunk]:
         req = self._request(messages, stop, kwargs)
-        parser = ToolCallParser() if req.uses_tools else None
-        markup = MarkupFilter() if req.strips_markup else None
+        parser = req.chat.output_parser()
         last: RequestOutput | None = None
-        async for out in self._generate_watched(req, uuid.uuid4().hex):
-            last = out
-            delta = out.outputs[0].delta_text
-            if parser is not None:
-                chunk = _events_chunk(parser.feed(delta) + (parser.finish() if out.finished else []))
-            else:
-                if markup is not None:
-                    delta = markup.feed(delta) + (markup.finish() if out.finished else "")
-                chunk = AIMessageChunk(content=delta) if delta else None
+        async for latest, events in self._parsed(req, parser):
+            last = latest
+            chunk = _events_chunk(events)
             if chunk is not None:
                 yield ChatGenerationChunk(message=chunk)
         assert last is not None
-        meta = self._metadata(req, last, bool(parser and parser.tool_calls))
+        meta = self._metadata(req, last, bool(parser.tool_calls))
         # Usage once, on the closing chunk, as OpenAI's stream_options.include_usage does.
         yield ChatGenerationChunk(
             message=AIMessageChunk(content="", usage_metadata=_usage(last), response_metadata=meta,

@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from engine import LLM, InvalidRequestError, SamplingParams
+from engine.chat.constraints import guided_for_tools
+from engine.chat.parser import parse_tool_calls
+from engine.chat.template import render_chat
 from engine.guided import DEFAULT_TRIGGER_BIAS, default_trigger_bias, loop_period
 from engine.sequence import Sequence
-from engine.tool_calling import guided_for_tools, parse_tool_calls, render_chat
 
 SCHEMA = {
     "type": "object",

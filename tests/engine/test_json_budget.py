@@ -8,8 +8,8 @@ import jsonschema
 import pytest
 import xgrammar as xgr
 
+from engine.chat.constraints import guided_for_tools
 from engine.json_budget import CallsState, JsonState, Unclosable, minimal_value
-from engine.tool_calling import guided_for_tools
 
 PERSON = {"type": "object", "properties": {
     "name": {"type": "string"},
@@ -118,7 +118,7 @@ def _calls_state(choice: str) -> CallsState:
 
 @pytest.mark.parametrize("choice", ["auto", "required"])
 def test_every_prefix_of_tool_calls_closes_into_calls(choice):
-    from engine.tool_calling import parse_answer
+    from engine.chat.parser import parse_answer
 
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Seoul", "unit": "celsius"}}\n</tool_call>'
     second = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 22}}\n</tool_call>'

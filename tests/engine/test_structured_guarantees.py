@@ -15,6 +15,11 @@ import pytest
 import torch
 
 from engine import LLM, SamplingParams
+from engine.chat.constraints import guided_for_response_format, guided_for_tools
+from engine.chat.markup import TOOL_CALL_OPEN, TOOL_MARKUP, strip_markup
+from engine.chat.messages import JSON_REPLY_NOTE, with_system_note
+from engine.chat.parser import parse_answer
+from engine.chat.template import render_chat
 from engine.json_bench import (
     JSON_OBJECT_PROMPTS,
     JSON_SCHEMA_PROMPTS,
@@ -22,17 +27,6 @@ from engine.json_bench import (
     TOOL_PROMPTS,
     TOOL_SCHEMAS,
     TOOLS,
-)
-from engine.tool_calling import (
-    JSON_REPLY_NOTE,
-    TOOL_CALL_OPEN,
-    TOOL_MARKUP,
-    guided_for_response_format,
-    guided_for_tools,
-    parse_answer,
-    render_chat,
-    strip_markup,
-    with_system_note,
 )
 
 pytestmark = pytest.mark.default_model

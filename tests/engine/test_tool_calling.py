@@ -1,4 +1,4 @@
-"""Tool calling and structured output on the model side (engine/tool_calling.py): constrained
+"""Tool calling and structured output on the model side (engine/chat/): constrained
 decoding makes every call parse and match its schema on the default 135M model, the streaming
 parser agrees with the whole-text parser, and history round-trips through the chat template."""
 
@@ -14,23 +14,19 @@ import torch
 from transformers import AutoTokenizer
 
 from engine import LLM, InvalidRequestError, SamplingParams
-from engine.json_bench import TOOL_SCHEMAS, TOOLS
-from engine.tool_calling import (
-    JSON_REPLY_NOTE,
+from engine.chat.constraints import guided_for_response_format, guided_for_tools, wants_json_note
+from engine.chat.messages import JSON_REPLY_NOTE, with_system_note
+from engine.chat.parser import (
     ContentDelta,
     ToolCallArguments,
     ToolCallParser,
     ToolCallStart,
     collect,
-    guided_for_response_format,
-    guided_for_tools,
     parse_answer,
     parse_tool_calls,
-    render_chat,
-    template_supports_tools,
-    wants_json_note,
-    with_system_note,
 )
+from engine.chat.template import render_chat, template_supports_tools
+from engine.json_bench import TOOL_SCHEMAS, TOOLS
 
 # The same four tools `sllm bench json` measures with.
 SCHEMAS = TOOL_SCHEMAS
@@ -524,7 +520,7 @@ MARKUP_TEXTS = [
 def test_our_markup_never_reaches_content(text):
     """The tool-result tags (which the default model echoes after a result) and a stray call end are
     removed from content, whole-text or streamed in any chunking; a cut tag at the end is dropped."""
-    from engine.tool_calling import TOOL_MARKUP, MarkupFilter, strip_markup
+    from engine.chat.markup import TOOL_MARKUP, MarkupFilter, strip_markup
 
     content, calls = parse_tool_calls(text)
     stripped = strip_markup(text)
@@ -550,7 +546,7 @@ def test_our_markup_never_reaches_content(text):
 def test_text_without_markup_passes_whole():
     """Whitespace is only trimmed where removed markup left it: an answer cut at a space keeps it, so
     streamed content equals the streamed logprob tokens."""
-    from engine.tool_calling import MarkupFilter, strip_markup
+    from engine.chat.markup import MarkupFilter, strip_markup
 
     for text in ("  The weather is sunny, ", "\nline\n\n", "a < b and c > d "):
         assert strip_markup(text) == text

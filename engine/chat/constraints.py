@@ -1,0 +1,149 @@
+"""Guided-decoding specs (`SamplingParams.guided`) for tool calls and OpenAI's `response_format`.
+
+Small models (SmolLM2-135M) rarely write a call correctly on their own, so the tool spec is an
+xgrammar structural tag: once a call is opened, the tool name must be one of the offered ones and
+the arguments must match that tool's JSON schema, so every call parses."""
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+from engine.chat.markup import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from engine.chat.tools import (
+    NAME_RE,
+    FunctionTool,
+    as_dict,
+    check_json_schema,
+    normalize_tool_choice,
+    normalize_tools,
+    offered_tools,
+)
+from engine.errors import InvalidRequestError
+
+
+@lru_cache(maxsize=256)
+def compact_json_ebnf(schema_json: str, strict: bool = True) -> str:
+    """A JSON schema as an EBNF grammar for compact JSON (separators ", " and ": ", no newlines or
+    indentation), for structural-tag content: xgrammar's structural-tag `json_schema` content allows
+    any whitespace, and a 135M model spends tokens on (or loops in) indentation. Compact JSON is also
+    what the preamble shows."""
+    import xgrammar as xgr
+
+    return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False, strict_mode=strict))
+
+
+def json_guided(schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`SamplingParams.guided` for compact JSON matching `schema`, or any JSON object without one."""
+    if schema is None:
+        return {"json_object": True, "any_whitespace": False}
+    return {"json_schema": schema, "any_whitespace": False}
+
+
+def _tool_tag(tool: FunctionTool, index: int) -> dict[str, Any]:
+    param = f"tools[{index}].function.parameters"
+    try:
+        ebnf = compact_json_ebnf(json.dumps(tool.parameters))  # key order kept: the grammar follows it
+    except Exception as exc:  # xgrammar refuses schema features it cannot turn into a grammar
+        raise InvalidRequestError(f"{param}: the parameters schema of {tool.name!r} is not supported: {exc}",
+                                  param) from exc
+    return {
+        "type": "tag",
+        "begin": f'{TOOL_CALL_OPEN}\n{{"name": {json.dumps(tool.name)}, "arguments": ',
+        "content": {"type": "grammar", "grammar": ebnf},
+        "end": f"}}\n{TOOL_CALL_CLOSE}",
+    }
+
+
+def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
+                     parallel_tool_calls: bool = True) -> dict[str, Any] | None:
+    """`SamplingParams.guided` for a tool request, or None when nothing is constrained.
+
+    auto: free text, but an opened `<tool_call>` must be a valid call to an offered tool.
+    required: one or more valid calls and nothing else (the output starts with a call).
+    named: exactly one call to that function.
+    `parallel_tool_calls=False` allows at most one call (generation stops after it)."""
+    fns = normalize_tools(tools)
+    choice = normalize_tool_choice(tool_choice, fns)
+    shown = offered_tools(fns, choice)
+    if not shown:
+        return None
+    tags = [_tool_tag(t, fns.index(t)) for t in shown]
+    one = not parallel_tool_calls or isinstance(choice, FunctionTool)
+    # What budget-aware closing (engine/json_budget.py) needs to finish a call the budget would cut.
+    closing = {"calls": [{"begin": tag["begin"], "schema": t.parameters, "end": tag["end"]}
+                         for t, tag in zip(shown, tags, strict=True)],
+               "trigger": TOOL_CALL_OPEN, "at_least_one": choice != "auto"}
+    if choice == "auto":
+        fmt: dict[str, Any] = {"type": "triggered_tags", "triggers": [TOOL_CALL_OPEN], "tags": tags,
+                               "at_least_one": False, "stop_after_first": one}
+        return {"structural_tag": {"type": "structural_tag", "format": fmt}, "tool_calls": closing}
+    call = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
+    newline = {"type": "const_string", "value": "\n"}
+    if one:
+        fmt = call
+    else:
+        # call ("\n" call)* "\n"?  -- not tags_with_separator: there a newline after a call commits
+        # to another call, and a small model that writes the newline out of habit gets trapped
+        # into repeating calls until max_tokens. Here it can still end after the newline.
+        more = {"type": "star", "content": {"type": "sequence", "elements": [newline, call]}}
+        fmt = {"type": "sequence", "elements": [call, more, {"type": "optional", "content": newline}]}
+    return {"structural_tag": {"type": "structural_tag", "format": fmt}, "tool_calls": closing}
+
+
+def guided_for_response_format(response_format: Any, param: str = "response_format") -> dict[str, Any] | None:
+    """`SamplingParams.guided` for OpenAI's `response_format` (`text | json_object | json_schema` with
+    `{"json_schema": {"name", "schema", "strict"}}`) or the Responses API's `text.format`
+    (`{"type": "json_schema", "name", "schema", "strict"}`; pass `param="text.format"`)."""
+    rf = as_dict(response_format)
+    if rf is None:
+        return None
+    if not isinstance(rf, Mapping):
+        raise InvalidRequestError(f"{param} must be an object", param)
+    kind = rf.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json_guided()
+    if kind != "json_schema":
+        raise InvalidRequestError(f"{param}.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+                                  f"{param}.type")
+    nested = "json_schema" in rf
+    spec = rf.get("json_schema") if nested else rf
+    where = f"{param}.json_schema" if nested else param
+    if not isinstance(spec, Mapping):
+        raise InvalidRequestError(f"{where} must be an object with a `schema`", where)
+    name = spec.get("name")
+    if name is not None and (not isinstance(name, str) or not NAME_RE.match(name)):
+        raise InvalidRequestError(f"{where}.name must match ^[a-zA-Z0-9_-]{{1,64}}$, got {name!r}", f"{where}.name")
+    schema = spec.get("schema", spec.get("schema_"))
+    if schema is None:
+        return json_guided()  # OpenAI: a json_schema format without a schema is any JSON object
+    check_json_schema(schema, f"{where}.schema")
+    try:
+        import xgrammar as xgr
+
+        xgr.Grammar.from_json_schema(json.dumps(schema), strict_mode=True)
+    except Exception as exc:
+        raise InvalidRequestError(f"{where}.schema is not supported: {exc}", f"{where}.schema") from exc
+    # Always strict: the grammar is then a subset of what a non-strict schema allows, so outputs
+    # still validate, and a small model is not tempted into extra properties. Compact, as for tools.
+    return json_guided(schema)
+
+
+def wants_json_note(guided: Mapping[str, Any] | None) -> bool:
+    return bool(guided) and bool(guided.get("json_object"))
+
+
+def as_format(guided: dict[str, Any]) -> dict[str, Any]:
+    """An engine constraint (`SamplingParams.guided`) as an xgrammar structural-tag element (JSON
+    compact, as the engine writes it alone)."""
+    if "json_schema" in guided:
+        return {"type": "grammar", "grammar": compact_json_ebnf(json.dumps(guided["json_schema"]))}
+    if guided.get("json_object"):
+        return {"type": "grammar", "grammar": compact_json_ebnf('{"type": "object"}', False)}
+    if "regex" in guided:
+        return {"type": "regex", "pattern": guided["regex"]}
+    if "grammar" in guided:
+        return {"type": "grammar", "grammar": guided["grammar"]}
+    raise InvalidRequestError("this output constraint cannot be combined with tools", "tools")

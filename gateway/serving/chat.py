@@ -1,0 +1,155 @@
+"""Chat Completions served by an embedded engine: the request through the chat layer (engine/chat),
+`n` samples, logprobs, tool calls and structured output, streamed as `chat.completion.chunk`s.
+Callable without HTTP: batch lines run through `run_chat` with `request` None."""
+
+from collections.abc import AsyncIterator
+
+from fastapi import Request, Response
+
+from engine import AsyncEngine, RequestOutput
+from engine.chat import (
+    EXTRA_FIELDS,
+    ChatRequest,
+    ContentDelta,
+    PreparedChat,
+    RepeatWatch,
+    StreamEvent,
+    ToolCallArguments,
+    ToolCallStart,
+    finish_reason,
+    prepare_chat,
+    read_whole,
+)
+from gateway.errors import APIError
+from gateway.generation import Generation
+from gateway.logprobs import chat_logprobs
+from gateway.protocol.chat import (
+    AssistantMessage,
+    ChatChoice,
+    ChatChunkChoice,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    DeltaFunction,
+    DeltaMessage,
+    DeltaToolCall,
+)
+from gateway.protocol.common import now, random_id
+from gateway.sampling import sampling_params
+from gateway.sse import openai_stream, sse_response
+from gateway.state import ServerState
+from gateway.usage import usage_of
+
+
+async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: AsyncEngine,
+                   request: Request | None = None) -> ChatCompletionResponse | Response:
+    """The endpoint itself, callable without HTTP: batch lines run through it with `request` None
+    (and `stream` false, so the answer is a ChatCompletionResponse)."""
+    model = engine.served_model_name
+    if body.top_logprobs is not None and not body.logprobs:
+        raise APIError(400, "top_logprobs requires logprobs to be true", param="top_logprobs")
+    num_top = body.top_logprobs or 0
+    chat = ChatRequest(
+        body.messages, body.tools, body.tool_choice, body.parallel_tool_calls, body.response_format,
+        guided_extras=body.model_dump(include=set(EXTRA_FIELDS)),
+        add_generation_prompt=body.add_generation_prompt, template_kwargs=body.chat_template_kwargs or {},
+        avoid_repeated_calls=state.settings.avoid_repeated_calls if body.avoid_repeated_calls is None
+        else body.avoid_repeated_calls,
+    )
+    prepared = prepare_chat(engine.tokenizer, chat, sampling_params(
+        body, n=body.n, max_tokens=body.max_completion_tokens or body.max_tokens,
+        logprobs=num_top if body.logprobs else None, temperature=body.temperature, top_p=body.top_p,
+        stop=body.stop, seed=body.seed, presence_penalty=body.presence_penalty,
+        frequency_penalty=body.frequency_penalty,
+    ))
+    gen = Generation(state, engine, request, body.priority)
+    await gen.start([prepared.prompt], prepared.params)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return sse_response(openai_stream(_stream(gen, body, model, include_usage, prepared)), gen.close)
+
+    (final,) = await gen.finals(RepeatWatch(gen.stop_choice) if prepared.parses_calls else None)
+    choices = []
+    for o in final.outputs:
+        content, calls, repeated = read_whole(o.text, prepared.parses_calls, prepared.strips_markup)
+        choices.append(ChatChoice(
+            index=o.index,
+            message=AssistantMessage(content=content, tool_calls=[c.to_openai() for c in calls]),
+            logprobs=chat_logprobs(o.logprobs or [], num_top) if body.logprobs else None,
+            finish_reason=finish_reason(o.finish_reason, calls, repeated),
+            stop_reason=o.stop_reason,
+        ))
+    return ChatCompletionResponse(model=model, choices=choices, usage=usage_of([final]))
+
+
+async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, include_usage: bool,
+                  prepared: PreparedChat) -> AsyncIterator[str]:
+    rid, created = random_id("chatcmpl-"), now()
+
+    def chunk(choices: list[ChatChunkChoice]) -> str:
+        return ChatCompletionChunk(id=rid, created=created, model=model, choices=choices).model_dump_json()
+
+    # OpenAI opens every choice with a role-only delta before any content.
+    for k in range(body.n):
+        yield chunk([ChatChunkChoice(index=k, delta=DeltaMessage(role="assistant", content=""))])
+    finished: set[int] = set()
+    final: RequestOutput | None = None
+    parsers = {k: prepared.output_parser() for k in range(body.n)}
+    async for _, out in gen.outputs():
+        for o in out.outputs:
+            if o.index in finished:
+                continue
+            lp = chat_logprobs(o.delta_logprobs, body.top_logprobs or 0) if body.logprobs and o.delta_logprobs else None
+            parser = parsers[o.index]
+            events = parser.feed(o.delta_text, finished=bool(o.finish_reason))
+            if parser.parses_calls:
+                deltas = delta_messages(events)
+                if lp is not None and not deltas:
+                    deltas = [DeltaMessage()]
+                for j, delta in enumerate(deltas):
+                    yield chunk([ChatChunkChoice(index=o.index, delta=delta, logprobs=lp if j == 0 else None)])
+            else:
+                text = "".join(ev.text for ev in events if isinstance(ev, ContentDelta))
+                if text or lp is not None:
+                    yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(content=text), logprobs=lp)])
+            # A repeated call ends the choice where it was written, and its engine sequence there.
+            if o.finish_reason or parser.ended_by_repeat:
+                finished.add(o.index)
+                if not o.finish_reason:
+                    gen.stop_choice(0, o.index)
+                yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(),
+                                             finish_reason=parser.finish_reason(o.finish_reason),
+                                             stop_reason=o.stop_reason)])
+        if out.finished:
+            final = out
+    if include_usage and final is not None:
+        yield ChatCompletionChunk(id=rid, created=created, model=model, choices=[],
+                                  usage=usage_of([final])).model_dump_json()
+
+
+def delta_messages(events: list[StreamEvent]) -> list[DeltaMessage]:
+    """Parser events as chunk deltas, in order: a run of content is one delta, a run of tool-call
+    pieces another (their `delta.tool_calls` items each carry `index`)."""
+    out: list[DeltaMessage] = []
+    for ev in events:
+        if isinstance(ev, ContentDelta):
+            if out and out[-1].content is not None:
+                out[-1].content += ev.text
+            else:
+                out.append(DeltaMessage(content=ev.text))
+            continue
+        if isinstance(ev, ToolCallStart):
+            item = DeltaToolCall(index=ev.index, id=ev.id, type="function",
+                                 function=DeltaFunction(name=ev.name, arguments=""))
+        else:
+            assert isinstance(ev, ToolCallArguments)
+            last = out[-1].tool_calls[-1] if out and out[-1].tool_calls else None
+            if last is not None and last.index == ev.index and last.id is None:  # one fragment per call per chunk
+                last.function.arguments = (last.function.arguments or "") + ev.delta
+                continue
+            item = DeltaToolCall(index=ev.index, function=DeltaFunction(arguments=ev.delta))
+        if out and out[-1].tool_calls is not None:
+            out[-1].tool_calls.append(item)
+        else:
+            out.append(DeltaMessage(tool_calls=[item]))
+    return out

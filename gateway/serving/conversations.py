@@ -1,0 +1,102 @@
+"""The Responses API's conversation store: a stored response keeps its conversation (chat messages,
+its calls and their results included), so `previous_response_id` continues it in one lookup."""
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from engine.chat import content_text
+from gateway.errors import APIError
+from gateway.jobs import responses as background
+from gateway.protocol.responses import (
+    FunctionCallItem,
+    InputItem,
+    ResponseObject,
+)
+from gateway.state import ServerState
+from gateway.tables.responses import StoredResponse
+
+
+def input_messages(items: str | list[InputItem]) -> list[dict]:
+    if isinstance(items, str):
+        return [{"role": "user", "content": items}]
+    messages: list[dict] = []
+    for i, item in enumerate(items):
+        if item.type == "function_call":
+            if not item.call_id or not item.name:
+                raise APIError(400, f"input[{i}]: a function_call item needs call_id and name", param=f"input[{i}]")
+            call = {"id": item.call_id, "type": "function",
+                    "function": {"name": item.name, "arguments": item.arguments or "{}"}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":  # one assistant turn: its text, then its calls
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            continue
+        if item.type == "function_call_output":
+            if not item.call_id:
+                raise APIError(400, f"input[{i}]: a function_call_output item needs call_id",
+                               param=f"input[{i}].call_id")
+            messages.append({"role": "tool", "tool_call_id": item.call_id,
+                             "content": content_text(item.output, f"input[{i}].output")})
+            continue
+        if item.type != "message" or item.role is None:
+            raise APIError(400, f"input[{i}]: items of type {item.type!r} are not supported yet",
+                           param=f"input[{i}]", code="unsupported_parameter")
+        messages.append({"role": item.role, "content": content_text(item.content, f"input[{i}].content")})
+    return messages
+
+
+async def previous_conversation(session: AsyncSession, response_id: str | None) -> list[dict]:
+    if response_id is None:
+        return []
+    stored = await session.get(StoredResponse, response_id)
+    if stored is None:
+        raise APIError(400, f"Previous response with id '{response_id}' not found.",
+                       param="previous_response_id", code="previous_response_not_found")
+    if stored.status not in ("completed", "incomplete"):  # a background response not done (or failed)
+        raise APIError(400, f"Previous response with id '{response_id}' is {stored.status}: only a finished "
+                       "response can be continued.", param="previous_response_id", code="previous_response_not_ready")
+    conversation = list(stored.conversation)
+    # End the read: the session's pooled connection must not stay held while the answer generates
+    # (more such requests than the pool's connections, interactive or jobs, would starve the rest).
+    await session.commit()
+    return conversation
+
+
+async def store(state: ServerState, resp: ResponseObject, conversation: list[dict]) -> None:
+    if not resp.store:
+        return
+    conversation = conversation + [assistant_turn(resp)]
+    async with state.db.sessions() as session:
+        if resp.background:  # its row exists since it was queued; unless cancelled meanwhile, it ends here
+            await background.finish(session, resp, conversation)
+        else:
+            session.add(StoredResponse(id=resp.id, model=resp.model, status=resp.status,
+                                       previous_response_id=resp.previous_response_id,
+                                       conversation=conversation, body=resp.model_dump(mode="json")))
+        await session.commit()
+
+
+def assistant_turn(resp: ResponseObject) -> dict:
+    """The response as a chat message of the stored conversation, its calls included."""
+    turn: dict = {"role": "assistant", "content": resp.output_text}
+    calls = [{"id": item.call_id, "type": "function", "function": {"name": item.name, "arguments": item.arguments}}
+             for item in resp.output if isinstance(item, FunctionCallItem)]
+    if calls:
+        turn["tool_calls"] = calls
+    return turn
+
+
+def as_input_items(conversation: list[dict]) -> list[dict]:
+    """A stored conversation (chat messages) as Responses input items, for a server that never saw it."""
+    items: list[dict] = []
+    for m in conversation:
+        if m["role"] == "tool":
+            items.append({"type": "function_call_output", "call_id": m.get("tool_call_id"), "output": m["content"]})
+            continue
+        if m.get("content") or not m.get("tool_calls"):
+            items.append({"role": m["role"], "content": m.get("content") or ""})
+        for call in m.get("tool_calls") or []:
+            fn = call["function"]
+            items.append({"type": "function_call", "call_id": call["id"], "name": fn["name"],
+                          "arguments": fn["arguments"]})
+    return items
