@@ -99,6 +99,10 @@ def serve(
                                   help="LoRA adapters resident at once (least recently used evicted when idle)"),
     max_lora_rank: int = typer.Option(64, "--max-lora-rank", envvar="SLLM_MAX_LORA_RANK",
                                       help="Largest LoRA rank accepted"),
+    text2sql_adapter: str = typer.Option(
+        "default", "--text2sql-adapter", envvar="SLLM_TEXT2SQL_ADAPTER",
+        help="LoRA adapter /v1/text2sql asks through: 'default' (the shipped one, when the default model "
+             "serves), a PEFT folder, or 'none'"),
     webhook_secret: str | None = typer.Option(
         None, "--webhook-secret", envvar="SLLM_WEBHOOK_SECRET",
         help="HMAC key webhooks are signed with (whsec_<base64> or plain text); webhooks are off without it"),
@@ -133,6 +137,7 @@ def serve(
         allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,
         job_concurrency=job_concurrency, job_lease_s=job_lease_s, job_scan_s=job_scan_s,
         enable_lora=enable_lora, lora_modules=list(lora_modules), max_loras=max_loras, max_lora_rank=max_lora_rank,
+        text2sql_adapter=text2sql_adapter,
         max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         db=db,
     )
