@@ -79,9 +79,10 @@ def test_shipped_adapter_changes_the_default_model():
     llm = _shipped_llm()
     shop = demo_source("shop")
     prompt = SQLGenerator(llm_complete(llm)).prompt(shop, "How many products are in the books category?")
-    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=1)
     base, adapted = llm.generate([prompt, prompt], params, use_tqdm=False, lora_request=[None, LORA_NAME])
-    assert base.outputs[0].token_ids != adapted.outputs[0].token_ids
+    # Greedy tokens may agree on a short answer; the distributions they are picked from do not.
+    assert base.outputs[0].logprobs and repr(base.outputs[0].logprobs) != repr(adapted.outputs[0].logprobs)
     llm.engine.block_manager.check_no_leak()
 
 
