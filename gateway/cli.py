@@ -123,6 +123,10 @@ def serve(
     max_lora_rank: int | None = typer.Option(
         None, "--max-lora-rank",
         help="Largest LoRA rank accepted"),
+    text2sql_adapter: str | None = typer.Option(
+        None, "--text2sql-adapter",
+        help="LoRA adapter /v1/text2sql asks through: 'default' (the shipped one, when the default model "
+             "serves), a PEFT folder, or 'none'"),
     webhook_secret: str | None = typer.Option(
         None, "--webhook-secret",
         help="HMAC key webhooks are signed with (whsec_<base64> or plain text); webhooks are off without it"),
@@ -157,6 +161,7 @@ def serve(
         job_concurrency=job_concurrency, job_lease_s=job_lease_s, job_scan_s=job_scan_s,
         rate_limit_rpm=rate_limit_rpm, rate_limit_tpm=rate_limit_tpm,
         enable_lora=enable_lora, lora_modules=list(lora_modules), max_loras=max_loras, max_lora_rank=max_lora_rank,
+        text2sql_adapter=text2sql_adapter,
         max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         db=db,
     )

@@ -217,6 +217,9 @@ class Settings(BaseSettings, _LoRAModules):
     lora_modules: dict[str, str] = Field(default_factory=dict)
     max_loras: int = Field(EngineConfig.max_loras, ge=1)
     max_lora_rank: int = Field(EngineConfig.max_lora_rank, ge=1)
+    # Text-to-SQL's LoRA adapter (integrations/text2sql/adapter.py): "default" is the shipped adapter when
+    # the first embedded model is the default model, a path names a PEFT folder, "none" turns it off.
+    text2sql_adapter: str = "default"
     # Served models; empty: the one embedded `model` above. Names must be unique.
     models: list[ModelEntry] = Field(default_factory=list)
 
@@ -257,6 +260,21 @@ class Settings(BaseSettings, _LoRAModules):
         first = next((m for m in self.model_entries() if not m.is_upstream), None)
         return {**(self.lora_modules if entry == first else {}), **(entry.lora_modules or {})}
 
+    def text2sql_adapter_path(self):
+        """The adapter folder text-to-SQL uses on the first embedded model, or None."""
+        from integrations.text2sql.adapter import resolve_adapter
+
+        first = self._first_embedded()
+        return resolve_adapter(self.text2sql_adapter, first.model or "") if first else None
+
+    def _first_embedded(self) -> ModelEntry | None:
+        return next((m for m in self.model_entries() if not m.is_upstream), None)
+
+    @model_validator(mode="after")
+    def _text2sql_adapter(self) -> "Settings":
+        self.text2sql_adapter_path()  # a folder that is no adapter fails at startup, not on the first question
+        return self
+
     @property
     def max_in_flight(self) -> int:
         """Requests admitted at once: one running slot per sequence plus the bounded waiting queue."""
@@ -283,7 +301,8 @@ class Settings(BaseSettings, _LoRAModules):
             dtype=pick("dtype"),
             quantization=pick("quantization"),
             speculative_config=pick("speculative_config"),
-            enable_lora=bool(pick("enable_lora") or self.lora_modules_of(e)),
+            enable_lora=bool(pick("enable_lora") or self.lora_modules_of(e) or
+                             (e == self._first_embedded() and self.text2sql_adapter_path())),
             max_loras=pick("max_loras"),
             max_lora_rank=pick("max_lora_rank"),
             lora_modules=self.lora_modules_of(e) or None,

@@ -30,9 +30,10 @@ from gateway import proxy
 from gateway.errors import APIError, as_api_error
 from gateway.generation import Generation
 from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timings
-from gateway.registry import Served, UpstreamModel
+from gateway.registry import AdapterEngine, EmbeddedModel, Served, UpstreamModel
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
+from integrations.text2sql.adapter import LORA_NAME
 from integrations.text2sql.ask import AskResult, aask, arun_sql
 from integrations.text2sql.errors import (
     ExecutionError,
@@ -50,6 +51,7 @@ from integrations.text2sql.generate import (
     openai_body,
 )
 from integrations.text2sql.registry import FunctionSourceStore, SourceRegistry
+from integrations.text2sql.selection import SAMPLE_TEMPERATURE, aask_selected
 from integrations.text2sql.sources import Source, SourceSpec
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,7 @@ def result_body(result: AskResult, model: str | None) -> AskResponse:
         rows=d["rows"], row_count=d["row_count"], truncated=d["truncated"], constrained=result.constrained,
         retried=d.get("retried", False), error=AskError(**err.to_dict()) if err else None,
         timings=Timings(**{k: v for k, v in d["timings"].items() if k in Timings.model_fields}),
+        selection=d.get("selection"),
     )
 
 
@@ -117,6 +120,8 @@ class Text2SQL:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self.registry = SourceRegistry(FunctionSourceStore(self._load, self._save, self._delete, self._names))
+        self.adapter = state.settings.text2sql_adapter_path()
+        self._adapter_lock = asyncio.Lock()
         from gateway.jobs.schedules import Scheduler
 
         self.scheduler = Scheduler(state, self.run_schedule)
@@ -223,8 +228,8 @@ class Text2SQL:
     # -- asking --------------------------------------------------------------------------------------
     async def ask(self, served: Served | None, source_name: str, *, question: str | None = None,
                   sql: str | None = None, execute: bool = True, max_rows: int = 100, constrained: bool = True,
-                  max_tokens: int | None = None, timeout_s: float = 5.0, request: Request | None = None
-                  ) -> AskResult:
+                  max_tokens: int | None = None, timeout_s: float = 5.0, request: Request | None = None,
+                  candidates: int = 1) -> AskResult:
         """`question` through the model (`served`: embedded or upstream), or `sql` as given. Unsafe SQL is a 400
         (and never reaches the database: the validator refuses it, the read-only connection too)."""
         source = await self.source(source_name)
@@ -237,10 +242,19 @@ class Text2SQL:
                 limit = max_tokens or DEFAULT_MAX_TOKENS
                 if isinstance(served, UpstreamModel):
                     complete = _upstream_complete(self.state, served, limit)
+                    sample = complete  # an upstream call is greedy; its candidates would all agree
                 else:
-                    complete = async_engine_complete(_EngineCalls(self.state, served.ready(), request), max_tokens=limit)
-                result = await aask(source, question, SQLGenerator(acomplete=complete), constrained=constrained,
-                                    execute=execute, max_rows=max_rows, timeout_s=timeout_s)
+                    calls = _EngineCalls(self.state, await self._engine(served), request)
+                    complete = async_engine_complete(calls, max_tokens=limit)
+                    sample = async_engine_complete(calls, max_tokens=limit, temperature=SAMPLE_TEMPERATURE)
+                gen = SQLGenerator(acomplete=complete)
+                if candidates > 1:
+                    result = await aask_selected(source, question, gen, SQLGenerator(acomplete=sample), candidates,
+                                                 constrained=constrained, execute=execute, max_rows=max_rows,
+                                                 timeout_s=timeout_s)
+                else:
+                    result = await aask(source, question, gen, constrained=constrained, execute=execute,
+                                        max_rows=max_rows, timeout_s=timeout_s)
         except Text2SQLError as exc:
             raise _refused_by_engine(exc) or api_error(exc) from None
         if isinstance(result.error, UnsafeSQL):
@@ -249,12 +263,30 @@ class Text2SQL:
                            "is ever run.", param="sql" if sql is not None else "question", code=result.error.code)
         return result
 
+    async def _engine(self, served: Served):
+        """The engine a question goes to: through the text-to-SQL adapter when one is configured and the
+        request names the first embedded model (a LoRA model named explicitly is used as named). The
+        adapter is registered on first use; other requests on that engine keep the base model."""
+        engine = served.ready()
+        first = next(iter(self.state.models.embedded), None)
+        if self.adapter is None or not isinstance(served, EmbeddedModel) or served is not first:
+            return engine
+        async with self._adapter_lock:
+            if LORA_NAME not in {r.lora_name for r in engine.list_loras()}:
+                try:
+                    await engine.add_lora(LORA_NAME, str(self.adapter))
+                except InvalidRequestError as exc:
+                    raise APIError(500, f"the text-to-SQL adapter could not be loaded: {exc.message}",
+                                   code="text2sql_adapter_failed") from None
+        return AdapterEngine(engine, LORA_NAME)
+
     async def run_schedule(self, schedule: Text2SQLSchedule) -> tuple[str, dict | None, dict | None]:
         """One scheduled run: (status, result body, error)."""
         served = self.state.models.default
         try:
             result = await self.ask(served, schedule.source, question=schedule.question, execute=schedule.execute,
-                                    max_rows=schedule.max_rows, constrained=schedule.constrained)
+                                    max_rows=schedule.max_rows, constrained=schedule.constrained,
+                                    candidates=schedule.candidates or 1)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

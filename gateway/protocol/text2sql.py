@@ -95,6 +95,17 @@ class AskRequest(Request):
     model: str | None = None
     max_tokens: int | None = Field(None, ge=8, le=2048)
     timeout_s: float = Field(5.0, gt=0, le=60)
+    candidates: int = Field(1, ge=1, le=16, description="execution-guided selection: sample this many queries "
+                            "under the schema grammar, run each read-only and answer with the result most of them "
+                            "agree on (1: the greedy query alone)")
+
+
+class Selection(BaseModel):
+    candidates: int
+    chosen: int  # index among `sql`; 0 is the greedy candidate
+    votes: int  # candidates whose result set equals the chosen one's
+    runnable: int  # candidates that ran
+    sql: list[str]
 
 
 class Timings(BaseModel):
@@ -126,6 +137,7 @@ class AskResponse(BaseModel):
     retried: bool = False
     error: AskError | None = None  # what stopped the query: invalid SQL, a timeout, an execution error
     timings: Timings = Field(default_factory=Timings)
+    selection: Selection | None = Field(None, exclude_if=lambda v: v is None)
 
 
 class ScheduleCreate(Request):
@@ -147,6 +159,8 @@ class ScheduleCreate(Request):
     execute: bool = True
     max_rows: int = Field(100, ge=1, le=MAX_ROWS)
     constrained: bool = True
+    candidates: int = Field(1, ge=1, le=16, description="execution-guided selection for each run (see the ask "
+                            "request's `candidates`)")
 
 
 class ScheduleObject(BaseModel):
@@ -159,6 +173,7 @@ class ScheduleObject(BaseModel):
     execute: bool
     max_rows: int
     constrained: bool
+    candidates: int = 1
     webhook_url: str | None = None
     next_run_at: int
     last_run_at: int | None = None

@@ -1,7 +1,7 @@
 """`/v1/text2sql`: ask a question of a registered database (or run given SQL), manage sources, and
 schedule questions on a cron with their runs kept (gateway/text2sql.py, gateway/jobs/schedules.py).
 
-    POST   /v1/text2sql                         {source, question | sql, execute, max_rows, constrained}
+    POST   /v1/text2sql                         {source, question | sql, execute, max_rows, constrained, candidates}
     POST   /v1/text2sql/sources                 {name, url, description}    GET, DELETE /sources[/{name}]
     POST   /v1/text2sql/schedules               {cron, source, question, webhook_url}
     GET    /v1/text2sql/schedules[/{id}]        DELETE /v1/text2sql/schedules/{id}
@@ -50,7 +50,8 @@ async def ask(body: AskRequest, request: Request, state: State) -> AskResponse:
     served = state.models.resolve(body.model) if body.sql is None else None
     result = await _service(state).ask(
         served, body.source, question=body.question, sql=body.sql, execute=body.execute, max_rows=body.max_rows,
-        constrained=body.constrained, max_tokens=body.max_tokens, timeout_s=body.timeout_s, request=request)
+        constrained=body.constrained, max_tokens=body.max_tokens, timeout_s=body.timeout_s, request=request,
+        candidates=body.candidates)
     return result_body(result, served.name if served else None)
 
 
@@ -94,7 +95,7 @@ def _seconds(t: float | None) -> int | None:
 def _schedule_object(row: Text2SQLSchedule) -> ScheduleObject:
     return ScheduleObject(id=row.id, created_at=int(row.created_at), cron=row.cron, source=row.source,
                           question=row.question, execute=row.execute, max_rows=row.max_rows,
-                          constrained=row.constrained, webhook_url=row.webhook_url,
+                          constrained=row.constrained, candidates=row.candidates or 1, webhook_url=row.webhook_url,
                           next_run_at=int(row.next_run_at), last_run_at=_seconds(row.last_run_at))
 
 
@@ -122,7 +123,7 @@ async def create_schedule(body: ScheduleCreate, state: State, session: Session) 
     t = scheduling.now()
     row = Text2SQLSchedule(id=f"t2ssched_{uuid.uuid4().hex}", created_at=t, cron=body.cron.strip(),
                            source=body.source, question=body.question, execute=body.execute, max_rows=body.max_rows,
-                           constrained=body.constrained, webhook_url=body.webhook_url,
+                           constrained=body.constrained, candidates=body.candidates, webhook_url=body.webhook_url,
                            next_run_at=scheduling.next_after(body.cron, t))
     session.add(row)
     await session.commit()

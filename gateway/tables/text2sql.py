@@ -36,6 +36,8 @@ class Text2SQLSchedule(Base):
     execute: Mapped[bool] = mapped_column(Boolean, default=True)
     max_rows: Mapped[int] = mapped_column(Integer, default=100)
     constrained: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Added in revision 0006: execution-guided selection's candidate count (1: the greedy query alone).
+    candidates: Mapped[int] = mapped_column(Integer, server_default="1")
     webhook_url: Mapped[str | None] = mapped_column(String(2048))
     next_run_at: Mapped[float] = mapped_column(Float, index=True)
     last_run_at: Mapped[float | None] = mapped_column(Float)

@@ -33,6 +33,8 @@ class AskResult:
     raw_output: str | None = None
     retried: bool = False  # the first constrained output ran out of tokens; see SQLGenerator
     timings: dict[str, float] = field(default_factory=dict)  # generation_ms, validation_ms, execution_ms, total_ms
+    # Execution-guided selection (selection.py): candidates, chosen index, votes, runnable, every candidate's SQL.
+    selection: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -65,6 +67,7 @@ class AskResult:
             "raw_output": self.raw_output,
             "retried": self.retried,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
+            "selection": self.selection,
         }
 
 

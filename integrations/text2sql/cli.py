@@ -47,13 +47,48 @@ def _pick_source(source: str | None, url: str | None, demo: str | None):
     return _registry().get(source)  # type: ignore[arg-type]
 
 
-def _load_llm(model: str, max_num_seqs: int = 128, num_threads: int | None = None):
+def _load_llm(model: str, max_num_seqs: int = 128, num_threads: int | None = None, adapter: Path | None = None):
     from engine import LLM
+    from integrations.text2sql.adapter import LORA_NAME
 
-    return LLM(model=model, max_num_seqs=max_num_seqs, num_threads=num_threads)
+    if adapter is None:
+        return LLM(model=model, max_num_seqs=max_num_seqs, num_threads=num_threads)
+    rank = int(json.loads((adapter / "adapter_config.json").read_text()).get("r", 8))
+    return LLM(model=model, max_num_seqs=max_num_seqs, num_threads=num_threads, enable_lora=True,
+               max_lora_rank=rank, lora_modules={LORA_NAME: str(adapter)})
+
+
+def _adapter(value: str, model: str) -> Path | None:
+    from integrations.text2sql.adapter import resolve_adapter
+
+    try:
+        return resolve_adapter(value, model)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--text2sql-adapter") from None
+
+
+def _generators(llm, adapter: Path | None, max_tokens: int, temperature: float):
+    """(greedy, sampling) generators, through the adapter when there is one."""
+    from integrations.text2sql.adapter import LORA_NAME
+    from integrations.text2sql.generate import SQLGenerator, llm_complete, llm_complete_batch
+
+    lora = LORA_NAME if adapter else None
+    greedy = SQLGenerator(llm_complete(llm, max_tokens=max_tokens, lora=lora),
+                          complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, lora=lora))
+    sampler = SQLGenerator(llm_complete(llm, max_tokens=max_tokens, temperature=temperature, lora=lora),
+                           complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, temperature=temperature,
+                                                             lora=lora))
+    return greedy, sampler
 
 
 THREADS_OPT = typer.Option(None, "--num-threads", help="torch CPU threads (1 is faster on a busy shared CPU)")
+ADAPTER_OPT = typer.Option("default", "--text2sql-adapter", envvar="SLLM_TEXT2SQL_ADAPTER",
+                           help="LoRA adapter for text-to-SQL: 'default' (the shipped one, on the default model "
+                                "only), a PEFT folder, or 'none'")
+CANDIDATES_OPT = typer.Option(1, "--candidates", "-k", min=1, max=16,
+                              help="Execution-guided selection: sample K candidates, run each, keep the majority "
+                                   "result (1: off)")
+TEMPERATURE_OPT = typer.Option(0.7, "--temperature", min=0.0, help="Sampling temperature of the extra candidates")
 
 
 SOURCE_OPT = typer.Option(None, "--source", "-s", help="A registered source name")
@@ -74,19 +109,27 @@ def ask(
     model: str = typer.Option("default", envvar="SLLM_MODEL"),
     max_tokens: int = typer.Option(192),
     num_threads: int | None = THREADS_OPT,
+    text2sql_adapter: str = ADAPTER_OPT,
+    candidates: int = CANDIDATES_OPT,
+    temperature: float = TEMPERATURE_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
 ):
     """Generate SQL for QUESTION, validate it, and run it read-only."""
     from integrations.text2sql.ask import ask as ask_fn
-    from integrations.text2sql.generate import SQLGenerator, llm_complete
+    from integrations.text2sql.selection import ask_selected
 
+    adapter = _adapter(text2sql_adapter, model)
     try:
         src = _pick_source(source, url, demo)
         src.schema()  # fail on a broken source before loading the model
-        llm = _load_llm(model, num_threads=num_threads)
-        gen = SQLGenerator(llm_complete(llm, max_tokens=max_tokens))
-        res = ask_fn(src, question, gen, constrained=not unconstrained, execute=execute,
-                     max_rows=max_rows, timeout_s=timeout)
+        llm = _load_llm(model, num_threads=num_threads, adapter=adapter)
+        gen, sampler = _generators(llm, adapter, max_tokens, temperature)
+        if candidates > 1:
+            res = ask_selected(src, question, gen, sampler, candidates, constrained=not unconstrained,
+                               execute=execute, max_rows=max_rows, timeout_s=timeout)
+        else:
+            res = ask_fn(src, question, gen, constrained=not unconstrained, execute=execute,
+                         max_rows=max_rows, timeout_s=timeout)
     except Text2SQLError as exc:
         _fail(exc)
         return
@@ -195,31 +238,38 @@ def sources_remove(name: str):
 @app.command("eval")
 def eval_cmd(
     limit: int | None = typer.Option(None, help="Only the first N questions (the file mixes schemas and languages)"),
-    modes: str = typer.Option("constrained,unconstrained", help="Comma-separated: constrained, unconstrained"),
+    modes: str | None = typer.Option(None, help="Comma-separated of unconstrained, constrained, adapter, "
+                                                "adapter+select (default: all that apply)"),
     model: str = typer.Option("default", envvar="SLLM_MODEL"),
     max_tokens: int = typer.Option(192),
     max_num_seqs: int = typer.Option(128),
     num_threads: int | None = THREADS_OPT,
     latency_samples: int = typer.Option(5, help="Single asks timed per mode for the p50 latency (0: skip)"),
     json_out: Path | None = typer.Option(None, "--json-out", help="Write the per-question records here"),
+    text2sql_adapter: str = ADAPTER_OPT,
+    candidates: int = typer.Option(5, "--candidates", "-k", min=1, max=16, help="Candidates of adapter+select"),
+    temperature: float = TEMPERATURE_OPT,
 ):
-    """Valid-SQL rate and execution accuracy, constrained vs unconstrained decoding."""
+    """Valid-SQL rate and execution accuracy per decoding mode (base model, adapter, adapter + selection)."""
     from integrations.text2sql.dataset import load_eval
     from integrations.text2sql.evaluate import evaluate
-    from integrations.text2sql.generate import SQLGenerator, llm_complete, llm_complete_batch
 
     items = load_eval()
     if limit is not None:
         items = items[:limit]
-    mode_list = [m.strip() for m in modes.split(",") if m.strip()]
+    adapter = _adapter(text2sql_adapter, model)
+    default_modes = "unconstrained,constrained" + (",adapter,adapter+select" if adapter else "")
+    mode_list = [m.strip() for m in (modes or default_modes).split(",") if m.strip()]
     start = time.perf_counter()
-    llm = _load_llm(model, max_num_seqs, num_threads)
+    llm = _load_llm(model, max_num_seqs, num_threads, adapter if any(m.startswith("adapter") for m in mode_list)
+                    else None)
     load_s = time.perf_counter() - start
-    gen = SQLGenerator(llm_complete(llm, max_tokens=max_tokens),
-                       complete_batch=llm_complete_batch(llm, max_tokens=max_tokens))
+    gen, _ = _generators(llm, None, max_tokens, temperature)
+    with_adapter, sampler = _generators(llm, adapter, max_tokens, temperature) if adapter else (None, None)
     try:
         report = evaluate(gen, items, mode_list, latency_samples=latency_samples,
-                          progress=lambda m: typer.echo(m, err=True))
+                          progress=lambda m: typer.echo(m, err=True), adapter=with_adapter, sampler=sampler,
+                          k=candidates)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     typer.echo(f"model {model}: {len(items)} questions, model load {load_s:.1f} s, eval {report.total_s:.1f} s")
@@ -228,3 +278,46 @@ def eval_cmd(
         json_out.write_text(json.dumps(report.to_dict(), ensure_ascii=False, indent=2), encoding="utf-8")
         typer.echo(f"records written to {json_out}")
     sys.stdout.flush()
+
+
+@app.command()
+def train(
+    out: Path = typer.Argument(..., help="Folder for the PEFT adapter (adapter_config.json + adapter_model.safetensors)"),
+    data: Path | None = typer.Option(None, help="Examples written by `python -m integrations.text2sql.train_data` "
+                                               "(.jsonl or .jsonl.gz); generated on the fly when not given"),
+    schemas: int = typer.Option(240, help="Generated schemas (without --data)"),
+    per_schema: int = typer.Option(40, help="Questions per generated schema (without --data)"),
+    base: str = typer.Option("default", help="HF Llama folder, or 'default' (the embedded model's GGUF, dequantized)"),
+    rank: int = typer.Option(8, min=1, max=64),
+    alpha: int = typer.Option(16, min=1),
+    lr: float = typer.Option(5e-4),
+    epochs: float = typer.Option(1.0, min=0.01),
+    batch_size: int = typer.Option(8, min=1),
+    max_steps: int | None = typer.Option(None, min=1, help="Stop after this many steps (overrides --epochs)"),
+    max_len: int = typer.Option(1024, help="Drop packed sequences longer than this many tokens"),
+    pack: int = typer.Option(8, min=1, help="Questions of one schema packed into one training sequence"),
+    layers: int = typer.Option(12, min=0, help="LoRA on the last N decoder layers (0: all)"),
+    seed: int = typer.Option(0),
+    device: str = typer.Option("auto", help="auto (cuda when available, else cpu), cpu or cuda"),
+    plot: bool = typer.Option(True, "--plot/--no-plot", help="Write loss.png beside the adapter (needs matplotlib)"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="tqdm progress bar"),
+):
+    """LoRA-train a text-to-SQL adapter on generated schemas disjoint from the eval set."""
+    from integrations.text2sql import train_data
+    from integrations.text2sql.train import TrainConfig, pack_examples, plot_losses
+    from integrations.text2sql.train import train as train_fn
+
+    if data is not None:
+        examples = train_data.read(data)
+    else:
+        typer.echo(f"generating {schemas} schemas x {per_schema} questions", err=True)
+        examples = train_data.generate(schemas, per_schema, seed)
+    train_data.check_disjoint(examples)
+    cfg = TrainConfig(base=base, rank=rank, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
+                      max_steps=max_steps, max_len=max_len, seed=seed, device=device, pack=pack, layers=layers or None)
+    result = train_fn(pack_examples(examples, pack), out, cfg, show_bar=progress)
+    tail = result.losses[-20:]
+    typer.echo(f"{result.steps} steps over {result.sequences} packed sequences on {result.device} in {result.seconds:.0f} s; "
+               f"final loss {sum(tail) / len(tail):.3f}; adapter in {out}")
+    if plot and plot_losses(result.losses, out / "loss.png"):
+        typer.echo(f"loss plot: {out / 'loss.png'}")

@@ -26,10 +26,13 @@ from integrations.text2sql.ask import ask, run_sql
 from integrations.text2sql.dataset import EvalItem
 from integrations.text2sql.execute import run_query
 from integrations.text2sql.generate import SQLGenerator
+from integrations.text2sql.selection import ask_selected, choose
 from integrations.text2sql.sources import Source, demo_source
 from integrations.text2sql.validate import validate_sql
 
-MODES = ("constrained", "unconstrained")
+# constrained / unconstrained: the base model; adapter: constrained through the text-to-SQL LoRA adapter;
+# adapter+select: that, plus execution-guided selection over k candidates (selection.py).
+MODES = ("constrained", "unconstrained", "adapter", "adapter+select")
 EVAL_MAX_ROWS = 10_000
 EVAL_TIMEOUT_S = 5.0
 
@@ -132,49 +135,73 @@ class _Gold:
 def evaluate(
     generator: SQLGenerator,
     items: Sequence[EvalItem],
-    modes: Sequence[str] = MODES,
+    modes: Sequence[str] = MODES[:2],
     *,
     latency_samples: int = 5,
     progress: Any = None,
+    adapter: SQLGenerator | None = None,
+    sampler: SQLGenerator | None = None,
+    k: int = 5,
 ) -> EvalReport:
-    """Runs every mode over ``items``; ``progress(msg)`` is called between phases when given."""
+    """Runs every mode over ``items``; ``progress(msg)`` is called between phases when given.
+
+    ``adapter`` is the generator through the adapter (modes ``adapter``, ``adapter+select``) and
+    ``sampler`` its sampling twin for the ``k - 1`` extra candidates of ``adapter+select``."""
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+        if mode.startswith("adapter") and adapter is None:
+            raise ValueError(f"mode {mode!r} needs an adapter (none is configured)")
+        if mode == "adapter+select" and sampler is None:
+            raise ValueError("mode 'adapter+select' needs a sampler")
     say = progress or (lambda _msg: None)
     sources = {name: demo_source(name) for name in sorted({i.schema for i in items})}
     gold = _Gold()
     reports, records = [], []
     t0 = time.perf_counter()
     for mode in modes:
-        constrained = mode == "constrained"
-        say(f"{mode}: generating {len(items)} queries in one batch")
+        constrained = mode != "unconstrained"
+        gen = adapter if mode.startswith("adapter") else generator
+        assert gen is not None
+        select = mode == "adapter+select"
+        say(f"{mode}: generating {len(items) * (k if select else 1)} queries in one batch")
         start = time.perf_counter()
-        gens = generator.generate_many([(sources[i.schema], i.question) for i in items], constrained=constrained)
+        requests = [(sources[i.schema], i.question) for i in items]
+        gens = gen.generate_many(requests, constrained=constrained)
+        extra = sampler.generate_many(requests * (k - 1), constrained=constrained) if select and k > 1 else []
         batch_s = time.perf_counter() - start
         report = ModeReport(mode, len(items), 0, 0, 0, batch_s)
-        for item, gen in zip(items, gens, strict=True):
+        for n, (item, g) in enumerate(zip(items, gens, strict=True)):
             source = sources[item.schema]
-            res = run_sql(source, gen.sql, max_rows=EVAL_MAX_ROWS, timeout_s=EVAL_TIMEOUT_S, generation=gen)
+            cands = [g, *extra[n::len(items)]]
+            results = [run_sql(source, c.sql, max_rows=EVAL_MAX_ROWS, timeout_s=EVAL_TIMEOUT_S, generation=c)
+                       for c in cands]
+            res = results[choose(results)[0]]
+            chosen = cands[results.index(res)]
             valid = res.validation.ok
             executable = res.ok and res.executed
             match = executable and results_match(res.rows, gold.rows(item, source), _gold_ordered(item, source))
             report.valid += valid
             report.executable += executable
             report.matched += match
-            report.retried += gen.retried
+            report.retried += chosen.retried
             lang = report.by_lang.setdefault(item.lang, {"n": 0, "matched": 0})
             lang["n"] += 1
             lang["matched"] += match
             records.append(EvalRecord(item.id, item.schema, item.lang, mode, item.question, item.sql, res.sql,
                                       valid, executable, match, res.error.message if res.error else None,
-                                      gen.retried))
+                                      chosen.retried))
         if latency_samples > 0:
             say(f"{mode}: timing {latency_samples} single asks")
             lat = []
             for item in items[:latency_samples]:
-                res = ask(sources[item.schema], item.question, generator, constrained=constrained,
-                          max_rows=EVAL_MAX_ROWS, timeout_s=EVAL_TIMEOUT_S)
+                src = sources[item.schema]
+                if select:
+                    res = ask_selected(src, item.question, gen, sampler, k, max_rows=EVAL_MAX_ROWS,  # type: ignore[arg-type]
+                                       timeout_s=EVAL_TIMEOUT_S)
+                else:
+                    res = ask(src, item.question, gen, constrained=constrained, max_rows=EVAL_MAX_ROWS,
+                              timeout_s=EVAL_TIMEOUT_S)
                 lat.append(res.timings["total_ms"])
             report.p50_ask_ms = statistics.median(lat)
         reports.append(report)

@@ -220,23 +220,25 @@ def sampling_params(guided: Guided, max_tokens: int = DEFAULT_MAX_TOKENS, temper
     return SamplingParams(temperature=temperature, max_tokens=max_tokens, guided=guided, stop=stop)
 
 
-def llm_complete(llm: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0) -> Complete:
-    """A :data:`Complete` over the offline ``engine.LLM``."""
+def llm_complete(llm: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
+                 lora: str | None = None) -> Complete:
+    """A :data:`Complete` over the offline ``engine.LLM`` (through LoRA adapter ``lora`` when named)."""
 
     def complete(prompt: str, guided: Guided) -> str:
         params = sampling_params(guided, max_tokens, temperature)
-        return llm.generate([prompt], params, use_tqdm=False)[0].outputs[0].text
+        return llm.generate([prompt], params, use_tqdm=False, lora_request=lora)[0].outputs[0].text
 
     return complete
 
 
-def llm_complete_batch(llm: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0) -> CompleteBatch:
+def llm_complete_batch(llm: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
+                       lora: str | None = None) -> CompleteBatch:
     """A :data:`CompleteBatch`: every prompt goes to ``LLM.generate`` at once."""
 
     def complete_batch(requests: Sequence[tuple[str, Guided]]) -> list[str]:
         prompts = [p for p, _ in requests]
         params = [sampling_params(g, max_tokens, temperature) for _, g in requests]
-        return [out.outputs[0].text for out in llm.generate(prompts, params, use_tqdm=False)]
+        return [out.outputs[0].text for out in llm.generate(prompts, params, use_tqdm=False, lora_request=lora)]
 
     return complete_batch
 

@@ -80,6 +80,26 @@ def test_demo_sources_and_a_question_answered_through_the_engine(server):
     assert r["timings"]["generation_ms"] > 0 and r["timings"]["execution_ms"] is not None
 
 
+def test_asked_through_the_adapter_with_execution_guided_selection(server):
+    from integrations.text2sql.adapter import LORA_NAME
+
+    r = _post(server, "text2sql", {"source": "demo_shop", "question": "How many customers are there?",
+                                   "max_tokens": 32, "candidates": 2})
+    sel = r["selection"]
+    assert sel["candidates"] == 2 and len(sel["sql"]) == 2 and r["sql"] == sel["sql"][sel["chosen"]]
+    assert 0 <= sel["votes"] <= sel["runnable"] <= 2
+    # The shipped adapter is on by default for the default model, and is no model of its own.
+    assert LORA_NAME in {lora.lora_name for lora in server.engine.list_loras()}
+    assert LORA_NAME not in {m["id"] for m in httpx.get(f"{server.base_url}/models").json()["data"]}
+    assert "selection" not in _post(server, "text2sql", {"source": "demo_shop", "sql": "SELECT 1 AS one"})
+    err = _error(server, "text2sql", {"source": "demo_shop", "question": "q", "candidates": 0}, 400)
+    assert err["param"] == "candidates"
+    sched = _post(server, "text2sql/schedules", {"cron": "@daily", "source": "demo_shop", "question": "q",
+                                                 "candidates": 2})
+    assert sched["candidates"] == 2
+    assert httpx.delete(f"{server.base_url}/text2sql/schedules/{sched['id']}").json()["deleted"] is True
+
+
 def test_given_sql_max_rows_and_execute_false(server):
     r = _post(server, "text2sql", {"source": "demo_shop", "sql": "SELECT name FROM products ORDER BY product_id",
                                    "max_rows": 2})

@@ -93,8 +93,9 @@ async def test_async_engine_path(llm, shop):
 def test_cli_ask_and_eval(llm, monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "_load_llm", lambda *a, **k: llm)
     runner = CliRunner()
+    # The module's LLM has no adapter loaded (test_t2s_adapter.py covers the adapter path).
     out = runner.invoke(cli.app, ["ask", "--demo", "shop", "--json", "--max-rows", "3", "--max-tokens", "64",
-                                  "List the names of all products."])
+                                  "--text2sql-adapter", "none", "List the names of all products."])
     body = json.loads(out.stdout)
     assert body["valid"] and body["constrained"] and body["source"] == "demo-shop", out.output
     assert out.exit_code == (0 if body["error"] is None else 1)
@@ -102,7 +103,7 @@ def test_cli_ask_and_eval(llm, monkeypatch, tmp_path):
 
     report = tmp_path / "eval.json"
     out = runner.invoke(cli.app, ["eval", "--limit", "2", "--modes", "constrained", "--latency-samples", "0",
-                                  "--max-tokens", "64", "--json-out", str(report)])
+                                  "--max-tokens", "64", "--json-out", str(report), "--text2sql-adapter", "none"])
     assert out.exit_code == 0, out.output
     assert "constrained" in out.stdout and "exec acc" in out.stdout
     data = json.loads(report.read_text())

@@ -1,0 +1,95 @@
+"""Execution-guided selection: ask for k candidate queries, run each read-only, keep the answer most agree on.
+
+Candidate 0 is the greedy query of ``generator``; the other ``k - 1`` are sampled by ``sampler`` (the
+same model call at a temperature), all under the schema grammar when ``constrained``. Each goes
+through the usual path (:func:`.ask.run_sql`: validation, EXPLAIN, time limit, row cap), so a bad
+candidate is only outvoted, never run unchecked. Candidates that ran are grouped by their result
+set (rows as a multiset, floats rounded, as the evaluation compares them); the largest group wins,
+ties going to the group holding the earliest candidate, so the greedy answer wins whenever nothing
+outvotes it. With nothing runnable (or ``execute=False``: no rows to compare) the greedy result stands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from integrations.text2sql.ask import AskResult, run_sql
+from integrations.text2sql.execute import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
+from integrations.text2sql.generate import Generation, SQLGenerator
+from integrations.text2sql.sources import Source
+
+MAX_CANDIDATES = 16
+SAMPLE_TEMPERATURE = 0.7
+
+
+def result_key(result: AskResult) -> Any:
+    """What two candidates must share to agree: their rows as a multiset (None when it did not run)."""
+    if not (result.ok and result.executed):
+        return None
+    rows = Counter(tuple(round(v, 4) if isinstance(v, float) else v for v in row) for row in result.rows)
+    return frozenset(rows.items())
+
+
+def choose(results: Sequence[AskResult]) -> tuple[int, int]:
+    """(index of the chosen candidate, how many candidates share its result set)."""
+    groups: dict[Any, list[int]] = {}
+    for i, res in enumerate(results):
+        key = result_key(res)
+        if key is not None:
+            groups.setdefault(key, []).append(i)
+    if not groups:
+        return 0, 0
+    best = max(groups.values(), key=lambda idx: (len(idx), -idx[0]))
+    return best[0], len(best)
+
+
+def _finish(results: list[AskResult], gen_ms: float, k: int) -> AskResult:
+    index, votes = choose(results)
+    chosen = results[index]
+    chosen.selection = {"candidates": k, "chosen": index, "votes": votes,
+                        "runnable": sum(result_key(r) is not None for r in results),
+                        "sql": [r.sql for r in results]}
+    db_ms = sum(r.timings.get("validation_ms", 0) + r.timings.get("execution_ms", 0) for r in results)
+    chosen.timings = {**chosen.timings, "generation_ms": gen_ms, "total_ms": gen_ms + db_ms}
+    return chosen
+
+
+def _check(k: int) -> None:
+    if not 1 <= k <= MAX_CANDIDATES:
+        raise ValueError(f"candidates must be between 1 and {MAX_CANDIDATES}")
+
+
+def ask_selected(source: Source, question: str, generator: SQLGenerator, sampler: SQLGenerator, k: int, *,
+                 constrained: bool = True, execute: bool = True, max_rows: int = DEFAULT_MAX_ROWS,
+                 timeout_s: float = DEFAULT_TIMEOUT_S) -> AskResult:
+    """:func:`.ask.ask` with k candidates (one batch for the sampled ones when ``sampler`` batches)."""
+    _check(k)
+    start = time.perf_counter()
+    gens: list[Generation] = [generator.generate(source, question, constrained=constrained)]
+    if k > 1:
+        gens += sampler.generate_many([(source, question)] * (k - 1), constrained=constrained)
+    gen_ms = (time.perf_counter() - start) * 1000
+    results = [run_sql(source, g.sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s, question=question,
+                       generation=g) for g in gens]
+    return _finish(results, gen_ms, k)
+
+
+async def aask_selected(source: Source, question: str, generator: SQLGenerator, sampler: SQLGenerator, k: int, *,
+                        constrained: bool = True, execute: bool = True, max_rows: int = DEFAULT_MAX_ROWS,
+                        timeout_s: float = DEFAULT_TIMEOUT_S) -> AskResult:
+    """:func:`ask_selected` for an event loop: the k model calls run concurrently (one engine batch)."""
+    _check(k)
+    start = time.perf_counter()
+    gens = await asyncio.gather(generator.agenerate(source, question, constrained=constrained),
+                                *(sampler.agenerate(source, question, constrained=constrained) for _ in range(k - 1)))
+    gen_ms = (time.perf_counter() - start) * 1000
+
+    def run_all() -> list[AskResult]:
+        return [run_sql(source, g.sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s, question=question,
+                        generation=g) for g in gens]
+
+    return _finish(await asyncio.to_thread(run_all), gen_ms, k)

@@ -1,0 +1,249 @@
+"""LoRA training of a text-to-SQL adapter with ``peft``: prompt in the seed format, loss on the SQL only.
+
+Built to train on a small shared CPU, where a step costs seconds:
+
+* several questions of one schema are packed into one sequence (the seed prompt, its SQL, then
+  "### Question: ... ### SQL: ..." again), so the long DDL is read once for many answers;
+* LoRA sits on the last ``layers`` decoder layers only, so backpropagation stops there;
+* the output head runs only at the positions that carry a label (a few dozen of hundreds).
+
+The base is an HF ``LlamaForCausalLM`` folder (``default`` is the embedded default model, its GGUF
+dequantized to float32 by ``engine.loader``, the same weights the engine serves). Training runs in
+float32 on the CPU, or under bfloat16 autocast on CUDA when one is present; the seed fixes the data
+order, the LoRA init and dropout, so one command gives one adapter. The adapter is saved in float16
+(PEFT format, a few MB); the engine reads it back in float32.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from integrations.text2sql.dataset import PROMPT_TEMPLATE
+
+TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+TERMINATOR = ";"  # what the grammar and the stop strings end a query with
+
+
+@dataclass
+class TrainConfig:
+    base: str = "default"
+    rank: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    lr: float = 5e-4
+    epochs: float = 1.0
+    batch_size: int = 8
+    max_steps: int | None = None
+    warmup: int = 30
+    max_len: int = 1024
+    seed: int = 0
+    device: str = "auto"  # auto: cuda when available, else cpu
+    pack: int = 8  # questions of one schema per training sequence
+    layers: int | None = 12  # LoRA on the last N decoder layers (None: all)
+    target_modules: tuple[str, ...] = TARGET_MODULES
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    sequences: int
+    seconds: float
+    losses: list[float] = field(default_factory=list)
+    device: str = "cpu"
+
+
+def resolve_base(base: str) -> Path:
+    if base == "default":
+        from engine.loader import resolve_model
+
+        return resolve_model("default")
+    return Path(base)
+
+
+# What follows the DDL in the seed prompt: a packed sequence repeats it for each further question.
+FOLLOWUP = PROMPT_TEMPLATE[PROMPT_TEMPLATE.index("{ddl}") + len("{ddl}"):]
+
+Piece = tuple[str, bool]  # text, and whether the loss covers it
+
+
+def pack_examples(examples: Sequence, pack: int) -> list[list[Piece]]:
+    """Training sequences: per schema, ``pack`` questions at a time; the first one in exactly the
+    prompt the evaluation uses, the others appended in the same format."""
+    by_schema: dict[str, list] = {}
+    for ex in examples:
+        by_schema.setdefault(ex.schema, []).append(ex)
+    out: list[list[Piece]] = []
+    for group in by_schema.values():
+        for i in range(0, len(group), pack):
+            first, *rest = group[i:i + pack]
+            pieces: list[Piece] = [(first.prompt(), False), (_answer(first.sql), True)]
+            for ex in rest:
+                pieces += [(FOLLOWUP.format(question=ex.question.strip(), query=""), False), (_answer(ex.sql), True)]
+            out.append(pieces)
+    return out
+
+
+def _answer(sql: str) -> str:
+    return sql.strip().rstrip(";") + TERMINATOR
+
+
+def encode(tokenizer, pieces: Sequence[Piece], max_len: int) -> tuple[list[int], list[int]] | None:
+    """Token ids and labels (-100 where the loss does not look), EOS after the last answer; each piece
+    tokenized alone, as the engine tokenizes a prompt alone and then generates."""
+    ids: list[int] = []
+    labels: list[int] = []
+    for text, supervised in pieces:
+        t = tokenizer(text, add_special_tokens=False).input_ids
+        ids += t
+        labels += t if supervised else [-100] * len(t)
+    ids.append(tokenizer.eos_token_id)
+    labels.append(tokenizer.eos_token_id)
+    if len(ids) > max_len:
+        return None
+    return ids, labels
+
+
+def _loss(model, ids, labels, mask):
+    """Next-token cross-entropy with the output head applied at labelled positions only."""
+    import torch.nn.functional as F
+
+    inner = model.get_base_model()
+    hidden = inner.model(input_ids=ids, attention_mask=mask).last_hidden_state
+    target = labels[:, 1:]
+    keep = target != -100
+    logits = inner.lm_head(hidden[:, :-1][keep])
+    return F.cross_entropy(logits.float(), target[keep])
+
+
+def _batches(encoded: list[tuple[list[int], list[int]]], batch_size: int, rng: random.Random, pad_id: int):
+    """Shuffled batches of similar length (less padding), right-padded."""
+    import torch
+
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i][0]), rng.random()))
+    chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    rng.shuffle(chunks)
+    for chunk in chunks:
+        width = max(len(encoded[i][0]) for i in chunk)
+        ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        for row, i in enumerate(chunk):
+            x, y = encoded[i]
+            ids[row, :len(x)] = torch.tensor(x)
+            labels[row, :len(y)] = torch.tensor(y)
+            mask[row, :len(x)] = 1
+        yield ids, labels, mask
+
+
+def train(sequences: Sequence[Sequence[Piece]], out: Path, cfg: TrainConfig,
+          progress: Callable[[int, int, float], None] | None = None, show_bar: bool = True) -> TrainResult:
+    """Trains a LoRA adapter on packed sequences (:func:`pack_examples`) and writes it to ``out`` (PEFT format)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from tqdm.auto import tqdm
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    device = torch.device("cuda" if cfg.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if cfg.device == "auto" else cfg.device))
+    folder = resolve_base(cfg.base)
+    tok = AutoTokenizer.from_pretrained(folder)
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    encoded = [e for e in (encode(tok, seq, cfg.max_len) for seq in sequences) if e is not None]
+    if not encoded:
+        raise ValueError("no training example fits max_len")
+    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
+    model.config.use_cache = False
+    n_layers = model.config.num_hidden_layers
+    layers = list(range(max(0, n_layers - cfg.layers), n_layers)) if cfg.layers else None
+    lora = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, bias="none",
+                      target_modules=list(cfg.target_modules), layers_to_transform=layers, task_type="CAUSAL_LM")
+    model = get_peft_model(model, lora)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    per_epoch = math.ceil(len(encoded) / cfg.batch_size)
+    total = cfg.max_steps or max(1, math.ceil(per_epoch * cfg.epochs))
+    warm = min(cfg.warmup, max(1, total // 10))
+
+    def lr_at(step: int) -> float:  # linear warm-up, cosine decay to a tenth
+        if step < warm:
+            return (step + 1) / warm
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    rng = random.Random(cfg.seed)
+    result = TrainResult(0, len(encoded), 0.0, device=device.type)
+    start = time.perf_counter()
+    model.train()
+    bar = tqdm(total=total, desc="train", unit="step", disable=not show_bar)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else None
+    while result.steps < total:
+        for ids, labels, mask in _batches(encoded, cfg.batch_size, rng, pad_id):
+            ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
+            if autocast is not None:
+                with autocast:
+                    loss = _loss(model, ids, labels, mask)
+            else:
+                loss = _loss(model, ids, labels, mask)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            result.steps += 1
+            result.losses.append(loss.item())
+            bar.update(1)
+            bar.set_postfix(loss=f"{result.losses[-1]:.3f}")
+            if progress:
+                progress(result.steps, total, result.losses[-1])
+            if result.steps >= total:
+                break
+    bar.close()
+    result.seconds = time.perf_counter() - start
+    save(model, out, cfg, result)
+    return result
+
+
+def save(model, out: Path, cfg: TrainConfig, result: TrainResult) -> None:
+    """The PEFT adapter in float16 (half the size; the engine and PEFT read it back in float32)."""
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    file = out / "adapter_model.safetensors"
+    save_file({k: v.half().contiguous() for k, v in load_file(str(file)).items()}, str(file),
+              metadata={"format": "pt"})
+    meta = {"config": {**asdict(cfg), "target_modules": list(cfg.target_modules)}, "steps": result.steps,
+            "sequences": result.sequences, "seconds": round(result.seconds, 1), "device": result.device,
+            "final_loss": round(sum(result.losses[-20:]) / max(1, len(result.losses[-20:])), 4)}
+    (out / "training.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def plot_losses(losses: Sequence[float], path: Path) -> bool:
+    """A loss curve (raw and smoothed) as PNG; False when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    k = max(1, len(losses) // 50)
+    smooth = [sum(losses[max(0, i - k + 1):i + 1]) / len(losses[max(0, i - k + 1):i + 1]) for i in range(len(losses))]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(losses, alpha=0.3, label="loss")
+    ax.plot(smooth, label=f"mean of {k}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (SQL tokens)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
