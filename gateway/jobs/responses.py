@@ -10,25 +10,20 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.errors import APIError, as_api_error
-from gateway.jobs import webhooks
 from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
 from gateway.jobs.leases import LeasePolicy, free
 from gateway.protocol.responses import ResponseObject, ResponsesRequest
+from gateway.serving.conversations import ACTIVE, finish, previous_conversation
+from gateway.serving.responses import check_request, response_object, run_response
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
 
 log = logging.getLogger(__name__)
 
-ACTIVE = ("queued", "in_progress")
-
-
 async def submit(state: ServerState, session: AsyncSession, body: ResponsesRequest,
                  idempotency_key: str | None) -> ResponseObject:
     """Checks what can be checked now (model, parameters, previous response, webhook), then
     queues the response; the same request runs later through `run_response`."""
-    from gateway.serving.conversations import previous_conversation
-    from gateway.serving.responses import check_request, response_object
-
     model = check_request(state, body)
     if body.stream:
         raise APIError(400, "background responses cannot be streamed by this server; poll GET /v1/responses/{id}",
@@ -57,19 +52,6 @@ async def submit(state: ServerState, session: AsyncSession, body: ResponsesReque
     return resp
 
 
-async def finish(session: AsyncSession, resp: ResponseObject, conversation: list[dict] | None) -> bool:
-    """Stores a background response's final state, and queues its webhook, in the caller's
-    transaction, unless it was cancelled or deleted meanwhile (then False, nothing changes)."""
-    values = {"status": resp.status, "body": resp.model_dump(mode="json")}
-    if conversation is not None:
-        values["conversation"] = conversation
-    result = await session.execute(update(StoredResponse).where(
-        StoredResponse.id == resp.id, StoredResponse.status.in_(ACTIVE)).values(**values))
-    if result.rowcount:
-        webhooks.enqueue(session, resp.metadata.get(webhooks.WEBHOOK_URL_KEY), f"response.{resp.status}", resp.id)
-    return bool(result.rowcount)
-
-
 async def claim(session: AsyncSession, response_id: str, body: dict, lease: LeasePolicy) -> bool:
     """Takes a queued response, or one whose lease expired, for this replica (`in_progress`, with
     `body`); commits. False when it is finished, cancelled, or another replica holds it."""
@@ -84,7 +66,6 @@ async def claim(session: AsyncSession, response_id: str, body: dict, lease: Leas
 async def run_background(state: ServerState, response_id: str, lease: LeasePolicy) -> None:
     """Claims and runs one queued response, or one whose replica stopped renewing its lease (it
     died, or this is a restart): that one runs again from the start."""
-    from gateway.serving.responses import run_response
 
     async with state.db.sessions() as session:
         row = await session.get(StoredResponse, response_id)

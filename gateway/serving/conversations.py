@@ -1,11 +1,12 @@
 """The Responses API's conversation store: a stored response keeps its conversation (chat messages,
 its calls and their results included), so `previous_response_id` continues it in one lookup."""
 
+from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.chat import content_text
 from gateway.errors import APIError
-from gateway.jobs import responses as background
+from gateway.jobs import webhooks
 from gateway.protocol.responses import (
     FunctionCallItem,
     InputItem,
@@ -62,13 +63,30 @@ async def previous_conversation(session: AsyncSession, response_id: str | None) 
     return conversation
 
 
+# A background response still to be finished (queued, or running on some replica).
+ACTIVE = ("queued", "in_progress")
+
+
+async def finish(session: AsyncSession, resp: ResponseObject, conversation: list[dict] | None) -> bool:
+    """Stores a background response's final state, and queues its webhook, in the caller's
+    transaction, unless it was cancelled or deleted meanwhile (then False, nothing changes)."""
+    values = {"status": resp.status, "body": resp.model_dump(mode="json")}
+    if conversation is not None:
+        values["conversation"] = conversation
+    result = await session.execute(update(StoredResponse).where(
+        StoredResponse.id == resp.id, StoredResponse.status.in_(ACTIVE)).values(**values))
+    if result.rowcount:
+        webhooks.enqueue(session, resp.metadata.get(webhooks.WEBHOOK_URL_KEY), f"response.{resp.status}", resp.id)
+    return bool(result.rowcount)
+
+
 async def store(state: ServerState, resp: ResponseObject, conversation: list[dict]) -> None:
     if not resp.store:
         return
     conversation = conversation + [assistant_turn(resp)]
     async with state.db.sessions() as session:
         if resp.background:  # its row exists since it was queued; unless cancelled meanwhile, it ends here
-            await background.finish(session, resp, conversation)
+            await finish(session, resp, conversation)
         else:
             session.add(StoredResponse(id=resp.id, model=resp.model, status=resp.status,
                                        previous_response_id=resp.previous_response_id,
