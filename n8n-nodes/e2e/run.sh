@@ -9,7 +9,7 @@
 #   SLLM_BASE_URL    server to test, with the /v1 prefix (required unless --fake)
 #   SLLM_MODEL       model name; default: the first id from GET $SLLM_BASE_URL/models
 #   SLLM_API_KEY     key, when the server was started with --api-key
-#   E2E_WORKFLOWS    comma-separated subset of: chat, chat-model, agent, openai-chat,
+#   E2E_WORKFLOWS    comma-separated subset of: chat, chat-model, agent, agent-math, openai-chat,
 #                    openai-responses, examples (default: all but examples; --fake adds examples)
 #   E2E_EXPECT       regex the first answer of each check must match (default: none; set by --fake)
 #   N8N_VERSION      n8n to install (default 1.123.81, the version these nodes are tested with)
