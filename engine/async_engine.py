@@ -107,12 +107,15 @@ class AsyncEngine:
             loop, q = entry
             loop.call_soon_threadsafe(q.put_nowait, item)
 
-    def _drain_commands(self) -> None:
+    def _drain_commands(self) -> bool:
+        """Applies the queued commands; True when there was any."""
+        drained = False
         while True:
             try:
                 cmd = self._commands.get_nowait()
             except queue.Empty:
-                return
+                return drained
+            drained = True
             match cmd:
                 case AddRequest():
                     try:
@@ -153,8 +156,8 @@ class AsyncEngine:
     def _loop(self) -> None:
         try:
             while not self._stop:
-                self._drain_commands()
-                self._stats = self.engine.snapshot_stats()
+                if self._drain_commands():  # otherwise the last step's snapshot still holds
+                    self._stats = self.engine.snapshot_stats()
                 if not self.engine.has_unfinished_requests():
                     self._wake.wait(timeout=0.5)
                     self._wake.clear()
