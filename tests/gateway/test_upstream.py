@@ -130,16 +130,25 @@ async def test_post_chat_and_completion_rename_the_model_both_ways(a):
         await pool.aclose()
 
 
+async def _until_running(server: RunningServer, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not server.engine.engine.requests:
+        assert time.monotonic() < deadline, "the first event arrived only after the upstream had finished"
+        await asyncio.sleep(0.002)
+
+
 async def test_stream_relays_events_as_they_are_generated(a):
     pool = _pool(a.base_url)
-    body = {"model": OURS, "messages": HELLO, "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+    body = {"model": OURS, "messages": HELLO, "max_tokens": 64, "temperature": 0, "ignore_eos": True}
     try:
         stream = await pool.open_stream("/chat/completions", body)
         events = []
         async for event in stream:
             if not events:
-                # The upstream is still generating this request's later tokens: nothing was buffered.
-                assert a.engine.engine.requests, "the first event arrived only after the upstream had finished"
+                # The first event (the role chunk) may come before the step thread has even taken the request
+                # in, so wait for the request to show up running: had the relay buffered the whole answer,
+                # the upstream would have finished it already and it never would.
+                await _until_running(a)
                 assert pool.snapshot()[0]["outstanding"] == 1
             events.append(_data(event))
         assert events[-1] == "[DONE]"
