@@ -34,7 +34,8 @@ def _prompts(chat: bool, tokenizer, limit: int | None) -> list[str]:
     if not chat:
         return load_prompts(limit)
     items = load_eval()[:limit] if limit else load_eval()
-    return [tokenizer.apply_chat_template(chat_messages(it), tokenize=False, add_generation_prompt=True) for it in items]
+    return [tokenizer.apply_chat_template(chat_messages(it), tokenize=False,
+                                          add_generation_prompt=True) for it in items]
 
 
 def run_hf(folder: Path, prompts: list[str], batch: int, max_tokens: int, dtype: str = "float32") -> Row:
@@ -90,11 +91,13 @@ def run_engine(llm, prompts: list[str], max_num_seqs: int, max_tokens: int, syst
 
 def _print(rows: list[Row], title: str) -> None:
     print(f"\n## {title}")
-    print(f"{'system':<18} {'batch':>5} {'prompts':>7} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'KV peak MiB':>11} {'reserved MiB':>12}")
+    print(f"{'system':<18} {'batch':>5} {'prompts':>7} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'KV peak MiB':>11} "
+          f"{'reserved MiB':>12}")
     for r in rows:
         kv = f"{r.peak_kv_mib:11.1f}" if r.peak_kv_mib is not None else f"{'':>11}"
         res = f"{r.reserved_kv_mib:12.1f}" if r.reserved_kv_mib is not None else f"{'':>12}"
-        print(f"{r.system:<18} {r.batch:>5} {r.prompts:>7} {r.output_tokens:>7} {r.seconds:8.1f} {r.tok_s:8.1f} {kv} {res} {r.extra}")
+        print(f"{r.system:<18} {r.batch:>5} {r.prompts:>7} {r.output_tokens:>7} {r.seconds:8.1f} {r.tok_s:8.1f} {kv} "
+              f"{res} {r.extra}")
 
 
 def _ratios(rows: list[Row]) -> dict[str, float]:
@@ -197,4 +200,5 @@ def bench_offline(
     if plot:
         _plot(results, plot)
     if json_out:
-        json_out.write_text(json.dumps({k: [asdict(r) | {"tok_s": r.tok_s} for r in v] for k, v in results.items()}, indent=2))
+        json_out.write_text(json.dumps({k: [asdict(r) | {"tok_s": r.tok_s} for r in v] for k, v in results.items()},
+                                       indent=2))

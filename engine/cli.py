@@ -16,7 +16,8 @@ app.add_typer(keys_app, name="keys")
 @app.command()
 def generate(
     prompts: list[str] = typer.Argument(None, help="Prompts; or use --file"),
-    file: Path | None = typer.Option(None, "--file", "-f", help="A text file (one prompt a line) or JSONL with 'prompt'"),
+    file: Path | None = typer.Option(None, "--file", "-f",
+                                     help="A text file (one prompt a line) or JSONL with 'prompt'"),
     model: str = typer.Option("default", envvar="SLLM_MODEL"),
     max_tokens: int = typer.Option(64),
     temperature: float = typer.Option(0.0),

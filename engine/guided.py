@@ -225,7 +225,8 @@ class GuidedDecoding:
     def _compile(self, spec: dict[str, Any]):
         kinds = [k for k in GUIDED_KINDS if spec.get(k) not in (None, False)]
         if len(kinds) != 1:
-            raise InvalidRequestError(f"guided decoding takes exactly one of {GUIDED_KINDS}, got {sorted(spec)}", "guided")
+            raise InvalidRequestError(f"guided decoding takes exactly one of {GUIDED_KINDS}, got {sorted(spec)}",
+                                      "guided")
         kind = kinds[0]
         value = spec[kind]
         strict = bool(spec.get("strict", True))

@@ -204,7 +204,8 @@ def bench_json(
                 off, on = tally[(temp, limit, False)], tally[(temp, limit, True)]
                 rows.append((case.name, temp, limit, off, on))
         print(f"{case.name}: {len(prompts)} sequences in {wall:.1f}s over {steps} steps; per step: closing "
-              f"{1e3 * spent['close'] / max(steps, 1):.3f} ms, grammar masks {1e3 * spent['constrain'] / max(steps, 1):.3f} ms, "
+              f"{1e3 * spent['close'] / max(steps, 1):.3f} ms, grammar masks "
+              f"{1e3 * spent['constrain'] / max(steps, 1):.3f} ms, "
               f"wall time per step {1e3 * wall / max(steps, 1):.1f} ms (all rows, prefill included)")
     print(f"\n{'case':16s} {'temp':>5s} {'max_tokens':>10s} {'parses off':>11s} {'parses on':>10s} "
           f"{'length off':>11s} {'length on':>10s}")

@@ -85,9 +85,10 @@ class DraftModel:
         folder = resolve_model(spec.model or "")
         if load_tokenizer(folder).get_vocab() != target_tokenizer.get_vocab():
             raise ValueError(f"the draft model {spec.model!r} does not share the target model's tokenizer")
+        target_kv = target_config.kv_cache_bytes
         cfg = EngineConfig(model=spec.model or "default", block_size=target_config.block_size,
                            dtype=target_config.dtype, quantization=target_config.quantization,
-                           device=target_config.device, kv_cache_bytes=target_config.kv_cache_bytes and target_config.kv_cache_bytes // 4,
+                           device=target_config.device, kv_cache_bytes=target_kv and target_kv // 4,
                            enable_prefix_caching=False)
         self.runner = ModelRunner(cfg, load_model_config(folder), folder, max_model_len)
         self.bm = BlockManager(self.runner.num_blocks, cfg.block_size, enable_prefix_caching=False)
@@ -187,7 +188,8 @@ class Speculator:
             return
         if self.draft is None:
             for seq, k in zip(chosen, ks, strict=True):
-                seq.spec_tokens = ngram_propose(seq.token_ids, k, self.spec.prompt_lookup_min, self.spec.prompt_lookup_max)
+                seq.spec_tokens = ngram_propose(seq.token_ids, k, self.spec.prompt_lookup_min,
+                                                self.spec.prompt_lookup_max)
         else:
             for seq, (d, q) in zip(chosen, self.draft.propose(chosen, ks), strict=True):
                 seq.spec_tokens = d

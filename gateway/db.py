@@ -1,9 +1,9 @@
 """The gateway's database: SQLAlchemy 2.0 typed ORM over SQLite (WAL) or any async SQLAlchemy URL.
 
-Tables live in `gateway/tables/`, one module per concept, all on `Base` (gateway/tables/base.py); the schema itself is made
-and changed by Alembic revisions (`gateway/migrations/`), which `Database.create_all` applies. Routes
-get a session per request through
-the `db_session` dependency; background work opens its own with `database.sessions()`."""
+Tables live in `gateway/tables/`, one module per concept, all on `Base` (gateway/tables/base.py); the schema
+itself is made and changed by Alembic revisions (`gateway/migrations/`), which `Database.create_all` applies.
+Routes get a session per request through the `db_session` dependency; background work opens its own with
+`database.sessions()`."""
 
 from collections.abc import AsyncIterator
 from pathlib import Path

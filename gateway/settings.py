@@ -175,7 +175,8 @@ class Settings(BaseSettings, _LoRAModules):
     log_level: str = "info"
     dtype: DType = EngineConfig.dtype  # auto: float32 on CPU; bfloat16 runs much faster on CPUs with AMX or AVX512-BF16
     quantization: Quantization = EngineConfig.quantization  # as EngineConfig.quantization
-    speculative_config: dict | None = EngineConfig.speculative_config  # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
+    # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
+    speculative_config: dict | None = EngineConfig.speculative_config
     # Guided decoding steering, as EngineConfig documents them: the loop breaker's repeat count (0:
     # off) and the bias toward opening a tool call under tool_choice auto (None: by chat template).
     guided_loop_repeats: int = Field(EngineConfig.guided_loop_repeats, ge=0)
@@ -225,7 +226,8 @@ class Settings(BaseSettings, _LoRAModules):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-                                   env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
                                    file_secret_settings: PydanticBaseSettingsSource,
                                    ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Settings built in code (tests, benchmarks) take their arguments only, whatever the environment.

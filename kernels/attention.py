@@ -148,5 +148,6 @@ def paged_attention(q, k_cache, v_cache, block_tables, query_start_loc, context_
     if use_cpu_kernels(q) and isa.resolve(q.shape[-1]) != "generic":
         # On the portable path the C++ kernel run once per query token is slower than the reference's
         # SDPA on prompts (0.3-0.5x at 514 tokens); decode steps still take it (paged_decode_attention).
-        return paged_attention_cpu(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes)
+        return paged_attention_cpu(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale,
+                                   alibi_slopes)
     return paged_attention_ref(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes)

@@ -50,7 +50,8 @@ def small_linear_takes(weight: torch.Tensor) -> bool:
 
 
 def use_small_linear(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    return x.dim() == 2 and x.shape[0] <= SMALL_LINEAR_MAX_ROWS and x.dtype == torch.float32 and small_linear_takes(weight)
+    return (x.dim() == 2 and x.shape[0] <= SMALL_LINEAR_MAX_ROWS and x.dtype == torch.float32
+            and small_linear_takes(weight))
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None,

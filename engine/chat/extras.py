@@ -39,7 +39,8 @@ def _check_compiles(kind: str, value: Any, param: str) -> None:
         else:
             xgr.Grammar.from_ebnf(value)
     except Exception as exc:
-        raise InvalidRequestError(f"{param} is not a valid {'regular expression' if kind == 'regex' else 'EBNF grammar'}"
+        raise InvalidRequestError(f"{param} is not a valid "
+                                  f"{'regular expression' if kind == 'regex' else 'EBNF grammar'}"
                                   f": {exc}", param) from None
 
 

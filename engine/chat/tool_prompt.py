@@ -37,7 +37,8 @@ def format_tool_call(name: str, arguments: str | Mapping[str, Any]) -> str:
         except json.JSONDecodeError:
             pass  # keep the client's text as it is; it is history, not something we parse again
     args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-    return f'{TOOL_CALL_OPEN}\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {args}}}\n{TOOL_CALL_CLOSE}'
+    name_json = json.dumps(name, ensure_ascii=False)
+    return f'{TOOL_CALL_OPEN}\n{{"name": {name_json}, "arguments": {args}}}\n{TOOL_CALL_CLOSE}'
 
 
 def format_tool_response(content: str) -> str:

@@ -220,7 +220,8 @@ class JobRunner:
             kept_responses = await leases.renew_rows(session, StoredResponse, running, self.lease,
                                                      status="in_progress")
             statuses = dict((await session.execute(
-                select(Batch.id, Batch.status).where(Batch.id.in_(list(self._batches))))).all()) if self._batches else {}
+                select(Batch.id, Batch.status).where(Batch.id.in_(list(self._batches))))).all()
+            ) if self._batches else {}
             await session.commit()
         for batch_id, status in statuses.items():
             if status == "cancelling" and (job := self._batches.get(batch_id)) is not None and not job.cancelled:

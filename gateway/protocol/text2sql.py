@@ -87,8 +87,9 @@ class AskRequest(Request):
                                  description="answered by the model (with `sql` absent)")
     sql: str | None = Field(None, min_length=1, examples=[
         "SELECT name, price FROM products ORDER BY price DESC LIMIT 3",
-        "SELECT tier, COUNT(*) FROM customers GROUP BY tier"], description="a single read-only SELECT, validated and run as "
-                            "given (with `question` absent); anything else is a 400")
+        "SELECT tier, COUNT(*) FROM customers GROUP BY tier"],
+        description="a single read-only SELECT, validated and run as given (with `question` absent); "
+                    "anything else is a 400")
     execute: bool = True
     max_rows: int = Field(100, ge=1, le=MAX_ROWS)
     constrained: bool = True

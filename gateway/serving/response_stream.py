@@ -145,7 +145,8 @@ async def stream_response(state: ServerState, gen: Generation, resp: ResponseObj
         yield event(ResponseLifecycleEvent(type="response.failed", response=resp))
 
 
-def finish_response(resp: ResponseObject, final: RequestOutput, items: list[OutputItem], repeated: bool = False) -> None:
+def finish_response(resp: ResponseObject, final: RequestOutput, items: list[OutputItem],
+                    repeated: bool = False) -> None:
     """`items`: the output split into a message and function calls. `repeated`: a repeated call
     ended the answer, so a `length` finish cut nothing that is returned."""
     o = final.outputs[0]

@@ -282,7 +282,8 @@ def eval_cmd(
 
 @app.command()
 def train(
-    out: Path = typer.Argument(..., help="Folder for the PEFT adapter (adapter_config.json + adapter_model.safetensors)"),
+    out: Path = typer.Argument(...,
+                               help="Folder for the PEFT adapter (adapter_config.json + adapter_model.safetensors)"),
     data: Path | None = typer.Option(None, help="Examples written by `python -m integrations.text2sql.train_data` "
                                                "(.jsonl or .jsonl.gz); generated on the fly when not given"),
     schemas: int = typer.Option(240, help="Generated schemas (without --data)"),
@@ -317,7 +318,8 @@ def train(
                       max_steps=max_steps, max_len=max_len, seed=seed, device=device, pack=pack, layers=layers or None)
     result = train_fn(pack_examples(examples, pack), out, cfg, show_bar=progress)
     tail = result.losses[-20:]
-    typer.echo(f"{result.steps} steps over {result.sequences} packed sequences on {result.device} in {result.seconds:.0f} s; "
+    typer.echo(f"{result.steps} steps over {result.sequences} packed sequences on {result.device} in "
+               f"{result.seconds:.0f} s; "
                f"final loss {sum(tail) / len(tail):.3f}; adapter in {out}")
     if plot and plot_losses(result.losses, out / "loss.png"):
         typer.echo(f"loss plot: {out / 'loss.png'}")

@@ -40,7 +40,7 @@ PROMPT_TEMPLATE = """당신은 SQL을 생성하는 SQL 봇입니다. DDL의 테�
 {question}
 
 ### SQL:
-{query}"""
+{query}"""  # noqa: E501 - byte-exact: the first line is the instruction models were tuned on
 
 # First line of the template: the instruction reused as the system message of the chat variant.
 INSTRUCTION = PROMPT_TEMPLATE.split("\n", 1)[0]

@@ -417,7 +417,8 @@ class _Builder:
         scoped = self.scoped
         for i, t in enumerate(self.table_names if scoped else []):
             items, tail = self.clauses(f"t{i}", d)
-            frm = r.add(f"from_t{i}_{d}", f"sp {kw('FROM')} sp {ebnf_literal(quote_ident(t))} (sp {kw('AS')} sp alias)?")
+            frm = r.add(f"from_t{i}_{d}",
+                        f"sp {kw('FROM')} sp {ebnf_literal(quote_ident(t))} (sp {kw('AS')} sp alias)?")
             many.append(f"{items} {frm} {tail}")
             one.append(f"item1_t{i}_{d} {frm} {tail}")
         items, tail = self.clauses("all", d)

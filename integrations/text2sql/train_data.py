@@ -119,7 +119,10 @@ def _fill(con: sqlite3.Connection, lay: Layout, rng: random.Random) -> None:
     for k in range(rng.randint(12, 30)):
         name = _person(rng, lay.korean_values) if d.person_items else rng.choice(d.item_words)
         while name in used:
-            name = f"{name.split(' #')[0]} #{rng.randint(2, 99)}" if not d.person_items else _person(rng, lay.korean_values)
+            if d.person_items:
+                name = _person(rng, lay.korean_values)
+            else:
+                name = f"{name.split(' #')[0]} #{rng.randint(2, 99)}"
         used.add(name)
         # The last place often stays empty, so "which X has no Y" questions have an answer.
         items.append((k + 1, name, rng.randint(1, max(1, n_place - 1)), rng.choice(d.item_cat.values),
@@ -174,16 +177,20 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
     def count_cat(c: Ctx):
         d = c.lay.d
         v = c.rng.choice(d.item_cat.values)
-        return ([f"How many {d.item.en_pl} have {d.item_cat.en} '{v}'?", f"Count the {d.item.en_pl} whose {d.item_cat.en} is {v}."],
-                [f"{d.item_cat.ko}이 {v}인 {d.item.ko}는 몇 개인가요?", f"{d.item_cat.ko}가 '{v}'인 {d.item.ko} 수를 구해주세요."],
+        return ([f"How many {d.item.en_pl} have {d.item_cat.en} '{v}'?",
+                 f"Count the {d.item.en_pl} whose {d.item_cat.en} is {v}."],
+                [f"{d.item_cat.ko}이 {v}인 {d.item.ko}는 몇 개인가요?",
+                 f"{d.item_cat.ko}가 '{v}'인 {d.item.ko} 수를 구해주세요."],
                 f"SELECT COUNT(*) FROM {d.item.table} WHERE {d.item_cat.name} = '{v}'")
 
     @add
     def list_cat(c: Ctx):
         d = c.lay.d
         v = c.rng.choice(d.item_cat.values)
-        return ([f"List the names of the {d.item.en_pl} with {d.item_cat.en} {v}.", f"Which {d.item.en_pl} have {d.item_cat.en} '{v}'?"],
-                [f"{d.item_cat.ko}이 {v}인 {d.item.ko}의 이름을 알려주세요.", f"{v} {d.item_cat.ko}인 {d.item.ko} 이름을 보여주세요."],
+        return ([f"List the names of the {d.item.en_pl} with {d.item_cat.en} {v}.",
+                 f"Which {d.item.en_pl} have {d.item_cat.en} '{v}'?"],
+                [f"{d.item_cat.ko}이 {v}인 {d.item.ko}의 이름을 알려주세요.",
+                 f"{v} {d.item_cat.ko}인 {d.item.ko} 이름을 보여주세요."],
                 f"SELECT name FROM {d.item.table} WHERE {d.item_cat.name} = '{v}'")
 
     @add
@@ -202,8 +209,10 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         op_en, op_ko, op = c.rng.choice([("more than", "초과인", ">"), ("at least", "이상인", ">="),
                                          ("less than", "미만인", "<")])
         order = "ASC" if op == "<" else "DESC"
-        return ([f"Which {d.item.en_pl} have a {d.item_num.en} {op_en} {x}? Show name and {d.item_num.en}, {'smallest' if op == '<' else 'largest'} first."],
-                [f"{d.item_num.ko}가 {x} {op_ko} {d.item.ko}의 이름과 {d.item_num.ko}를 {'작은' if op == '<' else '큰'} 순서로 보여주세요."],
+        return ([f"Which {d.item.en_pl} have a {d.item_num.en} {op_en} {x}? Show name and {d.item_num.en}, "
+                 f"{'smallest' if op == '<' else 'largest'} first."],
+                [f"{d.item_num.ko}가 {x} {op_ko} {d.item.ko}의 이름과 {d.item_num.ko}를 "
+                 f"{'작은' if op == '<' else '큰'} 순서로 보여주세요."],
                 f"SELECT name, {d.item_num.name} FROM {d.item.table} WHERE {d.item_num.name} {op} {x} "
                 f"ORDER BY {d.item_num.name} {order}")
 
@@ -218,9 +227,12 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
     @add
     def count_per_cat(c: Ctx):
         d = c.lay.d
-        return ([f"How many {d.item.en_pl} are there per {d.item_cat.en}?", f"Count the {d.item.en_pl} for each {d.item_cat.en}."],
-                [f"{d.item_cat.ko}별 {d.item.ko} 수를 구해주세요.", f"{d.item_cat.ko}마다 {d.item.ko}가 몇 개인지 알려주세요."],
-                f"SELECT {d.item_cat.name}, COUNT(*) AS {d.item.table}_count FROM {d.item.table} GROUP BY {d.item_cat.name}")
+        return ([f"How many {d.item.en_pl} are there per {d.item_cat.en}?",
+                 f"Count the {d.item.en_pl} for each {d.item_cat.en}."],
+                [f"{d.item_cat.ko}별 {d.item.ko} 수를 구해주세요.",
+                 f"{d.item_cat.ko}마다 {d.item.ko}가 몇 개인지 알려주세요."],
+                f"SELECT {d.item_cat.name}, COUNT(*) AS {d.item.table}_count FROM {d.item.table} GROUP BY "
+                f"{d.item_cat.name}")
 
     @add
     def avg_per_status(c: Ctx):
@@ -228,7 +240,8 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         col = c.rng.choice([d.item_cat, d.item_status])
         return ([f"What is the average {d.item_num.en} of the {d.item.en_pl} per {col.en}?"],
                 [f"{col.ko}별 {d.item.ko}의 평균 {d.item_num.ko}를 구해주세요."],
-                f"SELECT {col.name}, AVG({d.item_num.name}) AS avg_{d.item_num.name} FROM {d.item.table} GROUP BY {col.name}")
+                f"SELECT {col.name}, AVG({d.item_num.name}) AS avg_{d.item_num.name} FROM {d.item.table} GROUP BY "
+                f"{col.name}")
 
     @add
     def top_k(c: Ctx):
@@ -239,7 +252,8 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         return ([f"Show the {k} {d.item.en_pl} with the {en_adj} {d.item_num.en}, with their {d.item_num.en}.",
                  f"Top {k} {d.item.en_pl} by {d.item_num.en} ({en_adj} first): name and {d.item_num.en}."],
                 [f"{d.item_num.ko}가 가장 {ko_adj} {d.item.ko} {k}개의 이름과 {d.item_num.ko}를 보여주세요."],
-                f"SELECT name, {d.item_num.name} FROM {d.item.table} ORDER BY {d.item_num.name} {'DESC' if hi else 'ASC'} LIMIT {k}")
+                f"SELECT name, {d.item_num.name} FROM {d.item.table} ORDER BY {d.item_num.name} "
+                f"{'DESC' if hi else 'ASC'} LIMIT {k}")
 
     @add
     def aggregate(c: Ctx):
@@ -258,10 +272,12 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
     @add
     def join_place_name(c: Ctx):
         d, a, b = join_ctx(c)
-        v = c.one(f"SELECT p.name FROM {d.place.table} AS p JOIN {d.item.table} AS i ON i.{d.place.key} = p.{d.place.key}")
+        v = c.one(f"SELECT p.name FROM {d.place.table} AS p JOIN {d.item.table} AS i ON i.{d.place.key} = "
+                  f"p.{d.place.key}")
         return ([f"List the {d.item.en_pl} of the {d.place.en} '{v}'.", f"Which {d.item.en_pl} belong to {v}?"],
                 [f"{v}에 속한 {d.item.ko}의 이름을 알려주세요."],
-                f"SELECT {a}.name FROM {d.item.table} AS {a} JOIN {d.place.table} AS {b} ON {a}.{d.place.key} = {b}.{d.place.key} "
+                f"SELECT {a}.name FROM {d.item.table} AS {a} JOIN {d.place.table} AS {b} ON {a}.{d.place.key} = "
+                f"{b}.{d.place.key} "
                 f"WHERE {b}.name = '{v}'")
 
     @add
@@ -270,15 +286,18 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         v = c.one(f"SELECT {c.lay.city} FROM {d.place.table}")
         return ([f"How many {d.item.en_pl} are at {d.place.en_pl} in {v}?"],
                 [f"{v}에 있는 {d.place.ko}의 {d.item.ko}는 모두 몇 개인가요?"],
-                f"SELECT COUNT(*) FROM {d.item.table} AS {a} JOIN {d.place.table} AS {b} ON {a}.{d.place.key} = {b}.{d.place.key} "
+                f"SELECT COUNT(*) FROM {d.item.table} AS {a} JOIN {d.place.table} AS {b} ON {a}.{d.place.key} = "
+                f"{b}.{d.place.key} "
                 f"WHERE {b}.{c.lay.city} = '{v}'")
 
     @add
     def per_place(c: Ctx):
         d, a, b = join_ctx(c)
-        return ([f"How many {d.item.en_pl} does each {d.place.en} have?", f"Number of {d.item.en_pl} per {d.place.en}."],
+        return ([f"How many {d.item.en_pl} does each {d.place.en} have?",
+                 f"Number of {d.item.en_pl} per {d.place.en}."],
                 [f"{d.place.ko}별 {d.item.ko} 수를 구해주세요."],
-                f"SELECT {b}.name, COUNT(*) AS {d.item.table}_count FROM {d.item.table} AS {a} JOIN {d.place.table} AS {b} "
+                f"SELECT {b}.name, COUNT(*) AS {d.item.table}_count FROM {d.item.table} AS {a} JOIN {d.place.table} AS "
+                f"{b} "
                 f"ON {a}.{d.place.key} = {b}.{d.place.key} GROUP BY {b}.{d.place.key}, {b}.name")
 
     @add
@@ -287,7 +306,8 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         n = c.rng.randint(2, 6)
         return ([f"Which {d.place.en_pl} have at least {n} {d.item.en_pl}? Show the name and the count."],
                 [f"{d.item.ko}가 {n}개 이상인 {d.place.ko}의 이름과 {d.item.ko} 수를 알려주세요."],
-                f"SELECT {b}.name, COUNT(*) AS {d.item.table}_count FROM {d.item.table} AS {a} JOIN {d.place.table} AS {b} "
+                f"SELECT {b}.name, COUNT(*) AS {d.item.table}_count FROM {d.item.table} AS {a} JOIN {d.place.table} AS "
+                f"{b} "
                 f"ON {a}.{d.place.key} = {b}.{d.place.key} GROUP BY {b}.{d.place.key}, {b}.name HAVING COUNT(*) >= {n}")
 
     @add
@@ -295,7 +315,8 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         d = c.lay.d
         return ([f"Which {d.place.en_pl} have no {d.item.en_pl}?"],
                 [f"{d.item.ko}가 하나도 없는 {d.place.ko}의 이름은?"],
-                f"SELECT name FROM {d.place.table} WHERE {d.place.key} NOT IN (SELECT {d.place.key} FROM {d.item.table})")
+                f"SELECT name FROM {d.place.table} WHERE {d.place.key} NOT IN (SELECT {d.place.key} FROM "
+                f"{d.item.table})")
 
     @add
     def above_avg(c: Ctx):
@@ -311,14 +332,16 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         y = c.rng.randint(2021, 2024)
         return ([f"Which {d.item.en_pl} have a {d.item_date.en} in {y}? Show name and {d.item_date.en}."],
                 [f"{d.item_date.ko}이 {y}년인 {d.item.ko}의 이름과 {d.item_date.ko}을 알려주세요."],
-                f"SELECT name, {d.item_date.name} FROM {d.item.table} WHERE {d.item_date.name} BETWEEN '{y}-01-01' AND '{y}-12-31'")
+                f"SELECT name, {d.item_date.name} FROM {d.item.table} WHERE {d.item_date.name} BETWEEN '{y}-01-01' AND "
+                f"'{y}-12-31'")
 
     @add
     def per_year(c: Ctx):
         d = c.lay.d
         return ([f"How many {d.item.en_pl} are there per year of {d.item_date.en}?"],
                 [f"{d.item_date.ko} 연도별 {d.item.ko} 수를 구해주세요."],
-                f"SELECT STRFTIME('%Y', {d.item_date.name}) AS year, COUNT(*) AS {d.item.table}_count FROM {d.item.table} "
+                f"SELECT STRFTIME('%Y', {d.item_date.name}) AS year, COUNT(*) AS {d.item.table}_count FROM "
+                f"{d.item.table} "
                 f"GROUP BY year ORDER BY year")
 
     @add
@@ -333,9 +356,11 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
     def place_num(c: Ctx):
         d = c.lay.d
         x = c.one(f"SELECT {d.place_num.name} FROM {d.place.table}")
-        return ([f"Show the {d.place.en_pl} with {d.place_num.en} of {x} or more, largest first: name and {d.place_num.en}."],
+        return ([f"Show the {d.place.en_pl} with {d.place_num.en} of {x} or more, largest first: name and "
+                 f"{d.place_num.en}."],
                 [f"{d.place_num.ko}가 {x} 이상인 {d.place.ko}의 이름과 {d.place_num.ko}를 큰 순서로 보여주세요."],
-                f"SELECT name, {d.place_num.name} FROM {d.place.table} WHERE {d.place_num.name} >= {x} ORDER BY {d.place_num.name} DESC")
+                f"SELECT name, {d.place_num.name} FROM {d.place.table} WHERE {d.place_num.name} >= {x} ORDER BY "
+                f"{d.place_num.name} DESC")
 
     def event_ctx(c: Ctx):
         d = c.lay.d
@@ -367,7 +392,9 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         if not c.lay.has_event:
             return None
         d = c.lay.d
-        fn, en, ko = c.rng.choice([("COUNT(*)", "number of", "건수"), (f"SUM({d.event_num.name})", f"total {d.event_num.en} of", f"{d.event_num.ko} 합계")])
+        fn, en, ko = c.rng.choice([("COUNT(*)", "number of", "건수"),
+                                   (f"SUM({d.event_num.name})", f"total {d.event_num.en} of",
+                                    f"{d.event_num.ko} 합계")])
         alias = "total" if fn.startswith("SUM") else f"{d.event.table}_count"
         return ([f"What is the {en} {d.event.en_pl} per {d.event_kind.en}?"],
                 [f"{d.event_kind.ko}별 {d.event.ko} {ko}를 구해주세요."],
@@ -391,18 +418,22 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         k = c.rng.randint(1, 3)
         return ([f"Which {k} {d.item.en_pl} have the largest total {d.event_num.en}? Show name and total."],
                 [f"{d.event_num.ko} 합계가 가장 큰 {d.item.ko} {k}개의 이름과 합계를 보여주세요."],
-                f"SELECT {b}.name, SUM({a}.{d.event_num.name}) AS total FROM {d.event.table} AS {a} JOIN {d.item.table} AS {b} "
-                f"ON {a}.{d.item.key} = {b}.{d.item.key} GROUP BY {b}.{d.item.key}, {b}.name ORDER BY total DESC LIMIT {k}")
+                f"SELECT {b}.name, SUM({a}.{d.event_num.name}) AS total FROM {d.event.table} AS {a} JOIN "
+                f"{d.item.table} AS {b} "
+                f"ON {a}.{d.item.key} = {b}.{d.item.key} GROUP BY {b}.{d.item.key}, {b}.name ORDER BY total DESC LIMIT "
+                f"{k}")
 
     @add
     def event_of_item(c: Ctx):
         if not c.lay.has_event:
             return None
         d, a, b = event_ctx(c)
-        v = c.one(f"SELECT i.name FROM {d.item.table} AS i JOIN {d.event.table} AS e ON e.{d.item.key} = i.{d.item.key}")
+        v = c.one(f"SELECT i.name FROM {d.item.table} AS i JOIN {d.event.table} AS e ON e.{d.item.key} = "
+                  f"i.{d.item.key}")
         return ([f"List the {d.event_date.en} and {d.event_num.en} of the {d.event.en_pl} of {v}."],
                 [f"{v}의 {d.event.ko} {d.event_date.ko}과 {d.event_num.ko}를 보여주세요."],
-                f"SELECT {a}.{d.event_date.name}, {a}.{d.event_num.name} FROM {d.event.table} AS {a} JOIN {d.item.table} AS {b} "
+                f"SELECT {a}.{d.event_date.name}, {a}.{d.event_num.name} FROM {d.event.table} AS {a} JOIN "
+                f"{d.item.table} AS {b} "
                 f"ON {a}.{d.item.key} = {b}.{d.item.key} WHERE {b}.name = '{v}'")
 
     @add
@@ -414,7 +445,8 @@ def _templates() -> list[Template]:  # noqa: C901 - one flat list of small closu
         a, b, p = (_alias(t, taken) for t in (d.event.table, d.item.table, d.place.table))
         return ([f"What is the average {d.event_num.en} of {d.event.en_pl} per {d.place.en} city?"],
                 [f"{d.place.ko} 도시별 {d.event.ko}의 평균 {d.event_num.ko}를 구해주세요."],
-                f"SELECT {p}.{c.lay.city}, AVG({a}.{d.event_num.name}) AS avg_{d.event_num.name} FROM {d.event.table} AS {a} "
+                f"SELECT {p}.{c.lay.city}, AVG({a}.{d.event_num.name}) AS avg_{d.event_num.name} FROM {d.event.table} "
+                f"AS {a} "
                 f"JOIN {d.item.table} AS {b} ON {a}.{d.item.key} = {b}.{d.item.key} "
                 f"JOIN {d.place.table} AS {p} ON {b}.{d.place.key} = {p}.{d.place.key} GROUP BY {p}.{c.lay.city}")
 

@@ -67,7 +67,8 @@ def test_compose_runs_two_replicas_on_postgres_behind_a_balancer():
     for replica in replicas.values():
         assert replica["image"] == services["engine"]["image"]  # the image the engine service builds
         db = replica["environment"]["SLLM_DB"]
-        assert db.startswith(f"postgresql://{env['POSTGRES_USER']}:") and db.endswith(f"@postgres:5432/{env['POSTGRES_DB']}")
+        assert db.startswith(f"postgresql://{env['POSTGRES_USER']}:")
+        assert db.endswith(f"@postgres:5432/{env['POSTGRES_DB']}")
         name, _, url = replica["environment"]["SLLM_UPSTREAM"].partition("=")
         assert name == MODEL and url == "http://engine:8000/v1"  # the name the engine serves its model as
         assert "SLLM_MODEL" not in replica["environment"]  # routers: no model of their own
@@ -113,5 +114,6 @@ def test_compose_config_validates():
     cli = _compose_cli()
     if cli is None:
         pytest.skip("no docker compose / docker-compose CLI here; the structural test still ran")
-    res = subprocess.run([*cli, "-f", str(ROOT / "compose.yaml"), "config", "-q"], capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run([*cli, "-f", str(ROOT / "compose.yaml"), "config", "-q"], capture_output=True, text=True,
+                         cwd=ROOT)
     assert res.returncode == 0, res.stderr

@@ -64,7 +64,8 @@ def test_abort_mid_prefill_and_mid_decode_frees_blocks(tiny_models):
 def test_no_leak_after_preemption_and_mixed_finishes(tiny_models):
     llm = LLM(model=str(tiny_models["gqa"]), num_kv_blocks=10, block_size=8)
     prompts = prompts_of(6, seed=23, lo=10, hi=30)
-    params = [SamplingParams(max_tokens=m, temperature=0.8, seed=i, ignore_eos=True) for i, m in enumerate([3, 9, 1, 12, 5, 7])]
+    params = [SamplingParams(max_tokens=m, temperature=0.8, seed=i, ignore_eos=True)
+              for i, m in enumerate([3, 9, 1, 12, 5, 7])]
     outs = llm.generate(prompts, params, use_tqdm=False)
     assert [len(o.outputs[0].token_ids) for o in outs] == [3, 9, 1, 12, 5, 7]
     assert llm.engine.scheduler.num_preemptions > 0
@@ -170,7 +171,8 @@ async def test_async_stream_of_korean_has_no_broken_characters(default_model_dir
     engine = AsyncEngine(EngineConfig(model="default", num_kv_blocks=64))
     try:
         prompt = engine.tokenizer.apply_chat_template(
-            [{"role": "user", "content": "서울에 대해 한국어로 설명해 주세요."}], tokenize=False, add_generation_prompt=True
+            [{"role": "user", "content": "서울에 대해 한국어로 설명해 주세요."}],
+            tokenize=False, add_generation_prompt=True,
         )
         deltas, final = [], None
         async for out in engine.generate(prompt, SamplingParams(temperature=0, max_tokens=40)):

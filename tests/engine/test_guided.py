@@ -51,9 +51,11 @@ def test_json_schema_and_free_requests_share_a_batch(llm):
 
 
 def test_json_object_regex_and_grammar(llm):
-    obj = llm.generate([chat(llm, "Say hi as JSON.")], SamplingParams(temperature=0, max_tokens=40, guided={"json_object": True}), use_tqdm=False)
+    obj = llm.generate([chat(llm, "Say hi as JSON.")],
+                       SamplingParams(temperature=0, max_tokens=40, guided={"json_object": True}), use_tqdm=False)
     assert isinstance(json.loads(obj[0].outputs[0].text), dict)
-    rx = llm.generate(["Is the sky blue?"], SamplingParams(temperature=0, max_tokens=20, guided={"regex": "(yes|no)[.!]"}), use_tqdm=False)
+    rx = llm.generate(["Is the sky blue?"],
+                      SamplingParams(temperature=0, max_tokens=20, guided={"regex": "(yes|no)[.!]"}), use_tqdm=False)
     assert re.fullmatch("(yes|no)[.!]", rx[0].outputs[0].text)
     ebnf = 'root ::= "SELECT " col " FROM users;"\ncol ::= "id" | "name"'
     g = llm.generate(["SQL:"], SamplingParams(temperature=0, max_tokens=20, guided={"grammar": ebnf}), use_tqdm=False)
@@ -80,7 +82,8 @@ def test_structural_tag_free_text_then_constrained_call(llm):
     jsonschema.validate(json.loads(m.group(1))["arguments"], SCHEMA)
 
 
-@pytest.mark.parametrize("guided", [{"json_schema": {"type": "objectx"}}, {"regex": "(unclosed"}, {"grammar": "root ::= "},
+@pytest.mark.parametrize("guided", [{"json_schema": {"type": "objectx"}}, {"regex": "(unclosed"},
+                                    {"grammar": "root ::= "},
                                     {"json_schema": SCHEMA, "regex": "a"}])
 def test_bad_constraints_are_invalid_requests(llm, guided):
     with pytest.raises(InvalidRequestError):
@@ -189,5 +192,6 @@ def test_trigger_bias_opens_a_call_and_leaves_the_answer_after_a_result_to_the_m
 def test_trigger_bias_default_follows_the_chat_template(llm):
     tokenizer = copy.copy(llm.tokenizer)
     assert default_trigger_bias(tokenizer) == DEFAULT_TRIGGER_BIAS
-    tokenizer.chat_template = "{% for t in tools %}{{ t }}{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}"
+    tokenizer.chat_template = ("{% for t in tools %}{{ t }}{% endfor %}"
+                               "{% for m in messages %}{{ m.content }}{% endfor %}")
     assert default_trigger_bias(tokenizer) == 0.0

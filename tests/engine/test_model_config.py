@@ -131,13 +131,15 @@ def test_rope_equals_transformers(tmp_path, name, head_dim):
     hf_config = LlamaConfig(**{**TINY, "hidden_size": 4 * head_dim}, max_position_embeddings=4096,
                             rope_parameters=dict(ROPES[name]))
     folder = write_config(tmp_path, hf_config)
-    assert_same_rope(rope_parameters(load_model_config(folder)), LlamaRotaryEmbedding(AutoConfig.from_pretrained(folder)))
+    assert_same_rope(rope_parameters(load_model_config(folder)),
+                     LlamaRotaryEmbedding(AutoConfig.from_pretrained(folder)))
 
 
 @pytest.mark.parametrize("name", ["old_rope_scaling", "old_yarn", "old_llama3"])
 def test_old_rope_scaling_layout_equals_transformers(tmp_path, name):
     folder = write_config(tmp_path, CONFIGS[name])
-    assert_same_rope(rope_parameters(load_model_config(folder)), LlamaRotaryEmbedding(AutoConfig.from_pretrained(folder)))
+    assert_same_rope(rope_parameters(load_model_config(folder)),
+                     LlamaRotaryEmbedding(AutoConfig.from_pretrained(folder)))
 
 
 def test_partial_rotary_frequencies_equal_transformers_but_the_model_refuses_them(tmp_path):
@@ -152,7 +154,8 @@ def test_partial_rotary_frequencies_equal_transformers_but_the_model_refuses_the
 
 def test_unsupported_rope_type_names_the_supported_ones():
     rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}
-    with pytest.raises(ValueError, match="unsupported rope_type 'longrope'; supported: " + ", ".join(SUPPORTED_ROPE_TYPES)):
+    with pytest.raises(ValueError,
+                       match="unsupported rope_type 'longrope'; supported: " + ", ".join(SUPPORTED_ROPE_TYPES)):
         rope_inv_freq(rope, 16, 4096)
     with pytest.raises(ValueError, match="needs 'factor'"):
         rope_inv_freq({"rope_type": "linear", "rope_theta": 10000.0}, 16, 4096)
@@ -172,7 +175,8 @@ def test_tokenizer_equals_auto_tokenizer(default_model_dir):
     ours, auto = load_tokenizer(default_model_dir), AutoTokenizer.from_pretrained(default_model_dir)
     assert type(ours) is type(auto)
     for kwargs in ({}, {"add_generation_prompt": True}, {"add_generation_prompt": True, "tools": TOOLS}):
-        assert ours.apply_chat_template(CHAT, tokenize=False, **kwargs) == auto.apply_chat_template(CHAT, tokenize=False, **kwargs)
+        ours_text = ours.apply_chat_template(CHAT, tokenize=False, **kwargs)
+        assert ours_text == auto.apply_chat_template(CHAT, tokenize=False, **kwargs)
         assert ours.apply_chat_template(CHAT, **kwargs) == auto.apply_chat_template(CHAT, **kwargs)
     for attr in ("chat_template", "eos_token", "eos_token_id", "bos_token", "bos_token_id", "pad_token", "pad_token_id",
                  "unk_token", "all_special_tokens", "added_tokens_decoder", "model_max_length"):

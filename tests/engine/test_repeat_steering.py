@@ -2,8 +2,9 @@
 (issue 17, case 3; `ChatRequest.avoid_repeated_calls`, engine/avoid_texts.py).
 
 The default run checks the chat layer's spec and, on the default model, that the agent of case 3
-no longer repeats the answered call; the slow test (SLLM_SLOW=1) measures it: the 20 calculator follow-ups (the call and its result in the
-history) under tool_choice auto with the calculator, and required with the calculator and a
+no longer repeats the answered call; the slow test (SLLM_SLOW=1) measures it: the 20 calculator
+follow-ups (the call and its result in the history) under tool_choice auto with the calculator, and
+required with the calculator and a
 `final_result` output tool (the agent of case 3), at temperature 0 and 0.8, steering off and on.
 It prints how many answers repeat the answered call, what the others did, and the cost per step."""
 

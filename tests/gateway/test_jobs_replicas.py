@@ -102,7 +102,8 @@ def test_a_schedule_due_once_runs_once_across_replicas(replicas):
     # schedulers tight.
     for schedule_id in ids:
         query(db_url, """INSERT INTO text2sql_schedules (id, created_at, cron, source, question, execute, max_rows,
-                         constrained, next_run_at) VALUES ($1, $2, '0 0 1 1 *', 'nowhere', 'q', false, 10, false, $3)""",
+                         constrained, next_run_at)
+                         VALUES ($1, $2, '0 0 1 1 *', 'nowhere', 'q', false, 10, false, $3)""",
               schedule_id, now, now - 1)
     deadline = time.monotonic() + 30
     while query(db_url, "SELECT count(*) FROM text2sql_runs WHERE status <> 'running'")[0][0] < len(ids):
@@ -157,7 +158,8 @@ def test_two_replicas_share_a_batch_and_the_survivor_finishes_it_after_a_sigkill
     killed_at = time.monotonic()
     a.process.wait(timeout=30)
     unrecorded_of_a = """SELECT count(*) FROM batch_lines l WHERE l.batch_id = $1 AND l.owner LIKE $2
-                         AND NOT EXISTS (SELECT 1 FROM batch_results r WHERE r.batch_id = l.batch_id AND r.line = l.line)"""
+                         AND NOT EXISTS (SELECT 1 FROM batch_results r
+                                         WHERE r.batch_id = l.batch_id AND r.line = l.line)"""
     held = query(db_url, unrecorded_of_a, batch.id, a.owner_prefix)[0][0]
     recorded = query(db_url, "SELECT count(*) FROM batch_results WHERE batch_id = $1", batch.id)[0][0]
     assert held > 0 and recorded < LINES, f"the kill should land mid-batch ({recorded} recorded, A held {held})"

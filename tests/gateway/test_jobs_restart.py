@@ -67,7 +67,8 @@ def test_batch_survives_sigkill_and_completes_exactly_once(tmp_path):
     try:
         done = wait_batch(client, batch.id, timeout=240)
         assert done.status == "completed", done
-        assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (LINES, LINES, 0)
+        counts = done.request_counts
+        assert (counts.total, counts.completed, counts.failed) == (LINES, LINES, 0)
         out = output_lines(client, done.output_file_id)
         assert done.error_file_id is None
     finally:

@@ -100,7 +100,8 @@ def test_webhook_signature_verifies_with_the_openai_sdk():
     body = json.dumps({"id": "evt_1", "object": "event", "created_at": int(time.time()), "type": "batch.completed",
                        "data": {"id": "batch_1"}})
     ts = int(time.time())
-    headers = {"webhook-id": "evt_1", "webhook-timestamp": str(ts), "webhook-signature": sign(secret, "evt_1", ts, body)}
+    headers = {"webhook-id": "evt_1", "webhook-timestamp": str(ts),
+               "webhook-signature": sign(secret, "evt_1", ts, body)}
     client = openai.OpenAI(api_key="x", base_url="http://127.0.0.1:9")
     event = client.webhooks.unwrap(body, headers, secret=secret)
     assert event.type == "batch.completed" and event.data.id == "batch_1"

@@ -34,7 +34,8 @@ MESSAGES = [SystemMessage("You are terse."), HumanMessage("Name a colour.")]
 def test_invoke(llm):
     msg = llm.invoke(MESSAGES)
     assert msg.content and msg.usage_metadata["output_tokens"] <= 12
-    assert msg.usage_metadata["total_tokens"] == msg.usage_metadata["input_tokens"] + msg.usage_metadata["output_tokens"]
+    usage = msg.usage_metadata
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
 
 
 def test_stream_with_usage(llm):

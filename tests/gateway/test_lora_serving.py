@@ -142,7 +142,8 @@ def test_in_use_adapter_cannot_be_unloaded_and_others_are_undisturbed(server, fi
     busy = admin(server, "unload_lora_adapter", {"lora_name": "sql-b"})
     assert busy.status_code == 400 and "in flight" in busy.json()["error"]["message"]
     # Another adapter comes and goes while sql-b streams.
-    assert admin(server, "load_lora_adapter", {"lora_name": "sql-c", "lora_path": str(adapters["c"])}).status_code == 200
+    assert admin(server, "load_lora_adapter", {"lora_name": "sql-c",
+                                               "lora_path": str(adapters["c"])}).status_code == 200
     assert complete(server, "sql-a") == offline["sql-a"]
     assert admin(server, "unload_lora_adapter", {"lora_name": "sql-c"}).status_code == 200
     t.join(120)

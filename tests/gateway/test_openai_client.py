@@ -140,7 +140,8 @@ def test_chat_n_logprobs_and_content_parts(client):
     r = client.chat.completions.create(
         model=MODEL, n=2, max_tokens=5, logprobs=True, top_logprobs=3, seed=3, user="tester",
         messages=[{"role": "system", "content": "Be brief."},
-                  {"role": "user", "content": [{"type": "text", "text": "Name"}, {"type": "text", "text": "a fruit."}]}],
+                  {"role": "user",
+                   "content": [{"type": "text", "text": "Name"}, {"type": "text", "text": "a fruit."}]}],
     )
     assert [c.index for c in r.choices] == [0, 1]
     for c in r.choices:

@@ -115,7 +115,8 @@ def test_a_key_over_its_tokens_per_minute_gets_429_and_usage_is_listed(replicas)
     rows = [json.loads(line) for line in _printed(key_usage, db=db_url, by="hour", as_json=True).splitlines()]
     assert [(r["requests"], r["prompt_tokens"], r["completion_tokens"]) for r in rows if r["key"] == "ten-tokens"] == [
         (1, usage.prompt_tokens, usage.completion_tokens)]
-    assert {r["key"] for r in rows} <= {"ten-tokens", "three-a-minute", "unlimited", "ten-routed-tokens"}  # refused requests: not usage
+    assert {r["key"] for r in rows} <= {"ten-tokens", "three-a-minute", "unlimited",
+                                        "ten-routed-tokens"}  # refused requests: not usage
     table = _printed(key_usage, db=db_url, by="day", as_json=False)
     assert "ten-tokens" in table and "prompt_tokens" in table
 

@@ -63,7 +63,8 @@ def test_models_lists_embedded_and_upstream_models(gateway):
     cards = {m.id: m for m in _client(gateway.base_url).models.list().data}
     assert list(cards) == [MODEL, "tiny", "remote", "pair", "duo", "victim"]
     assert cards[MODEL].owned_by == "sllm" and cards["remote"].owned_by == "upstream"
-    missing = httpx.post(f"{gateway.base_url}/chat/completions", json={"model": "nope", "messages": [{"role": "user", "content": "hi"}]}).json()
+    missing = httpx.post(f"{gateway.base_url}/chat/completions",
+                         json={"model": "nope", "messages": [{"role": "user", "content": "hi"}]}).json()
     assert missing["error"]["code"] == "model_not_found" and "`remote`" in missing["error"]["message"]
 
 

@@ -185,7 +185,8 @@ def test_prompt_injection_never_modifies_the_database(server, tmp_path):
     for sql in UNSAFE_SQL:
         assert _error(server, "text2sql", {"source": "victim", "sql": sql}, 400)["param"] == "sql"
     assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["victim.sqlite"]  # no journal, no WAL: never opened for writing
+    # No journal, no WAL: never opened for writing.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["victim.sqlite"]
 
 
 def _wait_runs(server, schedule_id: str, count: int, timeout: float = 60) -> list[dict]:

@@ -103,7 +103,8 @@ def test_streamed_calls_equal_plain_ones_for_a_seed(server, client):
                     calls[item["index"]]["arguments"] += item["function"]["arguments"]
     finish = [c["finish_reason"] for chunk in chunks for c in chunk["choices"] if c["finish_reason"]]
     assert finish == [plain.choices[0].finish_reason]
-    expected = [{"name": t.function.name, "arguments": t.function.arguments} for t in plain.choices[0].message.tool_calls]
+    expected = [{"name": t.function.name,
+                 "arguments": t.function.arguments} for t in plain.choices[0].message.tool_calls]
     assert [calls[i] for i in sorted(calls)] == expected and expected
     # Every call parses and matches its tool's schema (one cut by max_tokens is not returned).
     for call in expected:
@@ -181,7 +182,8 @@ def test_tool_history_is_accepted(client):
     """A second turn: the assistant's call and the tool's answer in the input, as agents send them."""
     messages = ASK + [
         {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Seoul"}'}}]},
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                              "arguments": '{"city": "Seoul"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 degrees."},
     ]
     r = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS, max_tokens=8, temperature=0)
@@ -236,9 +238,11 @@ def _error(resp: httpx.Response) -> dict:
     ("chat/completions", {"messages": ASK, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"x": {"type": "wrong"}}}}}]},
      "tools[0].function.parameters"),
-    ("chat/completions", {"messages": ASK, "tools": TOOLS, "tool_choice": {"type": "function",
-                                                                          "function": {"name": "nope"}}}, "tool_choice"),
-    ("chat/completions", {"messages": ASK, "response_format": {"type": "json_schema", "json_schema": {"name": "bad name"}}},
+    ("chat/completions",
+     {"messages": ASK, "tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+     "tool_choice"),
+    ("chat/completions", {"messages": ASK, "response_format": {"type": "json_schema",
+                                                               "json_schema": {"name": "bad name"}}},
      "response_format.json_schema.name"),
     ("completions", {"prompt": "x", "guided_regex": "("}, "guided_regex"),
     ("completions", {"prompt": "x", "guided_json": "{not json"}, "guided_json"),
@@ -331,7 +335,8 @@ def test_no_tool_markup_in_answers_after_a_tool_result(server, client, choice):
                            if c["choices"])
         assert streamed == plain
         items = [{"type": "message", "role": m["role"], "content": m["content"]} for m in AFTER_RESULT[:2]] + [
-            {"type": "function_call", "call_id": "call_1", "name": "calculator", "arguments": '{"input": "1234 * 5678"}'},
+            {"type": "function_call", "call_id": "call_1", "name": "calculator",
+             "arguments": '{"input": "1234 * 5678"}'},
             {"type": "function_call_output", "call_id": "call_1", "output": "7006652"}]
         kwargs = {"model": MODEL, "input": items, "tools": [{"type": "function", **CALCULATOR["function"]}],
                   "tool_choice": choice, "max_output_tokens": 48, "temperature": body["temperature"]}

@@ -105,10 +105,13 @@ def test_grammar_only_knows_the_schema(matchers):
         "select distinct p.name from products as p where p.name like '%워치%' order by p.name\n",
         "SELECT STRFTIME('%Y-%m', order_date) AS month, COUNT(*) AS n FROM orders GROUP BY month ORDER BY month;",
         "SELECT name FROM customers WHERE customer_id NOT IN (SELECT customer_id FROM orders);",
-        "SELECT name FROM products WHERE price BETWEEN 1000 AND 5000 AND (stock < 10 OR category IN ('books', 'food'));",
-        "SELECT AVG(JULIANDAY('2024-06-30') - JULIANDAY(order_date)) FROM orders WHERE order_date >= DATE('2024-06-30', '-7 days');",
+        "SELECT name FROM products WHERE price BETWEEN 1000 AND 5000 AND (stock < 10 OR category IN ('books', "
+        "'food'));",
+        "SELECT AVG(JULIANDAY('2024-06-30') - JULIANDAY(order_date)) FROM orders WHERE order_date >= "
+        "DATE('2024-06-30', '-7 days');",
         "SELECT CASE WHEN price > 100000 THEN 'high' ELSE 'low' END AS band, COUNT(*) FROM products GROUP BY band;",
-        "SELECT o.order_id FROM orders AS o WHERE EXISTS (SELECT 1 FROM order_items AS oi WHERE oi.order_id = o.order_id);",
+        "SELECT o.order_id FROM orders AS o WHERE EXISTS (SELECT 1 FROM order_items AS oi WHERE oi.order_id = "
+        "o.order_id);",
         "SELECT name FROM customers WHERE name = 'O''Brien';",
         # A derived table works while its columns carry schema names (computed ones do not: shop-018).
         "SELECT t.category FROM (SELECT category, price FROM products WHERE stock > 0) AS t ORDER BY t.price;",
@@ -146,7 +149,8 @@ def test_compact_grammar_is_a_small_subset():
     schema = demo_source("shop").schema()
     full, compact = sql_grammar(schema), sql_grammar(schema, GrammarOptions.compact())
     assert len(compact) < len(full)
-    simple = "SELECT c.name, COUNT(*) AS n FROM customers AS cu JOIN cities AS c ON cu.city_id = c.city_id GROUP BY c.name;"
+    simple = ("SELECT c.name, COUNT(*) AS n FROM customers AS cu JOIN cities AS c ON cu.city_id = c.city_id "
+              "GROUP BY c.name;")
     assert matches_grammar(compact, simple) and matches_grammar(full, simple)
     for nested in ("SELECT name FROM customers WHERE customer_id IN (SELECT customer_id FROM orders);",
                    "SELECT ROUND(AVG(price), 2) FROM products;",
