@@ -68,10 +68,10 @@ def _register_optional_commands() -> None:
         ("gateway.cli", "serve", app, "serve"),
         ("gateway.cli", "create_key", keys_app, "create"),
         ("gateway.cli", "key_usage", keys_app, "usage"),
-        ("gateway.bench", "bench_serve", bench_app, "serve"),
-        ("engine.bench", "bench_offline", bench_app, "offline"),
-        ("engine.json_bench", "bench_json", bench_app, "json"),
-        ("kernels.bench", "bench_kernels", bench_app, "kernels"),
+        ("benchmarks.serve", "bench_serve", bench_app, "serve"),
+        ("benchmarks.offline", "bench_offline", bench_app, "offline"),
+        ("benchmarks.structured_output", "bench_json", bench_app, "json"),
+        ("benchmarks.kernels", "bench_kernels", bench_app, "kernels"),
     ):
         try:
             fn = getattr(importlib.import_module(module), attr)

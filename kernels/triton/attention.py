@@ -28,7 +28,7 @@ LOG2E = math.log2(math.e)
 DECODE_BLOCK_N = 64
 # Split-K: a partition is at least this many tokens, and when split_k=True comes without a size, this
 # many. The automatic choice aims at SPLIT_TARGET_WAVES programs per SM (a guess to tune on the GPU
-# with kernels/bench.py, which prints auto, single-pass and split-K side by side).
+# with benchmarks/triton_kernels.py, which prints auto, single-pass and split-K side by side).
 DECODE_MIN_PARTITION = 256
 DECODE_PARTITION_SIZE = 512
 SPLIT_TARGET_WAVES = 4

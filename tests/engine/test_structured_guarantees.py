@@ -14,13 +14,7 @@ import jsonschema
 import pytest
 import torch
 
-from engine import LLM, SamplingParams
-from engine.chat.constraints import guided_for_response_format, guided_for_tools
-from engine.chat.markup import TOOL_CALL_OPEN, TOOL_MARKUP, strip_markup
-from engine.chat.messages import JSON_REPLY_NOTE, with_system_note
-from engine.chat.parser import parse_answer
-from engine.chat.template import render_chat
-from engine.json_bench import (
+from benchmarks.structured_output import (
     JSON_OBJECT_PROMPTS,
     JSON_SCHEMA_PROMPTS,
     PERSON_SCHEMA,
@@ -28,6 +22,12 @@ from engine.json_bench import (
     TOOL_SCHEMAS,
     TOOLS,
 )
+from engine import LLM, SamplingParams
+from engine.chat.constraints import guided_for_response_format, guided_for_tools
+from engine.chat.markup import TOOL_CALL_OPEN, TOOL_MARKUP, strip_markup
+from engine.chat.messages import JSON_REPLY_NOTE, with_system_note
+from engine.chat.parser import parse_answer
+from engine.chat.template import render_chat
 
 pytestmark = pytest.mark.default_model
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
+from benchmarks.structured_output import TOOL_SCHEMAS, TOOLS
 from engine import LLM, InvalidRequestError, SamplingParams
 from engine.chat.constraints import guided_for_response_format, guided_for_tools, wants_json_note
 from engine.chat.messages import JSON_REPLY_NOTE, with_system_note
@@ -26,7 +27,6 @@ from engine.chat.parser import (
     parse_tool_calls,
 )
 from engine.chat.template import render_chat, template_supports_tools
-from engine.json_bench import TOOL_SCHEMAS, TOOLS
 
 # The same four tools `sllm bench json` measures with.
 SCHEMAS = TOOL_SCHEMAS

@@ -89,8 +89,8 @@ def test_bench_load_generator_and_plot(server, tmp_path):
     import asyncio
     import math
 
-    from gateway.bench_plot import plot_distributions
-    from gateway.loadgen import http_sender, run_load
+    from benchmarks.loadgen import http_sender, run_load
+    from benchmarks.serve import plot_distributions
     from integrations.text2sql.dataset import load_prompts
 
     async def run():

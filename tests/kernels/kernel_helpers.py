@@ -8,7 +8,7 @@ import torch
 # bfloat16 gets 2e-2 here, not 1e-2: the Triton interpreter converts float32 -> bfloat16 by truncating
 # the mantissa (triton/runtime/interpreter.py `_convert_float` without a rounding mode) where the GPU
 # and torch round to nearest, so a result that goes through two bf16 roundings can be 2 ulps (2^-6) off.
-# `kernels/bench.py` checks bfloat16 at 1e-2 on the GPU.
+# `benchmarks/triton_kernels.py` checks bfloat16 at 1e-2 on the GPU.
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 

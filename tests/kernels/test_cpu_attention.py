@@ -236,7 +236,7 @@ def test_library_name_follows_the_sources(monkeypatch, tmp_path):
 
 def test_cpu_benchmark_dry_run():
     """`sllm bench kernels --cpu` at toy sizes: every row checked against the reference and timed."""
-    from kernels.cpu.bench import cpu_main
+    from benchmarks.cpu_kernels import cpu_main
 
     lines: list[str] = []
     with isa.forced("auto"):  # every path the CPU runs, whatever SLLM_CPU_ISA the run was started with

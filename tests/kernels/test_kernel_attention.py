@@ -19,7 +19,7 @@ from kernels.triton.cache import store_kv_triton  # noqa: E402
 NUM_KV_HEADS = 2
 BF16_SKIP = (
     "the Triton interpreter runs tl.dot on bfloat16 as raw uint16 bits (np.matmul on the storage); "
-    "bfloat16 attention is checked on the GPU by kernels/bench.py"
+    "bfloat16 attention is checked on the GPU by benchmarks/triton_kernels.py"
 )
 
 

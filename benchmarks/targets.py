@@ -1,4 +1,4 @@
-"""What `sllm bench serve` runs its load against, each started and stopped around its run so the
+"""What the serving benchmarks run their load against, each started and stopped around its run so the
 targets never compete for the CPU: our server in a subprocess, llama.cpp's server, the engine."""
 
 import os

@@ -1,4 +1,4 @@
-"""Interactive TTFT beside a running batch: `python -m gateway.jobs.bench`.
+"""Interactive TTFT beside a running batch: `python -m benchmarks.batch_ttft`.
 
 Starts `sllm serve` once per scenario and sends the same light interactive load (streaming
 completions over the text-to-SQL prompts, Poisson arrivals) to it:
@@ -17,8 +17,9 @@ import time
 import httpx
 import typer
 
-from gateway.bench_targets import sllm_server
-from gateway.loadgen import Summary, http_sender, percentile, run_load
+from benchmarks.harness import machine_header, percentile
+from benchmarks.loadgen import Summary, http_sender, run_load
+from benchmarks.targets import sllm_server
 
 
 async def _start_batch(client: httpx.AsyncClient, url: str, model: str, prompts: list[str], lines: int,
@@ -78,6 +79,7 @@ def bench_jobs(
     from integrations.text2sql.dataset import load_prompts
 
     prompts = load_prompts()
+    print(machine_header())
     args = dict(num_requests=num_requests, request_rate=request_rate, max_tokens=max_tokens, batch_lines=batch_lines,
                 batch_max_tokens=batch_max_tokens, seed=seed)
     print(f"interactive: {num_requests} streaming completions, Poisson {request_rate}/s, {max_tokens} tokens each; "

@@ -1,4 +1,5 @@
-"""Kernel benchmark: correctness against the torch references, timings, and bandwidth on a CUDA GPU.
+"""`sllm bench kernels` on a CUDA GPU: the Triton kernels' correctness against the torch references,
+their timings, and bandwidth.
 
 `main()` prints one table. For every kernel it checks the Triton output against the reference on the
 timed inputs, times both (median of `triton.testing.do_bench`), and for memory-bound kernels turns the
@@ -18,94 +19,30 @@ import itertools
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 
+from benchmarks.harness import machine_header
+from benchmarks.kernel_cases import (
+    DTYPES,
+    TOL,
+    Case,
+    Row,
+    check_cases,
+    format_table,
+    measured_row,
+    paged_kv,
+    randn,
+    rel_err,
+    rms_norm_case,
+    rotary_case,
+    short,
+    store_kv_case,
+)
 from kernels.activation import silu_and_mul_ref
 from kernels.attention import paged_attention_ref, paged_decode_attention_ref
-from kernels.cache import store_kv_ref
-from kernels.norm import rms_norm_ref
-from kernels.rotary import build_cos_sin_cache, rotary_embedding_ref
 
-TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 DECODE_TARGET = 0.70  # fraction of copy bandwidth for paged decode attention at batch 64, context 2048
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |out - ref| / max |ref|; inf when the output has NaN/inf."""
-    out, ref = out.float(), ref.float()
-    if out.shape != ref.shape or not bool(torch.isfinite(out).all()):
-        return math.inf
-    return float((out - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
-
-
-@dataclass
-class Case:
-    """One benchmarked op: `run`/`ref` are what gets timed (in-place ops may keep mutating their
-    buffers); `check` runs both on fresh copies and returns the relative error."""
-
-    name: str
-    shape: str
-    run: Callable[[], object]
-    ref: Callable[[], object] | None
-    check: Callable[[], float]
-    tol: float
-    bytes: int = 0  # minimum bytes moved to/from memory; 0 when the op is compute-bound
-    flops: int = 0
-    extra: dict = field(default_factory=dict)
-
-
-@dataclass
-class Row:
-    name: str
-    shape: str
-    err: float | None
-    tol: float | None
-    ms: float | None
-    ref_ms: float | None = None
-    gbps: float | None = None
-    frac: float | None = None
-    tflops: float | None = None
-    note: str = ""
-    baseline: bool = False  # a comparison (SDPA, flash_attn), not one of our kernels
-
-
-# --------------------------------------------------------------------------------------------------
-# inputs
-
-
-def paged_kv(
-    context_lens: list[int],
-    block_size: int,
-    num_kv_heads: int,
-    head_dim: int,
-    dtype: torch.dtype,
-    device,
-    gen: torch.Generator,
-):
-    """A cache holding exactly the blocks the sequences need, in shuffled physical order."""
-    needed = [max(1, math.ceil(n / block_size)) for n in context_lens]
-    num_blocks = sum(needed)
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    k_cache = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
-    v_cache = torch.randn(shape, generator=gen, device=device, dtype=torch.float32).to(dtype)
-    perm = torch.randperm(num_blocks, generator=gen, device=device).to(torch.int32)
-    block_tables = torch.zeros(len(context_lens), max(needed), dtype=torch.int32, device=device)
-    start = 0
-    for b, nb in enumerate(needed):
-        block_tables[b, :nb] = perm[start : start + nb]
-        start += nb
-    return k_cache, v_cache, block_tables
-
-
-def _randn(shape, dtype, device, gen, scale: float = 1.0) -> torch.Tensor:
-    return (scale * torch.randn(shape, generator=gen, device=device, dtype=torch.float32)).to(dtype)
-
-
-# --------------------------------------------------------------------------------------------------
-# cases
 
 
 def decode_case(
@@ -126,7 +63,7 @@ def decode_case(
     gen = torch.Generator(device=device).manual_seed(seed)
     lens = [context] * batch
     k_cache, v_cache, block_tables = paged_kv(lens, block_size, num_kv_heads, head_dim, dtype, device, gen)
-    q = _randn((batch, num_q_heads, head_dim), dtype, device, gen)
+    q = randn((batch, num_q_heads, head_dim), dtype, device, gen)
     context_lens = torch.tensor(lens, dtype=torch.int32, device=device)
     scale = head_dim**-0.5
     slopes = (
@@ -179,7 +116,7 @@ def prefill_case(
     gen = torch.Generator(device=device).manual_seed(seed)
     ctx = [n + p for n, p in zip(q_lens, prefix_lens, strict=True)]
     k_cache, v_cache, block_tables = paged_kv(ctx, block_size, num_kv_heads, head_dim, dtype, device, gen)
-    q = _randn((sum(q_lens), num_q_heads, head_dim), dtype, device, gen)
+    q = randn((sum(q_lens), num_q_heads, head_dim), dtype, device, gen)
     query_start_loc = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32, device=device)
     context_lens = torch.tensor(ctx, dtype=torch.int32, device=device)
     scale = head_dim**-0.5
@@ -200,7 +137,7 @@ def prefill_case(
     pairs = sum(n * p + n * (n + 1) // 2 for n, p in zip(q_lens, prefix_lens, strict=True))
     return Case(
         name="paged_attention (prefill)" + (" alibi" if alibi else ""),
-        shape=f"q_lens={_short(q_lens)} prefix={_short(prefix_lens)} Hq={num_q_heads} Hkv={num_kv_heads} "
+        shape=f"q_lens={short(q_lens)} prefix={short(prefix_lens)} Hq={num_q_heads} Hkv={num_kv_heads} "
         f"D={head_dim} bs={block_size}",
         run=run,
         ref=ref,
@@ -210,105 +147,11 @@ def prefill_case(
     )
 
 
-def store_kv_case(num_tokens: int, num_kv_heads: int, head_dim: int, block_size: int, dtype, device,
-                  op=None, label: str = "") -> Case:
-    """`op` is the implementation timed against the reference: the Triton kernel unless given (the CPU
-    benchmark passes the public `kernels.store_kv`, which picks the C++ kernel); `label` tags its name.
-    The other small-op cases below take the same two arguments."""
-    if op is None:
-        from kernels.triton.cache import store_kv_triton as op
-
-    gen = torch.Generator(device=device).manual_seed(1)
-    num_blocks = math.ceil(num_tokens / block_size) + 1
-    shape = (num_blocks, block_size, num_kv_heads, head_dim)
-    k = _randn((num_tokens, num_kv_heads, head_dim), dtype, device, gen)
-    v = _randn((num_tokens, num_kv_heads, head_dim), dtype, device, gen)
-    k_cache = torch.zeros(shape, dtype=dtype, device=device)
-    v_cache = torch.zeros(shape, dtype=dtype, device=device)
-    slots = torch.randperm(num_blocks * block_size, generator=gen, device=device)[:num_tokens]
-
-    def check():
-        kc, vc, kr, vr = (torch.zeros(shape, dtype=dtype, device=device) for _ in range(4))
-        op(k, v, kc, vc, slots)
-        store_kv_ref(k, v, kr, vr, slots)
-        return max(rel_err(kc, kr), rel_err(vc, vr))
-
-    return Case(
-        name="store_kv" + label,
-        shape=f"T={num_tokens} Hkv={num_kv_heads} D={head_dim} bs={block_size}",
-        run=lambda: op(k, v, k_cache, v_cache, slots),
-        ref=lambda: store_kv_ref(k, v, k_cache, v_cache, slots),
-        check=check,
-        tol=0.0,  # a copy: exact in every dtype
-        bytes=4 * k.numel() * k.element_size() + slots.numel() * slots.element_size(),
-    )
-
-
-def rms_norm_case(num_tokens: int, hidden: int, dtype, device, residual: bool = True, op=None,
-                  label: str = "") -> Case:
-    if op is None:
-        from kernels.triton.norm import rms_norm_triton as op
-
-    gen = torch.Generator(device=device).manual_seed(2)
-    x = _randn((num_tokens, hidden), dtype, device, gen, scale=3.0)
-    w = _randn((hidden,), dtype, device, gen, scale=0.1) + 1
-    r = _randn((num_tokens, hidden), dtype, device, gen) if residual else None
-
-    def check():
-        out, ref = op(x, w, 1e-6, r), rms_norm_ref(x, w, 1e-6, r)
-        if r is None:
-            return rel_err(out, ref)
-        return max(rel_err(out[0], ref[0]), rel_err(out[1], ref[1]))
-
-    elt = x.element_size()
-    traffic = (x.numel() * (4 if residual else 2) + hidden) * elt  # x[, residual] in; out[, x+residual] out
-    return Case(
-        name="rms_norm" + (" + residual" if residual else "") + label,
-        shape=f"T={num_tokens} H={hidden}",
-        run=lambda: op(x, w, 1e-6, r),
-        ref=lambda: rms_norm_ref(x, w, 1e-6, r),
-        check=check,
-        tol=TOL[dtype],
-        bytes=traffic,
-    )
-
-
-def rotary_case(num_tokens: int, num_q_heads: int, num_kv_heads: int, head_dim: int, dtype, device, op=None,
-                label: str = "") -> Case:
-    if op is None:
-        from kernels.triton.rotary import rotary_embedding_triton as op
-
-    gen = torch.Generator(device=device).manual_seed(3)
-    max_pos = 8192
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device=device).float() / head_dim))
-    cache = build_cos_sin_cache(inv_freq.cpu(), max_pos).to(device)
-    positions = torch.randint(0, max_pos, (num_tokens,), generator=gen, device=device)
-    q = _randn((num_tokens, num_q_heads, head_dim), dtype, device, gen)
-    k = _randn((num_tokens, num_kv_heads, head_dim), dtype, device, gen)
-
-    def check():
-        qt, kt, qr, kr = q.clone(), k.clone(), q.clone(), k.clone()
-        op(positions, qt, kt, cache)
-        rotary_embedding_ref(positions, qr, kr, cache)
-        return max(rel_err(qt, qr), rel_err(kt, kr))
-
-    qk = (q.numel() + k.numel()) * q.element_size()
-    return Case(
-        name="rotary_embedding" + label,
-        shape=f"T={num_tokens} Hq={num_q_heads} Hkv={num_kv_heads} D={head_dim}",
-        run=lambda: op(positions, q, k, cache),
-        ref=lambda: rotary_embedding_ref(positions, q, k, cache),
-        check=check,
-        tol=TOL[dtype],
-        bytes=2 * qk + num_tokens * (head_dim * cache.element_size() + positions.element_size()),
-    )
-
-
 def silu_case(num_tokens: int, inter: int, dtype, device) -> Case:
     from kernels.triton.activation import silu_and_mul_triton
 
     gen = torch.Generator(device=device).manual_seed(4)
-    x = _randn((num_tokens, 2 * inter), dtype, device, gen, scale=2.0)
+    x = randn((num_tokens, 2 * inter), dtype, device, gen, scale=2.0)
     return Case(
         name="silu_and_mul",
         shape=f"T={num_tokens} I={inter}",
@@ -322,31 +165,22 @@ def silu_case(num_tokens: int, inter: int, dtype, device) -> Case:
 
 def small_cases(dtype: torch.dtype, device) -> list[Case]:
     """Small shapes covering every kernel and option, for the per-dtype correctness pass."""
+    from kernels.triton.cache import store_kv_triton
+    from kernels.triton.norm import rms_norm_triton
+    from kernels.triton.rotary import rotary_embedding_triton
+
     return [
         decode_case(3, 77, 8, 2, 128, 16, dtype, device, split_k=False, seed=5),
         decode_case(3, 600, 8, 2, 128, 16, dtype, device, split_k=True, alibi=True, seed=6),
         decode_case(2, 40, 24, 3, 64, 32, dtype, device, split_k=None, alibi=False, seed=7),
         prefill_case([1, 33, 70], [19, 0, 50], 8, 2, 128, 16, dtype, device, seed=8),
         prefill_case([17, 64], [16, 5], 6, 2, 64, 8, dtype, device, alibi=True, seed=9),
-        store_kv_case(37, 2, 128, 16, dtype, device),
-        rms_norm_case(5, 1000, dtype, device, residual=True),
-        rms_norm_case(5, 256, dtype, device, residual=False),
-        rotary_case(7, 8, 2, 128, dtype, device),
+        store_kv_case(37, 2, 128, 16, dtype, device, store_kv_triton),
+        rms_norm_case(5, 1000, dtype, device, rms_norm_triton, residual=True),
+        rms_norm_case(5, 256, dtype, device, rms_norm_triton, residual=False),
+        rotary_case(7, 8, 2, 128, dtype, device, rotary_embedding_triton),
         silu_case(5, 300, dtype, device),
     ]
-
-
-def check_cases(cases: list[Case]) -> list[Row]:
-    rows = []
-    for case in cases:
-        try:
-            err, note = case.check(), ""
-        except Exception as exc:  # noqa: BLE001 - a broken kernel is a row in the report, not a crash
-            err, note = math.inf, f"error: {type(exc).__name__}: {exc}"[:120]
-        if err > case.tol and not note:
-            note = "FAIL"
-        rows.append(Row(case.name, case.shape, err, case.tol, None, note=note))
-    return rows
 
 
 # --------------------------------------------------------------------------------------------------
@@ -377,19 +211,6 @@ def time_case(case: Case, copy_gbps: float) -> Row:
             case.name, case.shape, math.inf, case.tol, None, note=f"error: {type(exc).__name__}: {exc}"[:120]
         )
     return measured_row(case, err, ms, ref_ms, copy_gbps)
-
-
-def measured_row(case: Case, err: float, ms: float, ref_ms: float | None, copy_gbps: float) -> Row:
-    """A timed case's row: bandwidth against a plain copy, TFLOP/s, and FAIL past its tolerance."""
-    row = Row(case.name, case.shape, err, case.tol, ms, ref_ms)
-    if case.bytes:
-        row.gbps = case.bytes / (ms * 1e-3) / 1e9
-        row.frac = row.gbps / copy_gbps
-    if case.flops:
-        row.tflops = case.flops / (ms * 1e-3) / 1e12
-    if err > case.tol:
-        row.note = "FAIL"
-    return row
 
 
 def baseline_rows(case: Case, copy_gbps: float) -> list[Row]:
@@ -447,40 +268,7 @@ def _baseline_row(name: str, case: Case, fn: Callable[[], torch.Tensor], copy_gb
 
 
 # --------------------------------------------------------------------------------------------------
-# report
-
-
-def format_table(rows: list[Row]) -> str:
-    head = ["kernel", "shape", "rel err", "ms", "ref ms", "speedup", "GB/s", "% copy BW", "TFLOP/s", "note"]
-    body = []
-    for r in rows:
-        body.append(
-            [
-                r.name,
-                r.shape,
-                "" if r.err is None else ("inf" if math.isinf(r.err) else f"{r.err:.1e}"),
-                _num(r.ms, "{:.4f}"),
-                _num(r.ref_ms, "{:.4f}"),
-                "" if r.ms is None or r.ref_ms is None else f"{r.ref_ms / r.ms:.1f}x",
-                _num(r.gbps, "{:.0f}"),
-                "" if r.frac is None else f"{100 * r.frac:.0f}%",
-                _num(r.tflops, "{:.1f}"),
-                r.note,
-            ]
-        )
-    widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(b, widths, strict=True)).rstrip() for b in body]
-    return "\n".join(lines)
-
-
-def _num(x: float | None, fmt: str) -> str:
-    return "" if x is None else fmt.format(x)
-
-
-def _short(xs: list[int]) -> str:
-    return str(xs) if len(xs) <= 4 else f"[{xs[0]}, ... x{len(xs)}]"
+# the run
 
 
 def main(
@@ -514,9 +302,8 @@ def main(
     if dtype not in DTYPES or not set(check_dtypes) <= set(DTYPES):
         raise SystemExit(f"sllm bench kernels: dtypes must be among {sorted(DTYPES)}")
     dev = torch.device("cuda")
-    print_fn(
-        f"device: {torch.cuda.get_device_name(dev)}  torch {torch.__version__}  triton {triton.__version__}"
-    )
+    print_fn(machine_header())
+    print_fn(f"device: {torch.cuda.get_device_name(dev)}  triton {triton.__version__}")
     return run_all(
         dev, batch, context, num_q_heads, num_kv_heads, head_dim, block_size, dtype, check_dtypes, print_fn
     )
@@ -575,10 +362,16 @@ def run_all(
     timed.append(time_case(prefill_case([prefill_len] * 4, [0] * 4, *heads), copy_gbps))
     half = prefill_len // 2
     timed.append(time_case(prefill_case([half] * 4, [3 * half] * 4, *heads), copy_gbps))
-    timed.append(time_case(store_kv_case(tokens, num_kv_heads, head_dim, block_size, dt, device), copy_gbps))
-    timed.append(time_case(rms_norm_case(tokens, hidden, dt, device, residual=True), copy_gbps))
-    timed.append(time_case(rms_norm_case(tokens, hidden, dt, device, residual=False), copy_gbps))
-    timed.append(time_case(rotary_case(tokens, num_q_heads, num_kv_heads, head_dim, dt, device), copy_gbps))
+    from kernels.triton.cache import store_kv_triton
+    from kernels.triton.norm import rms_norm_triton
+    from kernels.triton.rotary import rotary_embedding_triton
+
+    timed.append(time_case(store_kv_case(tokens, num_kv_heads, head_dim, block_size, dt, device, store_kv_triton),
+                           copy_gbps))
+    timed.append(time_case(rms_norm_case(tokens, hidden, dt, device, rms_norm_triton, residual=True), copy_gbps))
+    timed.append(time_case(rms_norm_case(tokens, hidden, dt, device, rms_norm_triton, residual=False), copy_gbps))
+    timed.append(time_case(rotary_case(tokens, num_q_heads, num_kv_heads, head_dim, dt, device,
+                                       rotary_embedding_triton), copy_gbps))
     timed.append(time_case(silu_case(tokens, intermediate, dt, device), copy_gbps))
     print_fn(f"timings ({dtype}; ms = median of triton.testing.do_bench; ref = the torch reference):")
     print_fn(format_table(timed))
@@ -606,35 +399,3 @@ def _empty_cache(device) -> None:
 def _tag(row: Row, dtype_name: str) -> Row:
     row.shape = f"{dtype_name} {row.shape}"
     return row
-
-
-if __name__ == "__main__":
-    main()
-
-
-def bench_kernels(
-    batch: int | None = None,
-    context: int | None = None,
-    num_q_heads: int | None = None,
-    num_kv_heads: int | None = None,
-    head_dim: int | None = None,
-    block_size: int = 16,
-    dtype: str | None = None,
-    cpu: bool = False,
-) -> None:
-    """`sllm bench kernels`: check and time the kernels against their torch references: the Triton
-    kernels on a CUDA GPU (defaults: batch 64, context 2048, 32/8 heads of 128, float16), or with --cpu
-    or no GPU the C++ CPU attention kernels (defaults: SmolLM2-135M's decode step, batch 32, context
-    514, 9/3 heads of 64, float32 and bfloat16)."""
-    if cpu or not torch.cuda.is_available():
-        from kernels.cpu.bench import cpu_main
-
-        cpu_main(
-            batch=batch or 32, context=context or 514, num_q_heads=num_q_heads or 9,
-            num_kv_heads=num_kv_heads or 3, head_dim=head_dim or 64, block_size=block_size,
-            dtypes=(dtype,) if dtype else ("float32", "bfloat16"),
-        )  # fmt: skip
-        return
-    main(batch=batch or 64, context=context or 2048, num_q_heads=num_q_heads or 32,
-         num_kv_heads=num_kv_heads or 8, head_dim=head_dim or 128, block_size=block_size,
-         dtype=dtype or "float16")

@@ -1,11 +1,11 @@
-"""The CPU-side parts of kernels/bench.py: case construction, checks, byte accounting, the table."""
+"""The CPU-side parts of benchmarks/triton_kernels.py: case construction, checks, byte accounting, the table."""
 
 import math
 
 import pytest
 import torch
 
-from kernels import bench
+from benchmarks import triton_kernels as bench
 
 pytest.importorskip("triton")
 

@@ -44,17 +44,19 @@ def bench_serve(
     """Throughput, TTFT p50/p99 and TPOT p50/p99 of streaming requests over the text-to-SQL prompts."""
     import asyncio
 
-    from gateway.bench_targets import Target, in_process_engine, llama_cpp_server, sllm_proxy, sllm_server
-    from gateway.loadgen import Summary, engine_sender, http_sender, run_load
+    from benchmarks.harness import format_table, machine_header, percentile, pyplot
+    from benchmarks.loadgen import Summary, engine_sender, http_sender, run_load
+    from benchmarks.targets import Target, in_process_engine, llama_cpp_server, sllm_proxy, sllm_server
     from integrations.text2sql.dataset import load_prompts
-    from kernels.cpu.isa import cpu_flags_summary
 
+    if plot:
+        pyplot()  # a missing matplotlib stops the run now, not after it
     base = load_prompts()
     prompts = [base[i % len(base)] for i in range(num_prompts)]
     mode = f"concurrency {max_concurrency}" if not math.isfinite(request_rate) else \
         f"Poisson {request_rate}/s, concurrency {max_concurrency}"
     print(f"{num_prompts} text-to-SQL prompts, {max_tokens} output tokens each (ignore_eos), {mode}")
-    print(f"CPU: {cpu_flags_summary()}; our kernel path: {_kernel_path()}")
+    print(machine_header())
 
     async def over_http(name: str, url: str, served: str) -> Summary:
         import httpx
@@ -112,7 +114,7 @@ def bench_serve(
         summaries.append(asyncio.run(in_process()))
 
     rows = [s.row() | {"peak RSS MiB": round(rss[s.name]) if rss.get(s.name) else "-"} for s in summaries]
-    _print_table(rows)
+    print(format_table(list(rows[0]), [list(r.values()) for r in rows], align="r"))
     if peer is not None:
         _print_ratios(summaries, peer)
     failures = [r.error for s in summaries for r in s.results if not r.ok]
@@ -124,35 +126,35 @@ def bench_serve(
         print(f"gateway overhead: HTTP throughput is {http.output_throughput / local.output_throughput:.1%} of "
               f"in-process AsyncEngine ({overhead:+.1%} lost; target within 10%)")
     if proxied is not None:
-        from gateway.loadgen import percentile
-
         direct, hop = proxied
         d, h = direct.ttfts(), hop.ttfts()
         print(f"proxy hop: throughput {hop.output_throughput / direct.output_throughput:.1%} of direct; "
               f"TTFT p50 {1000 * (percentile(h, 50) - percentile(d, 50)):+.1f} ms, "
               f"p99 {1000 * (percentile(h, 99) - percentile(d, 99)):+.1f} ms")
     if plot:
-        from gateway.bench_plot import plot_distributions
-
         plot_distributions(summaries, plot)
-        print(f"wrote {plot}")
 
 
-def _kernel_path() -> str:
-    from kernels.cpu.build import cpu_kernels_available
+def plot_distributions(summaries, path: Path) -> None:
+    """TTFT and TPOT distributions of each target, side by side, as one PNG."""
+    from benchmarks.harness import pyplot, save_figure
 
-    if not cpu_kernels_available():
-        return "torch reference (no C++ kernels)"
-    import os
-
-    from kernels.cpu.isa import current
-
-    return f"{current()} (SLLM_CPU_ISA={os.environ.get('SLLM_CPU_ISA', 'auto')})"
+    plt = pyplot()
+    fig, (ax_ttft, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for s in summaries:
+        for ax, values in ((ax_ttft, s.ttfts()), (ax_tpot, s.tpots())):
+            if values:
+                ax.hist([v * 1000 for v in values], bins=30, alpha=0.5, label=s.name)
+    ax_ttft.set(title="Time to first token", xlabel="ms", ylabel="requests")
+    ax_tpot.set(title="Time per output token", xlabel="ms", ylabel="requests")
+    for ax in (ax_ttft, ax_tpot):
+        ax.legend()
+    save_figure(fig, path, dpi=110)
 
 
 def _print_ratios(summaries, peer) -> None:
     """Each of our runs against llama.cpp's, measured in this same process on this same machine."""
-    from gateway.loadgen import percentile
+    from benchmarks.harness import percentile
 
     p_ttft, p_tpot = peer.ttfts(), peer.tpots()
     for s in summaries:
@@ -169,10 +171,3 @@ def _served_name(base_url: str) -> str:
 
     return httpx.get(f"{base_url.rstrip('/')}/models", timeout=10).json()["data"][0]["id"]
 
-
-def _print_table(rows: list[dict]) -> None:
-    cols = list(rows[0])
-    widths = [max(len(str(c)), *(len(str(r[c])) for r in rows)) for c in cols]
-    print("  ".join(str(c).rjust(w) for c, w in zip(cols, widths, strict=True)))
-    for r in rows:
-        print("  ".join(str(r[c]).rjust(w) for c, w in zip(cols, widths, strict=True)))

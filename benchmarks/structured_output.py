@@ -5,7 +5,8 @@ Three cases, 20 prompts each: `response_format` json_object, a json_schema with 
 tool calls under `tool_choice: required` (the arguments must parse and match their tool's schema).
 Each runs at two temperatures and three budgets, closing off and on interleaved in the same batch,
 and the table gives the share that parses. It also times what the closing costs per decode step.
-The prompt sets are shared with the CI tests (tests/engine/test_structured_guarantees.py)."""
+The prompt sets are shared with the CI tests (tests/engine/test_structured_guarantees.py,
+tests/engine/test_tool_calling.py)."""
 
 import json
 import time
@@ -155,8 +156,10 @@ def bench_json(
 ):
     """JSON mode, json_schema and tool-call arguments: share that parses under tight max_tokens,
     budget-aware closing off and on, and its cost per decode step."""
+    from benchmarks.harness import format_table, machine_header
     from engine import LLM, SamplingParams
 
+    print(machine_header())
     llm = LLM(model=model, num_kv_blocks=4096, num_threads=threads)
     gd = llm.engine.guided_decoding()
     spent = {"close": 0.0, "constrain": 0.0}
@@ -207,11 +210,11 @@ def bench_json(
               f"{1e3 * spent['close'] / max(steps, 1):.3f} ms, grammar masks "
               f"{1e3 * spent['constrain'] / max(steps, 1):.3f} ms, "
               f"wall time per step {1e3 * wall / max(steps, 1):.1f} ms (all rows, prefill included)")
-    print(f"\n{'case':16s} {'temp':>5s} {'max_tokens':>10s} {'parses off':>11s} {'parses on':>10s} "
-          f"{'length off':>11s} {'length on':>10s}")
-    for name, temp, limit, off, on in rows:
-        print(f"{name:16s} {temp:5.1f} {limit:10d} {off[0]:8d}/{off[2]} {on[0]:7d}/{on[2]} "
-              f"{off[1]:8d}/{off[2]} {on[1]:7d}/{on[2]}")
+    head = ["case", "temp", "max_tokens", "parses off", "parses on", "length off", "length on"]
+    body = [[name, f"{temp:.1f}", limit, f"{off[0]}/{off[2]}", f"{on[0]}/{on[2]}", f"{off[1]}/{off[2]}",
+             f"{on[1]}/{on[2]}"] for name, temp, limit, off, on in rows]
+    print()
+    print(format_table(head, body, align="lrrrrrr"))
 
 
 if __name__ == "__main__":

@@ -1,60 +1,45 @@
-"""`sllm bench kernels --cpu`: the C++ CPU kernels against the torch references.
+"""`sllm bench kernels --cpu` (or on a host with no GPU): the C++ CPU kernels against the torch references.
 
 Times paged decode attention (the engine's decode step) and varlen prefill attention at SmolLM2's
 head shapes by default, for each instruction-set path this CPU can run (AVX-512, AVX2, portable C++;
-see `kernels/cpu/isa.py`) and each KV dtype,
-on a cache in the engine's head-major layout with shuffled blocks. Decode attention is memory-bound,
-so its row also turns the K/V bytes it must read into GB/s, as a fraction of a large `copy_` measured
-first. The layer's small ops follow (through the public `kernels.*` functions, which pick the C++
-kernels for CPU tensors; at one decode row, where the per-call cost is the whole cost, and at a
-prompt's rows), then `sllm_cpu.small_linear` against `F.linear` (MKL) on each path. The CPU's model and
-vector flags and the machine's load average are printed: on a shared machine the numbers move with it."""
+see `kernels/cpu/isa.py`) and each KV dtype, on a cache in the engine's head-major layout with
+shuffled blocks. Decode attention is memory-bound, so its row also turns the K/V bytes it must read
+into GB/s, as a fraction of a large `copy_` measured first. The layer's small ops follow (through the
+public `kernels.*` functions, which pick the C++ kernels for CPU tensors; at one decode row, where the
+per-call cost is the whole cost, and at a prompt's rows), then `sllm_cpu.small_linear` against
+`F.linear` (MKL) on each path, under the shared header (benchmarks/harness.py)."""
 
 from __future__ import annotations
 
 import itertools
 import os
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 import kernels
-from kernels.attention import paged_attention_ref, paged_decode_attention_ref
-from kernels.bench import (
+from benchmarks.harness import machine_header, time_ms
+from benchmarks.kernel_cases import (
     DTYPES,
     TOL,
     Case,
     Row,
-    _randn,
-    _short,
     format_table,
     measured_row,
     paged_kv,
+    randn,
     rel_err,
     rms_norm_case,
     rotary_case,
+    short,
     store_kv_case,
 )
+from kernels.attention import paged_attention_ref, paged_decode_attention_ref
 from kernels.cpu import isa
 from kernels.cpu.attention import paged_attention_cpu, paged_decode_attention_cpu
 from kernels.cpu.build import cpu_kernels_available
 from kernels.linear import use_small_linear
-
-
-def time_ms(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 0.5) -> float:
-    """Median wall time of `fn` after two warm-up calls, over at least `min_runs` calls and `min_seconds`."""
-    fn()
-    fn()
-    times: list[float] = []
-    end = time.perf_counter() + min_seconds
-    while len(times) < min_runs or time.perf_counter() < end:
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
 
 
 def copy_bandwidth_gbps(nbytes: int = 1 << 28) -> float:
@@ -76,7 +61,7 @@ def decode_case(batch, context, num_q_heads, num_kv_heads, head_dim, block_size,
     lens = [context] * batch
     k_cache, v_cache, block_tables = paged_kv(lens, block_size, num_kv_heads, head_dim, dtype, "cpu", gen)
     k_cache, v_cache = _head_major(k_cache), _head_major(v_cache)
-    q = _randn((batch, num_q_heads, head_dim), dtype, "cpu", gen)
+    q = randn((batch, num_q_heads, head_dim), dtype, "cpu", gen)
     context_lens = torch.tensor(lens, dtype=torch.int32)
     scale = head_dim**-0.5
     args = (q, k_cache, v_cache, block_tables, context_lens, scale)
@@ -105,7 +90,7 @@ def prefill_case(q_lens, prefix_lens, num_q_heads, num_kv_heads, head_dim, block
     ctx = [n + p for n, p in zip(q_lens, prefix_lens, strict=True)]
     k_cache, v_cache, block_tables = paged_kv(ctx, block_size, num_kv_heads, head_dim, dtype, "cpu", gen)
     k_cache, v_cache = _head_major(k_cache), _head_major(v_cache)
-    q = _randn((sum(q_lens), num_q_heads, head_dim), dtype, "cpu", gen)
+    q = randn((sum(q_lens), num_q_heads, head_dim), dtype, "cpu", gen)
     starts = torch.tensor([0, *itertools.accumulate(q_lens)], dtype=torch.int32)
     context_lens = torch.tensor(ctx, dtype=torch.int32)
     args = (q, k_cache, v_cache, block_tables, starts, context_lens, head_dim**-0.5)
@@ -119,7 +104,7 @@ def prefill_case(q_lens, prefix_lens, num_q_heads, num_kv_heads, head_dim, block
     pairs = sum(n * p + n * (n + 1) // 2 for n, p in zip(q_lens, prefix_lens, strict=True))
     return Case(
         name=f"paged_attention (prefill) [C++ {isa}]",
-        shape=f"q_lens={_short(q_lens)} prefix={_short(prefix_lens)} Hq={num_q_heads} Hkv={num_kv_heads} "
+        shape=f"q_lens={short(q_lens)} prefix={short(prefix_lens)} Hq={num_q_heads} Hkv={num_kv_heads} "
         f"D={head_dim} bs={block_size}",
         run=run,
         ref=ref,
@@ -255,10 +240,8 @@ def cpu_main(
         raise SystemExit(f"sllm bench kernels: dtypes must be among {sorted(DTYPES)}")
     # Every path the CPU runs whose vectors divide the head size, best first.
     isas = [p for p in reversed(isa.supported()) if isa.PATHS.index(p) <= isa.PATHS.index(isa.resolve(head_dim))]
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print_fn(f"CPU: {isa.cpu_flags_summary()}")
+    print_fn(machine_header())
     print_fn(
-        f"torch {torch.__version__}  threads {torch.get_num_threads()}  load average {load}  "
         f"paths timed: {'/'.join(isas)} (the engine takes {isa.resolve(head_dim)} under the ceiling "
         f"{isa.current()}, {isa.ENV}={os.environ.get(isa.ENV, 'auto')})"
     )

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from benchmarks.harness import percentile
+
 
 @dataclass
 class RequestResult:
@@ -65,15 +67,6 @@ class Summary:
             "TPOT p50 ms": round(percentile(tpot, 50) * 1000, 1),
             "TPOT p99 ms": round(percentile(tpot, 99) * 1000, 1),
         }
-
-
-def percentile(values: list[float], p: float) -> float:
-    if not values:
-        return math.nan
-    s = sorted(values)
-    k = (len(s) - 1) * p / 100
-    lo, hi = math.floor(k), math.ceil(k)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 Send = Callable[[str], Awaitable[RequestResult]]

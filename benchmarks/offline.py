@@ -90,14 +90,14 @@ def run_engine(llm, prompts: list[str], max_num_seqs: int, max_tokens: int, syst
 
 
 def _print(rows: list[Row], title: str) -> None:
+    from benchmarks.harness import format_table
+
+    head = ["system", "batch", "prompts", "tokens", "seconds", "tok/s", "KV peak MiB", "reserved MiB", ""]
+    body = [[r.system, r.batch, r.prompts, r.output_tokens, f"{r.seconds:.1f}", f"{r.tok_s:.1f}",
+             "" if r.peak_kv_mib is None else f"{r.peak_kv_mib:.1f}",
+             "" if r.reserved_kv_mib is None else f"{r.reserved_kv_mib:.1f}", r.extra] for r in rows]
     print(f"\n## {title}")
-    print(f"{'system':<18} {'batch':>5} {'prompts':>7} {'tokens':>7} {'seconds':>8} {'tok/s':>8} {'KV peak MiB':>11} "
-          f"{'reserved MiB':>12}")
-    for r in rows:
-        kv = f"{r.peak_kv_mib:11.1f}" if r.peak_kv_mib is not None else f"{'':>11}"
-        res = f"{r.reserved_kv_mib:12.1f}" if r.reserved_kv_mib is not None else f"{'':>12}"
-        print(f"{r.system:<18} {r.batch:>5} {r.prompts:>7} {r.output_tokens:>7} {r.seconds:8.1f} {r.tok_s:8.1f} {kv} "
-              f"{res} {r.extra}")
+    print(format_table(head, body, align="lrrrrrrrl"))
 
 
 def _ratios(rows: list[Row]) -> dict[str, float]:
@@ -123,11 +123,9 @@ def _ratios(rows: list[Row]) -> dict[str, float]:
 
 
 def _plot(results: dict[str, list[Row]], path: Path) -> None:
-    import matplotlib
+    from benchmarks.harness import pyplot, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
     for ax, (title, rows) in zip(axes[0], results.items(), strict=True):
         for system in dict.fromkeys(r.system for r in rows):
@@ -141,9 +139,7 @@ def _plot(results: dict[str, list[Row]], path: Path) -> None:
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
         ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    print(f"\nplot written to {path}")
+    save_figure(fig, path)
 
 
 def bench_offline(
@@ -167,10 +163,14 @@ def bench_offline(
              "on the CPU; none: dequantized, the HF-exact reference)"),
 ):
     """HF static batching versus our continuous batching on the text-to-SQL prompt set."""
+    from benchmarks.harness import machine_header, pyplot
     from engine import LLM
 
     if dtype not in ("float32", "bfloat16"):
         raise typer.BadParameter("--dtype must be float32 or bfloat16")
+    if plot:
+        pyplot()  # a missing matplotlib stops the run now, not after it
+    print(machine_header())
     modes = [m.strip() for m in quantization.split(",") if m.strip()]
     engines = {f"sllm[{m}]": LLM(model=model, dtype=dtype, quantization=m) for m in modes}
     if speculative:  # over the first mode's weights, so speculation is compared with no speculation in one run
