@@ -18,7 +18,6 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway import proxy
 from gateway.errors import APIError, as_api_error
 from gateway.jobs import webhooks
 from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
@@ -42,7 +41,6 @@ from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.common import ErrorResponse
 from gateway.protocol.completions import CompletionRequest
 from gateway.protocol.responses import ResponsesRequest
-from gateway.registry import UpstreamModel
 from gateway.state import ServerState
 from gateway.tables.batches import Batch, BatchLine, BatchResult
 from gateway.tables.files import StoredFile, add_file, new_file_id, read_content
@@ -242,25 +240,21 @@ def _usage(url: str, body: dict[str, Any]) -> tuple[int, int, int]:
 async def execute_line(state: ServerState, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     """Runs one line through its endpoint's own function; (HTTP status, body) as the endpoint would
     have answered it."""
-    from gateway.serving.chat import run_chat
-    from gateway.serving.completions import run_completion
     from gateway.serving.responses import run_response
+    from gateway.serving.routing import route
 
     try:
         try:
             request = REQUEST_MODELS[url].model_validate(body)
         except ValidationError as exc:
             raise APIError(400, _pydantic_problem(exc, "body")[0]) from None
-        served = state.models.resolve(getattr(request, "model", None))
         if url == "/v1/responses":
             async with state.db.sessions() as session:
                 answer = await run_response(request, state, session)
-        elif isinstance(served, UpstreamModel):
-            return 200, await proxy.call(state, served, url.removeprefix("/v1"), body)
-        elif url == "/v1/chat/completions":
-            answer = await run_chat(request, state, served.ready())
         else:
-            answer = await run_completion(request, state, served.ready())
+            answer = await route(url.removeprefix("/v1"), request, state, raw=body)
+        if isinstance(answer, dict):  # an upstream's, as it gave it
+            return 200, answer
         assert isinstance(answer, BaseModel), "a batch line cannot stream"
         return 200, answer.model_dump(mode="json")
     except asyncio.CancelledError:

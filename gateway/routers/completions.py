@@ -4,12 +4,10 @@ it (`response_format`, `guided_json|regex|grammar|choice`, `structured_outputs`)
 
 from fastapi import APIRouter, Request
 
-from gateway import proxy
 from gateway.deps import State
 from gateway.priority import check_client_priority
 from gateway.protocol.completions import CompletionRequest, CompletionResponse
-from gateway.registry import UpstreamModel
-from gateway.serving.completions import run_completion
+from gateway.serving.routing import route
 
 router = APIRouter(prefix="/v1")
 
@@ -17,9 +15,6 @@ router = APIRouter(prefix="/v1")
 @router.post("/completions", response_model=CompletionResponse)
 async def create_completion(body: CompletionRequest, request: Request, state: State):
     check_client_priority(state.settings, body.priority)  # before any forwarding: upstreams too
-    served = state.models.resolve(body.model)
-    if isinstance(served, UpstreamModel):
-        return await proxy.forward(state, served, "/completions", await proxy.request_body(request), request)
-    return await run_completion(body, state, served.ready(), request)
+    return await route("/completions", body, state, request)
 
 
