@@ -16,6 +16,8 @@ from typing import Any
 
 import typer
 
+from engine.guided_spec import GuidedSpec
+
 PERSON_SCHEMA = {"type": "object", "properties": {
     "name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"},
     "hobbies": {"type": "array", "items": {"type": "string"}}},
@@ -79,7 +81,7 @@ class Case:
 
     name: str
     prompts: list[str]
-    guided: dict[str, Any]
+    guided: GuidedSpec
     parses: Callable[[str], bool]
 
 

@@ -3,6 +3,7 @@
 from engine.async_engine import AsyncEngine
 from engine.config import EngineConfig
 from engine.errors import EngineDeadError, InvalidRequestError
+from engine.guided_spec import GuidedSpec
 from engine.llm import LLM
 from engine.llm_engine import LLMEngine
 from engine.lora import LoRARequest
@@ -15,6 +16,7 @@ __all__ = [
     "CompletionOutput",
     "EngineConfig",
     "EngineDeadError",
+    "GuidedSpec",
     "InvalidRequestError",
     "LLMEngine",
     "LoRARequest",

@@ -1,10 +1,7 @@
 """Grammar-constrained decoding with xgrammar.
 
-`SamplingParams.guided` names one constraint: `{"json_schema": {...}}`, `{"json_object": True}`,
-`{"regex": "..."}`, `{"grammar": "<EBNF>"}` or `{"structural_tag": {...}}` (xgrammar's structural tag:
-free text until a trigger, then a tag whose content follows a schema; this is how tool calls are
-constrained). JSON kinds take `"any_whitespace": False` for compact JSON (`{"a": 1, "b": [2, 3]}`)
-and `"strict": False` to allow properties the schema does not name. Each sequence gets its own
+`SamplingParams.guided` names one constraint (engine/guided_spec.py: a JSON schema, any JSON object,
+a regex, an EBNF grammar or a structural tag), compiled once per constraint. Each sequence gets its own
 matcher; every step the guided rows of the batch get a token bitmask and the sampler masks their
 logits, so constrained and free requests share one batch.
 
@@ -23,7 +20,7 @@ Two steering rules sit on top of the grammar, both off-able engine settings:
 - Budget-aware closing (`EngineConfig.guided_budget_close`, `SamplingParams.guided_budget_close`):
   compact JSON and tool calls are closed when the tokens left before max_tokens are just enough
   (engine/json_budget.py); after sampling, so it can replace the sampled token.
-- Avoided texts (`"avoid": [texts]` beside the constraint, per request): the output is steered off
+- Avoided texts (`GuidedSpec.avoid`, per request): the output is steered off
   each text at the last structural choice on its way (engine/avoid_texts.py); the chat layer
   passes the tool calls whose results are already in the conversation."""
 
@@ -38,11 +35,11 @@ import torch
 
 from engine.avoid_texts import TextAvoider
 from engine.errors import InvalidRequestError
-from engine.json_budget import BudgetCloser, CallFormat, CallsState, JsonState
+from engine.guided_spec import Grammar, GuidedSpec, JsonObject, JsonSchema, Regex, StructuralTag
+from engine.json_budget import BudgetCloser, CallsState, JsonState
 
 log = logging.getLogger(__name__)
 
-GUIDED_KINDS = ("json_schema", "json_object", "regex", "grammar", "structural_tag")
 # A cycle must also span this many tokens before it counts as a loop, so short legitimate repeats
 # ("1000", "ha ha ha") are left alone: a 1-token cycle needs 8 repeats, a 2-token one 4.
 LOOP_MIN_SPAN = 8
@@ -53,11 +50,8 @@ LOOP_MAX_PERIOD = 16
 # fits): bias 0 calls on 0/20 and 0/10, 2 on 11/20 and 1/10, 3 on 14/20 and 1/10, 4 on 16/20 and 3/10.
 # After a tool result none of these calls again (0/20): the model answers, so an agent loop ends.
 DEFAULT_TRIGGER_BIAS = 3.0
-
-
-def guided_key(spec: dict[str, Any]) -> str:
-    """The compile cache's key: the constraint, not the per-request texts to avoid."""
-    return json.dumps({k: v for k, v in spec.items() if k != "avoid"}, sort_keys=True, ensure_ascii=False)
+_KIND_NAMES = {JsonSchema: "json_schema", JsonObject: "json_object", Regex: "regex", Grammar: "grammar",
+               StructuralTag: "structural_tag"}
 
 
 def loop_period(tokens: list[int], repeats: int, max_period: int = LOOP_MAX_PERIOD,
@@ -136,28 +130,20 @@ class _Compiled:
     closing_state: Callable[[], JsonState | CallsState] | None = None
 
 
-def _closing_state(spec: dict[str, Any]) -> Callable[[], JsonState | CallsState] | None:
+def _closing_state(spec: GuidedSpec) -> Callable[[], JsonState | CallsState] | None:
     """How to follow `spec`'s output for budget-aware closing: JSON (a schema, or any object), or
-    tool calls described by `engine.chat.constraints.guided_for_tools` (its `tool_calls` entry)."""
+    tool calls described by `engine.chat.constraints.guided_for_tools` (their `ToolCalls`)."""
     # The closing is compact JSON, which grammars allowing any whitespace accept too.
-    if spec.get("json_schema") not in (None, False):
-        schema = spec["json_schema"]
-        schema = json.loads(schema) if isinstance(schema, str) else schema
+    c = spec.constraint
+    if isinstance(c, JsonSchema):
+        schema = c.schema_dict()
         return lambda: JsonState(schema)
-    if spec.get("json_object"):
+    if isinstance(c, JsonObject):
         return lambda: JsonState({"type": "object"})
-    calls = spec.get("tool_calls")
-    if spec.get("structural_tag") and isinstance(calls, dict):
-        formats = [CallFormat(c["begin"], c["schema"], c["end"]) for c in calls["calls"]]
-        return lambda: CallsState(formats, calls["trigger"], bool(calls["at_least_one"]))
+    if isinstance(c, StructuralTag) and c.tool_calls is not None:
+        calls = c.tool_calls
+        return lambda: CallsState(list(calls.calls), calls.trigger, calls.at_least_one)
     return None
-
-
-def _avoid_texts(spec: dict[str, Any]) -> tuple[bytes, ...]:
-    avoid = spec.get("avoid") or ()
-    if not isinstance(avoid, list | tuple) or not all(isinstance(t, str) and t for t in avoid):
-        raise InvalidRequestError("guided avoid must be a list of non-empty strings", "guided")
-    return tuple(t.encode() for t in avoid)
 
 
 class GuidedMatcher:
@@ -222,40 +208,23 @@ class GuidedDecoding:
         self.loop_repeats = loop_repeats
         self.trigger_bias = default_trigger_bias(tokenizer) if trigger_bias is None else trigger_bias
 
-    def _compile(self, spec: dict[str, Any]):
-        kinds = [k for k in GUIDED_KINDS if spec.get(k) not in (None, False)]
-        if len(kinds) != 1:
-            raise InvalidRequestError(f"guided decoding takes exactly one of {GUIDED_KINDS}, got {sorted(spec)}",
-                                      "guided")
-        kind = kinds[0]
-        value = spec[kind]
-        strict = bool(spec.get("strict", True))
-        any_whitespace = bool(spec.get("any_whitespace", True))
+    def _compile(self, c: Any):
         try:
-            if kind == "json_schema":
-                schema = value if isinstance(value, str) else json.dumps(value)
-                return self.compiler.compile_json_schema(schema, strict_mode=strict, any_whitespace=any_whitespace)
-            if kind == "json_object":
-                if any_whitespace:
+            if isinstance(c, JsonSchema):
+                schema = c.schema if isinstance(c.schema, str) else json.dumps(c.schema)
+                return self.compiler.compile_json_schema(schema, strict_mode=c.strict, any_whitespace=c.any_whitespace)
+            if isinstance(c, JsonObject):
+                if c.any_whitespace:
                     return self.compiler.compile_builtin_json_grammar()
                 # OpenAI's json_object is an object, never another JSON value.
                 return self.compiler.compile_json_schema('{"type": "object"}', strict_mode=False, any_whitespace=False)
-            if kind == "regex":
-                return self.compiler.compile_regex(value)
-            if kind == "grammar":
-                return self.compiler.compile_grammar(value)
-            return self.compiler.compile_structural_tag(value if isinstance(value, str) else json.dumps(value))
+            if isinstance(c, Regex):
+                return self.compiler.compile_regex(c.pattern)
+            if isinstance(c, StructuralTag):
+                return self.compiler.compile_structural_tag(c.tag if isinstance(c.tag, str) else json.dumps(c.tag))
+            return self.compiler.compile_grammar(c.ebnf)
         except Exception as exc:  # xgrammar reports bad schemas/grammars with several exception types
-            raise InvalidRequestError(f"invalid {kind} constraint: {exc}", "guided") from exc
-
-    @staticmethod
-    def _triggers(spec: dict[str, Any]) -> tuple[bytes, ...]:
-        """The triggers of a top-level triggered tag (tool calls under tool_choice auto)."""
-        tag = spec.get("structural_tag")
-        fmt = tag.get("format") if isinstance(tag, dict) else None
-        if not isinstance(fmt, dict) or fmt.get("type") != "triggered_tags":
-            return ()
-        return tuple(t.encode() for t in fmt.get("triggers", []) if isinstance(t, str) and t)
+            raise InvalidRequestError(f"invalid {_KIND_NAMES[type(c)]} constraint: {exc}", "guided") from exc
 
     def _trigger_starts(self, triggers: tuple[bytes, ...]) -> list[int]:
         """Tokens that begin one of `triggers` ("<" for "<tool_call>")."""
@@ -266,31 +235,32 @@ class GuidedDecoding:
                 if raw and any(t.startswith(raw) or raw.startswith(t) for t in triggers)]
         return ids
 
-    def compile(self, spec: dict[str, Any]) -> _Compiled:
-        """Compiles `spec` (cached); a bad schema or grammar is the caller's 400."""
-        _avoid_texts(spec)  # checked here, before the request is queued
-        key = guided_key(spec)
+    def compile(self, spec: GuidedSpec) -> _Compiled:
+        """Compiles `spec`'s constraint (cached); a bad schema or grammar is the caller's 400."""
+        key = spec.key()
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
             return hit
-        # Regexes and EBNF grammars (text-to-SQL's) have their own string syntax; structural tags
-        # are tool calls, whose arguments are JSON.
-        is_json = any(spec.get(k) not in (None, False) for k in ("json_schema", "json_object", "structural_tag"))
-        compiled = _Compiled(self._compile(spec), self._triggers(spec), is_json, _closing_state(spec))
+        # Regexes and EBNF grammars (text-to-SQL's) have their own string syntax, which the loop
+        # breaker leaves alone.
+        c = spec.constraint
+        triggers = c.triggers() if isinstance(c, StructuralTag) else ()
+        compiled = _Compiled(self._compile(c), triggers, spec.is_json, _closing_state(spec))
         self._cache[key] = compiled
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return compiled
 
-    def matcher(self, spec: dict[str, Any], budget_close: bool = False) -> GuidedMatcher:
+    def matcher(self, spec: GuidedSpec, budget_close: bool = False) -> GuidedMatcher:
         """`budget_close`: the request allows budget-aware closing (SamplingParams.guided_budget_close,
         with max_tokens and without ignore_eos / min_tokens); it also needs the engine's setting."""
         compiled = self.compile(spec)
         closer = None
         if budget_close and self.budget_close and compiled.closing_state is not None and self.eos is not None:
             closer = BudgetCloser(compiled.closing_state(), self.eos)
-        return GuidedMatcher(self.xgr.GrammarMatcher(compiled.grammar), compiled, closer, _avoid_texts(spec))
+        avoid = tuple(t.encode() for t in spec.avoid)
+        return GuidedMatcher(self.xgr.GrammarMatcher(compiled.grammar), compiled, closer, avoid)
 
     # -- budget-aware closing (engine/json_budget.py) ---------------------------------------------------
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import InvalidRequestError
+from engine.guided_spec import GuidedSpec
 from engine.sampling_params import SamplingParams
 
 
@@ -56,7 +57,7 @@ class InputCheck:
     """LLMEngine.check_request: the priority, the prompt (tokenized here when it is text), the limits,
     and the guided-decoding spec, compiled so that a bad schema fails before queueing."""
 
-    def __init__(self, tokenizer, limits: RequestLimits, compile_guided: Callable[[dict[str, Any]], Any]):
+    def __init__(self, tokenizer, limits: RequestLimits, compile_guided: Callable[[GuidedSpec], Any]):
         self.tokenizer = tokenizer
         self.limits = limits
         self.compile_guided = compile_guided

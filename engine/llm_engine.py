@@ -10,6 +10,7 @@ import torch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
+from engine.guided_spec import GuidedSpec
 from engine.input_check import InputCheck, RequestLimits
 from engine.loader import default_served_name, load_model_config, load_tokenizer, resolve_model
 from engine.lora import LoRARequest
@@ -102,7 +103,7 @@ class LLMEngine:
     def tokenize(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(prompt, add_special_tokens=False)
 
-    def _compile_guided(self, spec: dict) -> None:
+    def _compile_guided(self, spec: GuidedSpec) -> None:
         with self._guided_lock:  # check_request runs on its caller's thread
             self.guided_decoding().compile(spec)
 

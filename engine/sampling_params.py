@@ -1,12 +1,13 @@
 """Per-request decoding settings, named as vLLM and the OpenAI API name them."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 import torch
 
 from engine.errors import InvalidRequestError
+from engine.guided_spec import GuidedSpec
 
 MAX_N = 128
 MAX_LOGPROBS = 20
@@ -34,9 +35,9 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     skip_special_tokens: bool = True
-    # Grammar-constrained decoding: {"json_schema": ...} | {"json_object": True} | {"regex": ...} |
-    # {"grammar": ...} | {"structural_tag": ...}; compiled by the engine's guided-decoding backend.
-    guided: dict[str, Any] | None = None
+    # Grammar-constrained decoding (engine/guided_spec.py; the dict form, {"json_schema": ...} etc., is
+    # read into a GuidedSpec), compiled by the engine's guided-decoding backend (engine/guided.py).
+    guided: GuidedSpec | None = None
     # token id -> value added to its logit before sampling (OpenAI's logit_bias; -100 all but bans it)
     logit_bias: dict[int, float] = field(default_factory=dict)
     # Guided JSON (compact json_schema / json_object, tool calls) is closed when the tokens left before
@@ -49,6 +50,8 @@ class SamplingParams:
         self.stop = list(self.stop or [])
         self.stop_token_ids = list(self.stop_token_ids or [])
         self.logit_bias = dict(self.logit_bias or {})
+        if isinstance(self.guided, Mapping):
+            self.guided = GuidedSpec.from_dict(self.guided)
         self.validate()
 
     @cached_property

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from engine import SamplingParams
+from engine import GuidedSpec, SamplingParams
 from gateway.errors import APIError
 from gateway.protocol.common import SamplingExtras
 
@@ -37,7 +37,7 @@ def sampling_params(
     seed: int | None = None,
     presence_penalty: float = 0.0,
     frequency_penalty: float = 0.0,
-    guided: dict[str, Any] | None = None,
+    guided: GuidedSpec | None = None,
 ) -> SamplingParams:
     extras: dict[str, Any] = {
         k: v

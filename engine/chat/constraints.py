@@ -20,6 +20,16 @@ from engine.chat.tools import (
     offered_tools,
 )
 from engine.errors import InvalidRequestError
+from engine.guided_spec import (
+    Grammar,
+    GuidedSpec,
+    JsonObject,
+    JsonSchema,
+    Regex,
+    StructuralTag,
+    ToolCalls,
+)
+from engine.json_budget import CallFormat
 
 
 @lru_cache(maxsize=256)
@@ -33,11 +43,11 @@ def compact_json_ebnf(schema_json: str, strict: bool = True) -> str:
     return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False, strict_mode=strict))
 
 
-def json_guided(schema: dict[str, Any] | None = None) -> dict[str, Any]:
+def json_guided(schema: dict[str, Any] | None = None) -> GuidedSpec:
     """`SamplingParams.guided` for compact JSON matching `schema`, or any JSON object without one."""
     if schema is None:
-        return {"json_object": True, "any_whitespace": False}
-    return {"json_schema": schema, "any_whitespace": False}
+        return GuidedSpec(JsonObject(any_whitespace=False))
+    return GuidedSpec(JsonSchema(schema, any_whitespace=False))
 
 
 def _tool_tag(tool: FunctionTool, index: int) -> dict[str, Any]:
@@ -56,7 +66,7 @@ def _tool_tag(tool: FunctionTool, index: int) -> dict[str, Any]:
 
 
 def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
-                     parallel_tool_calls: bool = True) -> dict[str, Any] | None:
+                     parallel_tool_calls: bool = True) -> GuidedSpec | None:
     """`SamplingParams.guided` for a tool request, or None when nothing is constrained.
 
     auto: free text, but an opened `<tool_call>` must be a valid call to an offered tool.
@@ -71,13 +81,12 @@ def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
     tags = [_tool_tag(t, fns.index(t)) for t in shown]
     one = not parallel_tool_calls or isinstance(choice, FunctionTool)
     # What budget-aware closing (engine/json_budget.py) needs to finish a call the budget would cut.
-    closing = {"calls": [{"begin": tag["begin"], "schema": t.parameters, "end": tag["end"]}
-                         for t, tag in zip(shown, tags, strict=True)],
-               "trigger": TOOL_CALL_OPEN, "at_least_one": choice != "auto"}
+    formats = tuple(CallFormat(tag["begin"], t.parameters, tag["end"]) for t, tag in zip(shown, tags, strict=True))
+    closing = ToolCalls(formats, TOOL_CALL_OPEN, choice != "auto")
     if choice == "auto":
         fmt: dict[str, Any] = {"type": "triggered_tags", "triggers": [TOOL_CALL_OPEN], "tags": tags,
                                "at_least_one": False, "stop_after_first": one}
-        return {"structural_tag": {"type": "structural_tag", "format": fmt}, "tool_calls": closing}
+        return GuidedSpec(StructuralTag({"type": "structural_tag", "format": fmt}, closing))
     call = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
     newline = {"type": "const_string", "value": "\n"}
     if one:
@@ -88,10 +97,10 @@ def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
         # into repeating calls until max_tokens. Here it can still end after the newline.
         more = {"type": "star", "content": {"type": "sequence", "elements": [newline, call]}}
         fmt = {"type": "sequence", "elements": [call, more, {"type": "optional", "content": newline}]}
-    return {"structural_tag": {"type": "structural_tag", "format": fmt}, "tool_calls": closing}
+    return GuidedSpec(StructuralTag({"type": "structural_tag", "format": fmt}, closing))
 
 
-def guided_for_response_format(response_format: Any, param: str = "response_format") -> dict[str, Any] | None:
+def guided_for_response_format(response_format: Any, param: str = "response_format") -> GuidedSpec | None:
     """`SamplingParams.guided` for OpenAI's `response_format` (`text | json_object | json_schema` with
     `{"json_schema": {"name", "schema", "strict"}}`) or the Responses API's `text.format`
     (`{"type": "json_schema", "name", "schema", "strict"}`; pass `param="text.format"`)."""
@@ -131,19 +140,20 @@ def guided_for_response_format(response_format: Any, param: str = "response_form
     return json_guided(schema)
 
 
-def wants_json_note(guided: Mapping[str, Any] | None) -> bool:
-    return bool(guided) and bool(guided.get("json_object"))
+def wants_json_note(guided: GuidedSpec | None) -> bool:
+    return guided is not None and isinstance(guided.constraint, JsonObject)
 
 
-def as_format(guided: dict[str, Any]) -> dict[str, Any]:
+def as_format(guided: GuidedSpec) -> dict[str, Any]:
     """An engine constraint (`SamplingParams.guided`) as an xgrammar structural-tag element (JSON
     compact, as the engine writes it alone)."""
-    if "json_schema" in guided:
-        return {"type": "grammar", "grammar": compact_json_ebnf(json.dumps(guided["json_schema"]))}
-    if guided.get("json_object"):
+    c = guided.constraint
+    if isinstance(c, JsonSchema):
+        return {"type": "grammar", "grammar": compact_json_ebnf(json.dumps(c.schema_dict()))}
+    if isinstance(c, JsonObject):
         return {"type": "grammar", "grammar": compact_json_ebnf('{"type": "object"}', False)}
-    if "regex" in guided:
-        return {"type": "regex", "pattern": guided["regex"]}
-    if "grammar" in guided:
-        return {"type": "grammar", "grammar": guided["grammar"]}
+    if isinstance(c, Regex):
+        return {"type": "regex", "pattern": c.pattern}
+    if isinstance(c, Grammar):
+        return {"type": "grammar", "grammar": c.ebnf}
     raise InvalidRequestError("this output constraint cannot be combined with tools", "tools")

@@ -7,11 +7,12 @@ from typing import Any
 
 from engine.chat.constraints import guided_for_response_format, json_guided
 from engine.errors import InvalidRequestError
+from engine.guided_spec import Grammar, GuidedSpec, Regex
 
 EXTRA_FIELDS = ("guided_json", "guided_regex", "guided_grammar", "guided_choice", "structured_outputs")
 
 
-def _schema_guided(value: Any, param: str) -> dict[str, Any]:
+def _schema_guided(value: Any, param: str) -> GuidedSpec:
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -44,14 +45,14 @@ def _check_compiles(kind: str, value: Any, param: str) -> None:
                                   f": {exc}", param) from None
 
 
-def _choice_guided(choices: Any, param: str) -> dict[str, Any]:
+def _choice_guided(choices: Any, param: str) -> GuidedSpec:
     if not isinstance(choices, list) or not choices or not all(isinstance(c, str) and c for c in choices):
         raise InvalidRequestError(f"{param} must be a non-empty list of non-empty strings", param)
     # JSON string escapes are EBNF string escapes too.
-    return {"grammar": "root ::= " + " | ".join(json.dumps(c) for c in choices)}
+    return GuidedSpec(Grammar("root ::= " + " | ".join(json.dumps(c) for c in choices)))
 
 
-def _extra_guided(key: str, value: Any, param: str) -> dict[str, Any] | None:
+def _extra_guided(key: str, value: Any, param: str) -> GuidedSpec | None:
     if key not in ("json", "regex", "grammar", "choice", "json_object"):  # a typo, even with a null value
         raise InvalidRequestError(f"{param}: unknown structured output kind {key!r} "
                                   "(expected json, regex, grammar, choice or json_object)", param)
@@ -61,18 +62,18 @@ def _extra_guided(key: str, value: Any, param: str) -> dict[str, Any] | None:
         return _schema_guided(value, param)
     if key in ("regex", "grammar"):
         _check_compiles(key, value, param)
-        return {key: value}
+        return GuidedSpec(Regex(value) if key == "regex" else Grammar(value))
     if key == "choice":
         return _choice_guided(value, param)
     return json_guided() if value else None  # json_object
 
 
 def structured_output(response_format: Any, extras: Mapping[str, Any] | None = None,
-                      format_param: str = "response_format") -> dict[str, Any] | None:
+                      format_param: str = "response_format") -> GuidedSpec | None:
     """The output constraint of a request (None: free text), from `response_format` (or `text.format`)
     or one of vLLM's extras (`guided_json`, ..., `structured_outputs`, by name in `extras`); more than
     one is a 400."""
-    found: list[tuple[str, dict[str, Any]]] = []
+    found: list[tuple[str, GuidedSpec]] = []
     guided = guided_for_response_format(response_format, format_param)
     if guided is not None:
         found.append((format_param, guided))

@@ -21,6 +21,7 @@ from engine.chat.messages import JSON_REPLY_NOTE, with_system_note
 from engine.chat.output import ChatOutputParser
 from engine.chat.template import render_chat, uses_tool_history
 from engine.chat.tools import as_dict, normalize_tool_choice, normalize_tools
+from engine.guided_spec import GuidedSpec, StructuralTag
 from engine.sampling_params import SamplingParams
 
 
@@ -54,7 +55,7 @@ class PreparedChat:
         return ChatOutputParser(self.parses_calls, self.strips_markup)
 
 
-def chat_constraint(request: ChatRequest) -> tuple[bool, dict[str, Any] | None]:
+def chat_constraint(request: ChatRequest) -> tuple[bool, GuidedSpec | None]:
     """(whether calls are parsed, the guided-decoding spec) of a request, checked: bad tools,
     tool_choice or formats raise InvalidRequestError naming the field."""
     output = structured_output(request.response_format, request.guided_extras, request.format_param)
@@ -67,11 +68,11 @@ def chat_constraint(request: ChatRequest) -> tuple[bool, dict[str, Any] | None]:
         guided = guided_for_tools(request.tools, request.tool_choice, parallel)
     else:
         calls = guided_for_tools(request.tools, "required", parallel)
-        assert calls is not None
-        either = {"type": "or", "elements": [calls["structural_tag"]["format"], as_format(output)]}
-        guided = {"structural_tag": {"type": "structural_tag", "format": either}}
+        assert calls is not None and isinstance(calls.constraint, StructuralTag)
+        either = {"type": "or", "elements": [calls.constraint.tag["format"], as_format(output)]}
+        guided = GuidedSpec(StructuralTag({"type": "structural_tag", "format": either}))
     if request.avoid_repeated_calls and guided is not None and (avoid := repeated_call_texts(request.messages)):
-        guided = {**guided, "avoid": avoid}
+        guided = replace(guided, avoid=tuple(avoid))
     return True, guided
 
 

@@ -2,7 +2,7 @@
 
 The model call is a parameter, not a dependency: anything with the shape
 ``complete(prompt, guided) -> str`` (or an async one) works. ``guided`` is ``None`` for free
-decoding or ``{"grammar": ebnf}``, the engine's ``SamplingParams.guided``. Factories below wrap
+decoding or ``GuidedSpec(Grammar(ebnf))``, the engine's ``SamplingParams.guided``. Factories below wrap
 our offline ``LLM``, the gateway's ``AsyncEngine`` and any OpenAI-compatible ``/v1/completions``
 server (vLLM takes the grammar as ``guided_grammar``).
 """
@@ -13,14 +13,17 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from integrations.text2sql.dataset import PROMPT_TEMPLATE
 from integrations.text2sql.errors import GenerationError, Text2SQLError
 from integrations.text2sql.grammar import GrammarOptions
 from integrations.text2sql.sources import Source
 
-Guided = dict[str, Any] | None
+if TYPE_CHECKING:  # the engine (torch) loads only when a request is constrained
+    pass
+
+Guided = "GuidedSpec | None"  # a Grammar constraint, or None for free decoding
 Complete = Callable[[str, Guided], str]
 AsyncComplete = Callable[[str, Guided], Awaitable[str]]
 CompleteBatch = Callable[[Sequence[tuple[str, Guided]]], list[str]]
@@ -120,7 +123,9 @@ class SQLGenerator:
     def guided(self, source: Source, constrained: bool = True, *, retry: bool = False) -> Guided:
         if not constrained:
             return None
-        return {"grammar": source.grammar(self.retry_options if retry else self.grammar_options)}
+        from engine.guided_spec import Grammar, GuidedSpec
+
+        return GuidedSpec(Grammar(source.grammar(self.retry_options if retry else self.grammar_options)))
 
     def _make(self, raw: object, prompt: str, constrained: bool, ms: float, retried: bool = False) -> Generation:
         if not isinstance(raw, str):
@@ -257,8 +262,9 @@ def openai_body(model: str, prompt: str, guided: Guided, max_tokens: int, gramma
     body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
     if guided:
         # vLLM < 0.10 reads "guided_grammar"; newer vLLM reads {"structured_outputs": {"grammar": ...}}.
+        ebnf = guided.constraint.ebnf  # type: ignore[union-attr] - ours are always a Grammar
         head, _, tail = grammar_field.partition(".")
-        body[head] = {tail: guided["grammar"]} if tail else guided["grammar"]
+        body[head] = {tail: ebnf} if tail else ebnf
     else:
         body["stop"] = list(UNCONSTRAINED_STOP)
     return body

@@ -446,7 +446,7 @@ class _Builder:
 
 
 def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOptions | None = None) -> str:
-    """The EBNF text for ``SamplingParams(guided={"grammar": ...})``.
+    """The EBNF text for ``SamplingParams(guided=GuidedSpec(Grammar(...)))``.
 
     ``schema`` is a :class:`Schema` or a plain ``{table: [columns]}`` mapping. The grammar's
     dialect (which functions exist) follows the schema's unless ``options`` names one.

@@ -109,8 +109,9 @@ def _allowed_after(llm, guided: dict, text: str) -> set[int]:
     """The tokens the engine's guided decoding allows after `text`, as the sampler would mask them."""
     gd = llm.engine.guided_decoding()
     tokens = llm.tokenizer.encode(text, add_special_tokens=False)
-    seq = Sequence("r", [0] + tokens, 1, SamplingParams(guided=guided))
-    seq.matcher = gd.matcher(guided)
+    params = SamplingParams(guided=guided)
+    seq = Sequence("r", [0] + tokens, 1, params)
+    seq.matcher = gd.matcher(params.guided)
     for t in tokens:
         assert seq.matcher.accept_token(t), text
     logits = torch.zeros(1, gd.vocab_size)

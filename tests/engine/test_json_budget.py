@@ -109,11 +109,8 @@ TOOLS = [
 
 
 def _calls_state(choice: str) -> CallsState:
-    from engine.json_budget import CallFormat
-
-    spec = guided_for_tools(TOOLS, choice)["tool_calls"]
-    return CallsState([CallFormat(c["begin"], c["schema"], c["end"]) for c in spec["calls"]], spec["trigger"],
-                      spec["at_least_one"])
+    spec = guided_for_tools(TOOLS, choice).constraint.tool_calls
+    return CallsState(list(spec.calls), spec.trigger, spec.at_least_one)
 
 
 @pytest.mark.parametrize("choice", ["auto", "required"])

@@ -41,13 +41,12 @@ def _follow_up(a: int, b: int) -> list[dict]:
 def test_answered_calls_become_avoided_texts_only_when_asked():
     messages = _follow_up(7, 8)
     request = ChatRequest(messages, [CALCULATOR], "auto")
-    assert "avoid" not in chat_constraint(request)[1]
+    assert chat_constraint(request)[1].avoid == ()
     request.avoid_repeated_calls = True
     _, guided = chat_constraint(request)
-    assert guided["avoid"] == ['<tool_call>\n{"name": "calculator", "arguments": ']
+    assert guided.avoid == ('<tool_call>\n{"name": "calculator", "arguments": ',)
     unanswered = messages[:3]  # the call, no result yet: nothing to avoid
-    assert "avoid" not in chat_constraint(ChatRequest(unanswered, [CALCULATOR], "auto",
-                                                      avoid_repeated_calls=True))[1]
+    assert chat_constraint(ChatRequest(unanswered, [CALCULATOR], "auto", avoid_repeated_calls=True))[1].avoid == ()
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import torch
 from transformers import AutoTokenizer
 
 from benchmarks.structured_output import TOOL_SCHEMAS, TOOLS
-from engine import LLM, InvalidRequestError, SamplingParams
+from engine import LLM, GuidedSpec, InvalidRequestError, SamplingParams
 from engine.chat.constraints import guided_for_response_format, guided_for_tools, wants_json_note
 from engine.chat.messages import JSON_REPLY_NOTE, with_system_note
 from engine.chat.parser import (
@@ -27,6 +27,7 @@ from engine.chat.parser import (
     parse_tool_calls,
 )
 from engine.chat.template import render_chat, template_supports_tools
+from engine.guided_spec import JsonObject, JsonSchema
 
 # The same four tools `sllm bench json` measures with.
 SCHEMAS = TOOL_SCHEMAS
@@ -392,23 +393,23 @@ def test_json_object_replies_are_announced_in_the_system_message(tokenizer):
 def test_responses_api_shapes():
     flat = [{"type": "function", "name": "add", "parameters": SCHEMAS["add"]}]
     g = guided_for_tools(flat, {"type": "function", "name": "add"})
-    assert g["structural_tag"]["format"]["begin"].endswith('"name": "add", "arguments": ')
+    assert g.constraint.tag["format"]["begin"].endswith('"name": "add", "arguments": ')
     schema = {"type": "object", "properties": {"x": {"type": "integer"}}}
     assert guided_for_response_format({"type": "json_schema", "name": "x", "schema": schema, "strict": True},
-                                      "text.format") == {"json_schema": schema, "any_whitespace": False}
-    assert guided_for_response_format({"type": "json_object"}) == {"json_object": True, "any_whitespace": False}
+                                      "text.format") == GuidedSpec(JsonSchema(schema, any_whitespace=False))
+    assert guided_for_response_format({"type": "json_object"}) == GuidedSpec(JsonObject(any_whitespace=False))
     assert guided_for_response_format({"type": "text"}) is None and guided_for_response_format(None) is None
 
 
 def test_grammar_shapes():
-    auto = guided_for_tools(TOOLS, "auto")["structural_tag"]["format"]
+    auto = guided_for_tools(TOOLS, "auto").constraint.tag["format"]
     assert auto["type"] == "triggered_tags" and not auto["at_least_one"] and not auto["stop_after_first"]
-    assert guided_for_tools(TOOLS, "auto", parallel_tool_calls=False)["structural_tag"]["format"]["stop_after_first"]
-    required = guided_for_tools(TOOLS, "required")["structural_tag"]["format"]
+    assert guided_for_tools(TOOLS, "auto", parallel_tool_calls=False).constraint.tag["format"]["stop_after_first"]
+    required = guided_for_tools(TOOLS, "required").constraint.tag["format"]
     assert required["type"] == "sequence" and required["elements"][0]["type"] == "or"
-    one = guided_for_tools(TOOLS, "required", parallel_tool_calls=False)["structural_tag"]["format"]
+    one = guided_for_tools(TOOLS, "required", parallel_tool_calls=False).constraint.tag["format"]
     assert one["type"] == "or" and len(one["elements"]) == len(TOOLS)
-    named = guided_for_tools(TOOLS, {"type": "function", "function": {"name": "add"}})["structural_tag"]["format"]
+    named = guided_for_tools(TOOLS, {"type": "function", "function": {"name": "add"}}).constraint.tag["format"]
     assert named["type"] == "tag"
 
 

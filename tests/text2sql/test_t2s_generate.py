@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from engine.guided_spec import Grammar, GuidedSpec
 from integrations.text2sql import generate
 from integrations.text2sql.ask import aask, ask, run_sql
 from integrations.text2sql.dataset import PROMPT_TEMPLATE, build_database, render_prompt, schema_ddl
@@ -46,7 +47,7 @@ def test_prompt_is_the_seed_template_and_configurable(shop):
     prompt, guided = seen[0]
     assert prompt == render_prompt(schema_ddl("shop"), "도시 이름은?")
     assert prompt.startswith(PROMPT_TEMPLATE.split("{ddl}")[0]) and prompt.endswith("### SQL:\n")
-    assert guided == {"grammar": source.grammar()}
+    assert guided.constraint.ebnf == source.grammar()
     assert out.sql == "SELECT name FROM cities" and out.constrained and out.generation_ms >= 0
     gen.generate(source, "q", constrained=False)
     assert seen[1][1] is None
@@ -97,7 +98,7 @@ async def test_async_paths(shop):
     source, _ = shop
 
     async def acomplete(prompt, guided):
-        assert guided and "grammar" in guided
+        assert guided and guided.constraint.ebnf
         return "SELECT name FROM cities WHERE city_id = 1;"
 
     res = await aask(source, "first city?", SQLGenerator(acomplete=acomplete))
@@ -123,8 +124,8 @@ def test_a_looping_model_gets_one_retry_under_the_compact_grammar(shop):
     grammars = []
 
     def looping(prompt, guided):
-        grammars.append(guided["grammar"])
-        if guided["grammar"] == source.grammar():  # full grammar: cut by max_tokens inside a long list
+        grammars.append(guided.constraint.ebnf)
+        if guided.constraint.ebnf == source.grammar():  # full grammar: cut by max_tokens inside a long list
             return "SELECT name, name, name, name, name, name, name, name"
         return "SELECT name FROM products;"
 
@@ -168,14 +169,14 @@ def test_openai_compatible_upstream(monkeypatch):
 
     monkeypatch.setattr(httpx, "post", fake_post)
     complete = generate.openai_complete("http://vllm:8000/v1/", "sqlcoder", api_key="k")
-    assert complete("P", {"grammar": "root ::= \"x\""}) == "SELECT 1;"
+    assert complete("P", GuidedSpec(Grammar('root ::= "x"'))) == "SELECT 1;"
     url, body, headers = sent[0]
     assert url == "http://vllm:8000/v1/completions" and headers["Authorization"] == "Bearer k"
     assert body["guided_grammar"] == 'root ::= "x"' and "stop" not in body
     complete("P", None)
     assert sent[1][1]["stop"] == list(generate.UNCONSTRAINED_STOP) and "guided_grammar" not in sent[1][1]
     nested = generate.openai_complete("http://h/v1", "m", grammar_field="structured_outputs.grammar")
-    nested("P", {"grammar": "g"})
+    nested("P", GuidedSpec(Grammar("g")))
     assert sent[2][1]["structured_outputs"] == {"grammar": "g"}
 
 
