@@ -26,6 +26,7 @@ Two steering rules sit on top of the grammar, both off-able engine settings:
 
 import json
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -330,3 +331,38 @@ class GuidedDecoding:
         narrowed = row & closers
         if bool(narrowed.any()):
             row.copy_(narrowed)
+
+
+class EngineGuidedDecoding:
+    """An engine's GuidedDecoding, built on its first constrained request (xgrammar reads the whole
+    vocabulary), behind the lock its compile cache needs: requests are checked on their caller's thread
+    (engine/input_check.py), their sequences made on the step thread."""
+
+    def __init__(self, tokenizer, vocab_size: int, eos_token_ids: set[int], config, sampler):
+        self._args = (tokenizer, vocab_size, eos_token_ids)
+        self._config = config
+        self._sampler = sampler  # masks its logits through the GuidedDecoding once there is one
+        self._lock = threading.Lock()
+        self.backend: GuidedDecoding | None = None
+
+    def get(self) -> GuidedDecoding:
+        if self.backend is None:
+            c = self._config
+            self.backend = GuidedDecoding(*self._args, loop_repeats=c.guided_loop_repeats,
+                                          trigger_bias=c.tool_call_bias, budget_close=c.guided_budget_close)
+            self._sampler.guided = self.backend
+        return self.backend
+
+    def compile(self, spec: GuidedSpec) -> None:
+        with self._lock:
+            self.get().compile(spec)
+
+    def matcher(self, p) -> GuidedMatcher | None:
+        """A new sequence's matcher under its SamplingParams `p` (None when unconstrained). Budget-aware
+        closing needs a max_tokens that ends the output, so not with ignore_eos or min_tokens."""
+        if not p.guided:
+            return None
+        close = p.guided_budget_close and p.max_tokens is not None and not p.ignore_eos and not p.min_tokens
+        with self._lock:
+            return self.get().matcher(p.guided, budget_close=close)
+

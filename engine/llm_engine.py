@@ -1,7 +1,6 @@
 """The synchronous engine: requests in, one scheduled forward pass per `step()`, outputs out."""
 
 import logging
-import threading
 import time
 from collections.abc import Hashable
 
@@ -10,7 +9,7 @@ import torch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
-from engine.guided_spec import GuidedSpec
+from engine.guided import EngineGuidedDecoding, GuidedDecoding
 from engine.input_check import InputCheck, RequestLimits
 from engine.loader import default_served_name, load_model_config, load_tokenizer, resolve_model
 from engine.lora import LoRARequest
@@ -50,10 +49,9 @@ class LLMEngine:
         limits = RequestLimits(self.vocab_size, self.max_model_len, config.block_size, self.runner.num_blocks)
         # Refuses bad input before a request is queued and returns its token ids; safe on any thread, so
         # a server checks first, then submits the ids (tokenizing or compiling may take a while).
-        self.check_request = InputCheck(self.tokenizer, limits, self._compile_guided)
+        self.guided = EngineGuidedDecoding(self.tokenizer, self.vocab_size, self.eos_token_ids, config, self.sampler)
+        self.check_request = InputCheck(self.tokenizer, limits, self.guided.compile)
         self.processor = OutputProcessor(self.tokenizer, self.eos_token_ids, self.max_model_len)
-        self.guided = None  # engine.guided.GuidedDecoding, built on the first constrained request
-        self._guided_lock = threading.Lock()
         self.speculator = None
         if config.speculative_config:
             from engine.speculative import SpeculativeConfig, Speculator
@@ -103,10 +101,6 @@ class LLMEngine:
     def tokenize(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(prompt, add_special_tokens=False)
 
-    def _compile_guided(self, spec: GuidedSpec) -> None:
-        with self._guided_lock:  # check_request runs on its caller's thread
-            self.guided_decoding().compile(spec)
-
     def add_request(
         self,
         request_id: str,
@@ -124,14 +118,7 @@ class LLMEngine:
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         token_ids = self.check_request(prompt, params, priority)
-        lora = None
-        if lora_request is not None:
-            loras = self._loras()
-            if isinstance(lora_request, LoRARequest):
-                if lora_request.lora_name not in loras.registered:
-                    self.add_lora(lora_request.lora_name, lora_request.lora_path)
-                lora_request = lora_request.lora_name
-            lora = loras.acquire(lora_request)
+        lora = self._loras().acquire(lora_request) if lora_request is not None else None
         arrival = time.monotonic() if arrival_time is None else arrival_time
         metrics = RequestMetrics(arrival, prompt_tokens=len(token_ids), priority=priority)
         text = prompt if isinstance(prompt, str) else None
@@ -142,16 +129,8 @@ class LLMEngine:
         self.scheduler.add(seq)
         return req
 
-    def guided_decoding(self):
-        if self.guided is None:
-            from engine.guided import GuidedDecoding
-
-            self.guided = GuidedDecoding(self.tokenizer, self.vocab_size, self.eos_token_ids,
-                                         loop_repeats=self.config.guided_loop_repeats,
-                                         trigger_bias=self.config.tool_call_bias,
-                                         budget_close=self.config.guided_budget_close)
-            self.sampler.guided = self.guided
-        return self.guided
+    def guided_decoding(self) -> GuidedDecoding:
+        return self.guided.get()
 
     def _new_sequence(self, req: Request, index: int, token_ids: list[int]) -> Sequence:
         p = req.params
@@ -165,10 +144,7 @@ class LLMEngine:
             arrival_time=req.metrics.arrival_time, priority=req.metrics.priority,
             fairness_key=req.fairness_key, lora_int_id=req.lora.lora_int_id if req.lora else 0,
         )
-        if p.guided:
-            close = p.guided_budget_close and p.max_tokens is not None and not p.ignore_eos and not p.min_tokens
-            with self._guided_lock:
-                seq.matcher = self.guided_decoding().matcher(p.guided, budget_close=close)
+        seq.matcher = self.guided.matcher(p)
         self.processor.add_sequence(req, seq)
         return seq
 
@@ -221,10 +197,7 @@ class LLMEngine:
 
     @property
     def spec_stats(self) -> dict[str, float] | None:
-        if self.speculator is None:
-            return None
-        sp = self.speculator
-        return {**sp.stats, "acceptance_rate": sp.acceptance_rate, "mean_accepted_length": sp.mean_accepted_length}
+        return self.speculator.summary() if self.speculator is not None else None
 
     def snapshot_stats(self) -> EngineStats:
         """A consistent copy of the engine's counters; call it on the thread that steps."""

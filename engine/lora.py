@@ -196,8 +196,13 @@ class LoRAManager:
                                           "flight; retry when one ends", "model")
             del self.resident[idle]
 
-    def acquire(self, name: str) -> LoRARequest:
-        """Marks one more live request on the adapter, loading it back if it was evicted."""
+    def acquire(self, name: str | LoRARequest) -> LoRARequest:
+        """Marks one more live request on the adapter, loading it back if it was evicted; a LoRARequest is
+        loaded under its name on first sight, as vLLM does."""
+        if isinstance(name, LoRARequest):
+            if name.lora_name not in self.registered:
+                self.add(name.lora_name, name.lora_path)
+            name = name.lora_name
         req = self.registered.get(name)
         if req is None:
             raise InvalidRequestError(f"unknown LoRA adapter {name!r}", "model")

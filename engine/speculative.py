@@ -218,3 +218,8 @@ class Speculator:
     def mean_accepted_length(self) -> float:
         """Tokens emitted per verified sequence-step (1 = no gain)."""
         return self.stats["emitted"] / self.stats["verified_seqs"] if self.stats["verified_seqs"] else 0.0
+
+    def summary(self) -> dict[str, float]:
+        """The counters and the two rates, as the engine's stats publish them."""
+        return {**self.stats, "acceptance_rate": self.acceptance_rate,
+                "mean_accepted_length": self.mean_accepted_length}
