@@ -16,6 +16,7 @@ import platform
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -43,6 +44,15 @@ LDFLAGS = ("-fopenmp",)
 
 _lock = threading.Lock()
 _state: dict[str, bool] = {}
+# Run once the library is in, before any op is called: isa.py registers the SLLM_CPU_ISA ceiling here
+# (kernels/cpu/__init__.py imports it first), so the build never imports the path selection built on it.
+_on_load: list[Callable[[], None]] = []
+
+
+def on_load(fn: Callable[[], None]) -> None:
+    """Registers `fn` to run right after the library loads (under the loader's lock: it must not call
+    `cpu_kernels_available`)."""
+    _on_load.append(fn)
 
 
 def extensions_dir() -> Path:
@@ -79,9 +89,8 @@ def _load_or_disable() -> bool:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         log.warning("C++ CPU kernels unavailable (%s); using the torch reference attention", first)
         return False
-    from kernels.cpu.isa import apply_environment
-
-    apply_environment()  # SLLM_CPU_ISA: a path this CPU cannot run is an error, not a silent fallback
+    for fn in _on_load:  # SLLM_CPU_ISA: a path this CPU cannot run is an error, not a silent fallback
+        fn()
     return True
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import torch
 
-from kernels.cpu.build import cpu_kernels_available
+from kernels.cpu.build import cpu_kernels_available, on_load
 
 PATHS = ("generic", "avx2", "avx512")
 ENV = "SLLM_CPU_ISA"
@@ -60,9 +60,12 @@ def select(name: str) -> None:
 
 
 def apply_environment() -> None:
-    """Called by the loader once the library is in (so through no `cpu_kernels_available`, which holds
+    """Run by the loader once the library is in (so through no `cpu_kernels_available`, which holds
     its lock then)."""
     _set(os.environ.get(ENV, "auto").strip().lower() or "auto")
+
+
+on_load(apply_environment)
 
 
 def _set(name: str) -> None:
