@@ -12,7 +12,7 @@ import kernels
 from engine.lora import LoRABatch
 from engine.model_config import ModelConfig
 from engine.models.rope import rope_inv_freq
-from kernels.cpu.fused_ops import DECODE_MAX_ROWS, decode_layer_weights, decode_layers_cpu
+from kernels.cpu.fused_ops import decode_layer_weights, decode_layers_cpu, decode_max_rows
 from kernels.linear import small_linear_takes
 from kernels.quantized import QuantizedWeight, cat_rows, dequantize
 from kernels.rotary import build_cos_sin_cache
@@ -98,6 +98,7 @@ class LlamaForCausalLM:
                 break
             self.packed[name] = packed
         self.decode_layers = self._decode_layer_lists()
+        self.decode_rows = decode_max_rows(self.decode_layers) if self.decode_layers is not None else 0
 
     def _decode_layer_lists(self) -> dict[str, list[torch.Tensor]] | None:
         """Per-layer weight lists for the one-call C++ decode path (`decode_layers_cpu`), or None where
@@ -134,7 +135,7 @@ class LlamaForCausalLM:
         t = input_ids.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = kernels.embedding(input_ids, w["embed"])
-        if lora is None and meta.all_decode and self.decode_layers is not None and t <= DECODE_MAX_ROWS:
+        if lora is None and meta.all_decode and self.decode_layers is not None and t <= self.decode_rows:
             return decode_layers_cpu(
                 x, positions, self.cos_sin_cache, self.decode_layers, w["norm"],
                 [kc for kc, _ in kv_caches], [vc for _, vc in kv_caches], meta.slot_mapping, meta.block_tables,

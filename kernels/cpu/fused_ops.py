@@ -46,6 +46,14 @@ MATRICES = ("qkv", "o", "gate_up", "down")
 # Rows `decode_layers_cpu` takes in one call (csrc/decode_layers.cpp's kDecodeMaxRows): up to 8 decoding
 # sequences, or a speculative verify step of a sequence's last token and up to 7 drafts.
 DECODE_MAX_ROWS = 8
+FLOAT_DECODE_MAX_ROWS = 4  # the float32 few-row kernel's one pass (kernels/linear.py: SMALL_LINEAR_MAX_ROWS)
+
+
+def decode_max_rows(layers: dict[str, list]) -> int:
+    """Rows worth one call for these weights: all 8 where every matrix is quantized (those kernels read
+    a weight once for 8 rows); 4 with float32 matrices, which more rows would read twice, while the
+    layer loop's GEMM reads them once."""
+    return DECODE_MAX_ROWS if all(layers["types"]) else FLOAT_DECODE_MAX_ROWS
 
 
 def decode_layer_weights(layers: dict[str, list]) -> dict[str, list]:

@@ -11,7 +11,7 @@ import engine.models.llama as llama_module
 import engine.speculative as speculative
 from engine import LLM, SamplingParams
 from engine.model_runner import ModelRunner
-from kernels.cpu.fused_ops import DECODE_MAX_ROWS
+from kernels.cpu.fused_ops import FLOAT_DECODE_MAX_ROWS
 from tests.cpu_paths import cpu_paths
 from tests.engine.conftest import TOKENIZER_FILES, make_tiny_llama
 
@@ -100,15 +100,15 @@ def test_one_call_decode_splits_its_work_across_threads(llm, threads, cpu_path):
 
 @pytest.fixture(scope="module")
 def spec_llm(llm):
-    return LLM(model=llm.engine.config.model, num_kv_blocks=64,
+    """Quantized weights (int8 groups: GGUF's Q8_0), with which the one-call op takes up to 8 rows."""
+    return LLM(model=llm.engine.config.model, num_kv_blocks=64, quantization="int8",
                speculative_config={"method": "ngram", "num_speculative_tokens": 6})
 
 
 @pytest.mark.parametrize("cpu_path", cpu_paths(64), indirect=True)
 def test_verify_steps_take_the_one_call_decode(spec_llm, cpu_path, monkeypatch):
-    """A verify step of 7 rows (6 drafts: more rows than one pass of the float32 few-row matmul) runs as
-    decode rows through the one-call op, each row attending up to its own position, and gives the layer
-    loop's logits."""
+    """A verify step of 7 rows (6 drafts) runs as decode rows through the one-call op, each row attending
+    up to its own position, and gives the layer loop's logits."""
     spec = spec_llm
     rows: list[int] = []
     op = llama_module.decode_layers_cpu
@@ -132,6 +132,6 @@ def test_verify_steps_take_the_one_call_decode(spec_llm, cpu_path, monkeypatch):
 
 def test_more_sequences_than_one_call_takes_the_layer_loop(llm):
     """More rows than the one-call op takes: the Python loop runs, and still answers."""
-    prompts = [chr(ord("a") + i) for i in range(DECODE_MAX_ROWS + 1)]
+    prompts = [chr(ord("a") + i) for i in range(FLOAT_DECODE_MAX_ROWS + 1)]
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
     assert all(len(o.outputs[0].token_ids) == 4 for o in outs)
