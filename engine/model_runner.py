@@ -130,6 +130,14 @@ class ModelRunner:
                 # the last real token, then one row per draft token being verified
                 k = start + n - len(seq)
                 logits_idx.extend(range(starts[-1] - 1 - k, starts[-1]))
+        all_decode = all(item.num_new_tokens == 1 + len(item.seq.spec_tokens) for item in sched.scheduled)
+        if all_decode and len(ids) > len(sched.scheduled):
+            # A verify step: each draft row attends as a decode row over its sequence's blocks up to its
+            # own position (the step stores every row's keys first), so it takes the decode path, the
+            # one-call C++ op on the CPU, instead of the prefill attention and the layer loop.
+            tables = [t for t, item in zip(tables, sched.scheduled, strict=True) for _ in range(item.num_new_tokens)]
+            ctx_lens = [p + 1 for p in positions]
+            starts = list(range(len(ids) + 1))
         width = max(len(t) for t in tables)
         padded = [t + [0] * (width - len(t)) for t in tables]
         dev = self.device
@@ -138,7 +146,7 @@ class ModelRunner:
             block_tables=torch.tensor(padded, dtype=torch.int32, device=dev),
             query_start_loc=torch.tensor(starts, dtype=torch.int32, device=dev),
             context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),
-            all_decode=len(ids) == len(sched.scheduled),
+            all_decode=all_decode,
         )
         return StepInputs(
             input_ids=torch.tensor(ids, dtype=torch.long, device=dev),

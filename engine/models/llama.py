@@ -12,8 +12,8 @@ import kernels
 from engine.lora import LoRABatch
 from engine.model_config import ModelConfig
 from engine.models.rope import rope_inv_freq
-from kernels.cpu.fused_ops import decode_layer_weights, decode_layers_cpu
-from kernels.linear import SMALL_LINEAR_MAX_ROWS, small_linear_takes
+from kernels.cpu.fused_ops import decode_layer_weights, decode_layers_cpu, decode_max_rows
+from kernels.linear import small_linear_takes
 from kernels.quantized import QuantizedWeight, cat_rows, dequantize
 from kernels.rotary import build_cos_sin_cache
 
@@ -23,10 +23,10 @@ SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCa
 @dataclass
 class AttentionMetadata:
     slot_mapping: torch.Tensor  # [T] cache slot of every new token
-    block_tables: torch.Tensor  # [B, max_blocks]
+    block_tables: torch.Tensor  # [B, max_blocks]; B = T when all_decode
     query_start_loc: torch.Tensor  # [B+1]
     context_lens: torch.Tensor  # [B] tokens in the cache after this step
-    all_decode: bool  # every sequence computes exactly one token
+    all_decode: bool  # one row per token, row i attending over block_tables[i] up to context_lens[i]
 
 
 def rope_parameters(config: ModelConfig) -> tuple[torch.Tensor, float]:
@@ -99,6 +99,7 @@ class LlamaForCausalLM:
                 break
             self.packed[name] = packed
         self.decode_layers = self._decode_layer_lists()
+        self.decode_rows = decode_max_rows(self.decode_layers) if self.decode_layers is not None else 0
 
     def _decode_layer_lists(self) -> dict[str, list[torch.Tensor]] | None:
         """Per-layer weight lists for the one-call C++ decode path (`decode_layers_cpu`), or None where
@@ -135,7 +136,7 @@ class LlamaForCausalLM:
         t = input_ids.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = kernels.embedding(input_ids, w["embed"])
-        if lora is None and meta.all_decode and self.decode_layers is not None and t <= SMALL_LINEAR_MAX_ROWS:
+        if lora is None and meta.all_decode and self.decode_layers is not None and t <= self.decode_rows:
             return decode_layers_cpu(
                 x, positions, self.cos_sin_cache, self.decode_layers, w["norm"],
                 [kc for kc, _ in kv_caches], [vc for _, vc in kv_caches], meta.slot_mapping, meta.block_tables,

@@ -43,6 +43,17 @@ def store_kv_cpu(k, v, k_cache, v_cache, slot_mapping):
 
 
 MATRICES = ("qkv", "o", "gate_up", "down")
+# Rows `decode_layers_cpu` takes in one call (csrc/decode_layers.cpp's kDecodeMaxRows): up to 8 decoding
+# sequences, or a speculative verify step of a sequence's last token and up to 7 drafts.
+DECODE_MAX_ROWS = 8
+FLOAT_DECODE_MAX_ROWS = 4  # the float32 few-row kernel's one pass (kernels/linear.py: SMALL_LINEAR_MAX_ROWS)
+
+
+def decode_max_rows(layers: dict[str, list]) -> int:
+    """Rows worth one call for these weights: all 8 where every matrix is quantized (those kernels read
+    a weight once for 8 rows); 4 with float32 matrices, which more rows would read twice, while the
+    layer loop's GEMM reads them once."""
+    return DECODE_MAX_ROWS if all(layers["types"]) else FLOAT_DECODE_MAX_ROWS
 
 
 def decode_layer_weights(layers: dict[str, list]) -> dict[str, list]:
@@ -60,9 +71,10 @@ def decode_layer_weights(layers: dict[str, list]) -> dict[str, list]:
 def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list], final_norm,
                       k_caches, v_caches, slot_mapping, block_tables, context_lens, *, eps: float, scale: float,
                       num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
-    """Every decoder layer and the final norm of a decode step of 1 to 4 fp32 rows in one C++ call and one
-    OpenMP parallel region (`csrc/decode_layers.cpp`), over `torch.get_num_threads()` threads; the
-    reference is the model's own layer loop. `layers` comes from
+    """Every decoder layer and the final norm of a decode step of 1 to DECODE_MAX_ROWS fp32 rows in one C++
+    call and one OpenMP parallel region (`csrc/decode_layers.cpp`), over `torch.get_num_threads()` threads;
+    the reference is the model's own layer loop. Each row attends over its own block table up to its own
+    context length, after every row's keys and values are stored. `layers` comes from
     `decode_layer_weights`: in_norm, qkv, qkv_bias (empty without biases), o, post_norm, gate_up, down,
     types."""
     return torch.ops.sllm_cpu.decode_layers(

@@ -1,13 +1,17 @@
 """The one-call C++ decode path (kernels/cpu/csrc/decode_layers.cpp) against its reference, the model's
-Python layer loop: the same logits, step after step, for 1 to 4 sequences, with and without q/k/v biases,
-on every instruction-set path this CPU runs, with one thread or a team that splits every op."""
+Python layer loop: the same logits, step after step, for 1 to 4 sequences and for speculative verify steps
+(a sequence's last token and its drafts as decode rows), with and without q/k/v biases, on every
+instruction-set path this CPU runs, with one thread or a team that splits every op."""
 
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+import engine.models.llama as llama_module
+import engine.speculative as speculative
 from engine import LLM, SamplingParams
 from engine.model_runner import ModelRunner
+from kernels.cpu.fused_ops import FLOAT_DECODE_MAX_ROWS
 from tests.cpu_paths import cpu_paths
 from tests.engine.conftest import TOKENIZER_FILES, make_tiny_llama
 
@@ -39,7 +43,8 @@ def llm(request, tmp_path_factory, default_model_dir):
 
 
 def _logits_per_step(llm, prompts, fused: bool) -> list[torch.Tensor]:
-    """Runs the prompts to 12 new tokens, recording every decode step's logits."""
+    """Runs the prompts to 12 new tokens, recording the logits of every decode step (verify steps
+    included: their rows are each sequence's last token and its drafts)."""
     model = llm.engine.runner.model
     lists = model.decode_layers
     model.decode_layers = lists if fused else None
@@ -48,7 +53,7 @@ def _logits_per_step(llm, prompts, fused: bool) -> list[torch.Tensor]:
 
     def recording(self, sched):
         logits = execute(self, sched)
-        if all(item.num_new_tokens == 1 for item in sched.scheduled):
+        if all(item.num_new_tokens == 1 + len(item.seq.spec_tokens) for item in sched.scheduled):
             seen.append(logits.clone())
         return logits
 
@@ -93,8 +98,40 @@ def test_one_call_decode_splits_its_work_across_threads(llm, threads, cpu_path):
     llm.engine.block_manager.check_no_leak()
 
 
-def test_five_sequences_take_the_layer_loop(llm):
-    """More rows than the few-row matmul takes: the Python loop runs, and still answers."""
-    outs = llm.generate(["a", "b", "c", "d", "e"], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True),
-                        use_tqdm=False)
+@pytest.fixture(scope="module")
+def spec_llm(llm):
+    """Quantized weights (int8 groups: GGUF's Q8_0), with which the one-call op takes up to 8 rows."""
+    return LLM(model=llm.engine.config.model, num_kv_blocks=64, quantization="int8",
+               speculative_config={"method": "ngram", "num_speculative_tokens": 6})
+
+
+@pytest.mark.parametrize("cpu_path", cpu_paths(64), indirect=True)
+def test_verify_steps_take_the_one_call_decode(spec_llm, cpu_path, monkeypatch):
+    """A verify step of 7 rows (6 drafts) runs as decode rows through the one-call op, each row attending
+    up to its own position, and gives the layer loop's logits."""
+    spec = spec_llm
+    rows: list[int] = []
+    op = llama_module.decode_layers_cpu
+
+    def counting(x, *args, **kwargs):
+        rows.append(x.shape[0])
+        return op(x, *args, **kwargs)
+
+    monkeypatch.setattr(llama_module, "decode_layers_cpu", counting)
+    # A random model rarely repeats itself, so drafts come from a drafter that always proposes.
+    monkeypatch.setattr(speculative, "ngram_propose", lambda tokens, k, *_: tokens[-k:])
+    prompt = "SELECT name FROM users WHERE id = 1;"
+    fused = _logits_per_step(spec, [prompt], fused=True)
+    loop = _logits_per_step(spec, [prompt], fused=False)
+    assert max(rows) == 7 and max(len(a) for a in fused) == 7
+    assert [len(a) for a in fused] == [len(b) for b in loop]
+    for a, b in zip(fused, loop, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    spec.engine.block_manager.check_no_leak()
+
+
+def test_more_sequences_than_one_call_takes_the_layer_loop(llm):
+    """More rows than the one-call op takes: the Python loop runs, and still answers."""
+    prompts = [chr(ord("a") + i) for i in range(FLOAT_DECODE_MAX_ROWS + 1)]
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
     assert all(len(o.outputs[0].token_ids) == 4 for o in outs)

@@ -1,5 +1,8 @@
 // The op `torch.ops.sllm_cpu.decode_layers`: every decoder layer of a Llama-family model and the final
-// norm for a decode step of 1 to 4 float32 sequences, in one call that opens one OpenMP parallel region.
+// norm for a decode step of 1 to kDecodeMaxRows float32 rows, in one call that opens one OpenMP parallel
+// region. A row is one token whose attention reads its own block table up to its own context length, so
+// a speculative verify step (a sequence's last token and its drafts, each row seeing the rows before it,
+// whose keys and values are stored before any row attends) is a decode step too.
 // Its reference is the model's own Python layer loop (engine/models/llama.py), which it must match.
 //
 // Why one region: at batch 1 a step of the default model (30 layers, ~2 MB of quantized weights each)
@@ -38,6 +41,10 @@
 namespace sllm_cpu {
 namespace {
 
+// Rows of one call: a verify step of one sequence with up to 7 drafts. The quantized kernels read each
+// weight once for all of them (kQuantMaxRows); float32 weights take passes of kSmallLinearMaxRows.
+constexpr int64_t kDecodeMaxRows = 8;
+
 // One weight matrix [N, K] of a layer as the kernels read it: float32 rows (`type` 0, GGML's F32) or
 // GGUF blocks (`type` a GGML quantized type), with its kernel picked once per call.
 struct Matrix {
@@ -49,13 +56,19 @@ struct Matrix {
   SmallLinearKernel small = nullptr;
   QuantizedKernel quantized = nullptr;
 
-  // Columns [n0, n1) of y = x W^T (+ bias) for `rows` rows of x.
+  // Columns [n0, n1) of y = x W^T (+ bias) for `rows` rows of x, in passes of as many rows as the
+  // kernel serves with one read of the weight.
   void columns(const float* x, int64_t rows, int64_t ldx, int64_t n0, int64_t n1, float* y, int64_t ldy) const {
     if (n0 >= n1) return;
-    if (type == 0) {
-      small(x, rows, ldx, static_cast<const float*>(w), k, bias, n0, n1, y, ldy);
-    } else {
-      quantized(x, rows, ldx, k, static_cast<const uint8_t*>(w), type, row_bytes, bias, n0, n1, y, ldy);
+    const int64_t pass = type == 0 ? kSmallLinearMaxRows : kQuantMaxRows;
+    for (int64_t r0 = 0; r0 < rows; r0 += pass) {
+      const int64_t m = std::min(pass, rows - r0);
+      if (type == 0) {
+        small(x + r0 * ldx, m, ldx, static_cast<const float*>(w), k, bias, n0, n1, y + r0 * ldy, ldy);
+      } else {
+        quantized(x + r0 * ldx, m, ldx, k, static_cast<const uint8_t*>(w), type, row_bytes, bias, n0, n1,
+                  y + r0 * ldy, ldy);
+      }
     }
   }
 };
@@ -159,8 +172,8 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
                   (qkv_bias.empty() || qkv_bias.size() == num_layers) && types.size() == 4 * num_layers,
               "sllm_cpu: decode_layers needs one of each weight and cache per layer");
   const int64_t t = x_in.size(0);
-  TORCH_CHECK(x_in.dim() == 2 && t >= 1 && t <= kSmallLinearMaxRows, "sllm_cpu: decode_layers takes 1 to ",
-              kSmallLinearMaxRows, " rows");
+  TORCH_CHECK(x_in.dim() == 2 && t >= 1 && t <= kDecodeMaxRows, "sllm_cpu: decode_layers takes 1 to ",
+              kDecodeMaxRows, " rows");
   TORCH_CHECK(x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat, "sllm_cpu: decode_layers is float32 only");
   TORCH_CHECK(head_dim % 2 == 0 && num_heads >= 1 && num_kv_heads >= 1, "sllm_cpu: bad head shape");
   const at::Tensor x = x_in.contiguous();
