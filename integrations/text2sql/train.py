@@ -40,12 +40,13 @@ class TrainConfig:
     epochs: float = 1.0
     batch_size: int = 8
     max_steps: int | None = None
-    warmup: int = 30
+    warmup: float = 0.05  # fraction of the steps spent warming up (linear), before the cosine decay
     max_len: int = 1024
     seed: int = 0
     device: str = "auto"  # auto: cuda when available, else cpu
     pack: int = 8  # questions of one schema per training sequence
     layers: int | None = 12  # LoRA on the last N decoder layers (None: all)
+    save_every: int = 0  # also write the adapter to OUT/step-N every N steps (0: only at the end)
     target_modules: tuple[str, ...] = TARGET_MODULES
 
 
@@ -170,7 +171,7 @@ def train(sequences: Sequence[Sequence[Piece]], out: Path, cfg: TrainConfig,
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     per_epoch = math.ceil(len(encoded) / cfg.batch_size)
     total = cfg.max_steps or max(1, math.ceil(per_epoch * cfg.epochs))
-    warm = min(cfg.warmup, max(1, total // 10))
+    warm = max(1, round(cfg.warmup * total))
 
     def lr_at(step: int) -> float:  # linear warm-up, cosine decay to a tenth
         if step < warm:
@@ -203,6 +204,9 @@ def train(sequences: Sequence[Sequence[Piece]], out: Path, cfg: TrainConfig,
             bar.set_postfix(loss=f"{result.losses[-1]:.3f}")
             if progress:
                 progress(result.steps, total, result.losses[-1])
+            if cfg.save_every and result.steps % cfg.save_every == 0 and result.steps < total:
+                result.seconds = time.perf_counter() - start
+                save(model, out / f"step-{result.steps}", cfg, result)
             if result.steps >= total:
                 break
     bar.close()
