@@ -28,6 +28,7 @@ from integrations.text2sql.dataset import PROMPT_TEMPLATE
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TERMINATOR = ";"  # what the grammar and the stop strings end a query with
+DEFAULT_BASE_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what ``default`` is, for adapter_config.json
 
 
 @dataclass
@@ -221,6 +222,11 @@ def save(model, out: Path, cfg: TrainConfig, result: TrainResult) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
+    if cfg.base == "default":  # the converted model's cache path means nothing on another machine
+        config_file = out / "adapter_config.json"
+        adapter_config = json.loads(config_file.read_text())
+        adapter_config["base_model_name_or_path"] = DEFAULT_BASE_NAME
+        config_file.write_text(json.dumps(adapter_config, indent=2) + "\n")
     file = out / "adapter_model.safetensors"
     save_file({k: v.half().contiguous() for k, v in load_file(str(file)).items()}, str(file),
               metadata={"format": "pt"})
