@@ -90,6 +90,12 @@ class ModeReport:
     def exec_accuracy(self) -> float:
         return self.matched / self.n if self.n else 0.0
 
+    def summary(self) -> str:
+        langs = ", ".join(f"{k} {v['matched']}/{v['n']}" for k, v in sorted(self.by_lang.items()))
+        p50 = f"{self.p50_ask_ms:.0f} ms" if self.p50_ask_ms is not None else "-"
+        return (f"{self.mode}: valid {self.valid_rate:.1%}, executable {self.executable_rate:.1%}, exec accuracy "
+                f"{self.exec_accuracy:.1%} ({langs}), batch {self.batch_s:.1f} s, p50 ask {p50}")
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(valid_rate=self.valid_rate, executable_rate=self.executable_rate, exec_accuracy=self.exec_accuracy)
@@ -205,6 +211,7 @@ def evaluate(
                 lat.append(res.timings["total_ms"])
             report.p50_ask_ms = statistics.median(lat)
         reports.append(report)
+        say(report.summary())  # a long run stopped in a later mode still leaves this one's numbers
     return EvalReport(reports, records, time.perf_counter() - t0)
 
 

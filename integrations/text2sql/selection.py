@@ -6,7 +6,10 @@ through the usual path (:func:`.ask.run_sql`: validation, EXPLAIN, time limit, r
 candidate is only outvoted, never run unchecked. Candidates that ran are grouped by their result
 set (rows as a multiset, floats rounded, as the evaluation compares them); the largest group wins,
 ties going to the group holding the earliest candidate, so the greedy answer wins whenever nothing
-outvotes it. With nothing runnable (or ``execute=False``: no rows to compare) the greedy result stands.
+outvotes it. An empty answer (no rows, or one row of NULLs: an aggregate over nothing) loses to any
+answer with data, whatever its votes: a question asked of a database is about rows it holds, and a
+weak model's wrong filters agree on "nothing" easily. With nothing runnable (or ``execute=False``: no
+rows to compare) the greedy result stands.
 """
 
 from __future__ import annotations
@@ -34,6 +37,11 @@ def result_key(result: AskResult) -> Any:
     return frozenset(rows.items())
 
 
+def has_data(result: AskResult) -> bool:
+    """Whether a result holds a value: not empty, not a single row of NULLs."""
+    return any(v is not None for row in result.rows for v in row)
+
+
 def choose(results: Sequence[AskResult]) -> tuple[int, int]:
     """(index of the chosen candidate, how many candidates share its result set)."""
     groups: dict[Any, list[int]] = {}
@@ -43,7 +51,7 @@ def choose(results: Sequence[AskResult]) -> tuple[int, int]:
             groups.setdefault(key, []).append(i)
     if not groups:
         return 0, 0
-    best = max(groups.values(), key=lambda idx: (len(idx), -idx[0]))
+    best = max(groups.values(), key=lambda idx: (has_data(results[idx[0]]), len(idx), -idx[0]))
     return best[0], len(best)
 
 

@@ -28,6 +28,7 @@ from integrations.text2sql.dataset import PROMPT_TEMPLATE
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TERMINATOR = ";"  # what the grammar and the stop strings end a query with
+DEFAULT_BASE_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what ``default`` is, for adapter_config.json
 
 
 @dataclass
@@ -40,12 +41,13 @@ class TrainConfig:
     epochs: float = 1.0
     batch_size: int = 8
     max_steps: int | None = None
-    warmup: int = 30
+    warmup: float = 0.05  # fraction of the steps spent warming up (linear), before the cosine decay
     max_len: int = 1024
     seed: int = 0
     device: str = "auto"  # auto: cuda when available, else cpu
     pack: int = 8  # questions of one schema per training sequence
     layers: int | None = 12  # LoRA on the last N decoder layers (None: all)
+    save_every: int = 0  # also write the adapter to OUT/step-N every N steps (0: only at the end)
     target_modules: tuple[str, ...] = TARGET_MODULES
 
 
@@ -170,7 +172,7 @@ def train(sequences: Sequence[Sequence[Piece]], out: Path, cfg: TrainConfig,
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     per_epoch = math.ceil(len(encoded) / cfg.batch_size)
     total = cfg.max_steps or max(1, math.ceil(per_epoch * cfg.epochs))
-    warm = min(cfg.warmup, max(1, total // 10))
+    warm = max(1, round(cfg.warmup * total))
 
     def lr_at(step: int) -> float:  # linear warm-up, cosine decay to a tenth
         if step < warm:
@@ -203,6 +205,9 @@ def train(sequences: Sequence[Sequence[Piece]], out: Path, cfg: TrainConfig,
             bar.set_postfix(loss=f"{result.losses[-1]:.3f}")
             if progress:
                 progress(result.steps, total, result.losses[-1])
+            if cfg.save_every and result.steps % cfg.save_every == 0 and result.steps < total:
+                result.seconds = time.perf_counter() - start
+                save(model, out / f"step-{result.steps}", cfg, result)
             if result.steps >= total:
                 break
     bar.close()
@@ -217,6 +222,11 @@ def save(model, out: Path, cfg: TrainConfig, result: TrainResult) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
+    if cfg.base == "default":  # the converted model's cache path means nothing on another machine
+        config_file = out / "adapter_config.json"
+        adapter_config = json.loads(config_file.read_text())
+        adapter_config["base_model_name_or_path"] = DEFAULT_BASE_NAME
+        config_file.write_text(json.dumps(adapter_config, indent=2) + "\n")
     file = out / "adapter_model.safetensors"
     save_file({k: v.half().contiguous() for k, v in load_file(str(file)).items()}, str(file),
               metadata={"format": "pt"})

@@ -69,6 +69,18 @@ def test_choose_keeps_the_result_most_candidates_agree_on():
     assert choose([results[2]]) == (0, 0)  # nothing ran: the greedy result stands
 
 
+def test_choose_prefers_an_answer_with_data_to_an_empty_one():
+    shop = demo_source("shop")
+    sqls = ["SELECT name FROM products WHERE price < 0",  # no rows: outvoted by data even with more votes
+            "SELECT name FROM customers WHERE customer_id < 0",
+            "SELECT MAX(price) FROM products WHERE price < 0",  # one row of NULL: no data either
+            "SELECT COUNT(*) FROM products"]
+    results = [run_sql(shop, s) for s in sqls]
+    assert [r.rows for r in results[:3]] == [[], [], [(None,)]]
+    assert choose(results) == (3, 1)
+    assert choose(results[:3]) == (0, 2)  # all empty: the majority still wins
+
+
 def _shipped_llm():
     return LLM(model="default", enable_lora=True, max_lora_rank=16, num_kv_blocks=256,
                lora_modules={LORA_NAME: str(SHIPPED)})

@@ -106,5 +106,6 @@ def test_cli_ask_and_eval(llm, monkeypatch, tmp_path):
                                   "--max-tokens", "64", "--json-out", str(report), "--text2sql-adapter", "none"])
     assert out.exit_code == 0, out.output
     assert "constrained" in out.stdout and "exec acc" in out.stdout
+    assert "constrained: valid 100.0%, executable" in out.output  # the mode's line, printed as it finished
     data = json.loads(report.read_text())
     assert data["modes"][0]["n"] == 2 and data["modes"][0]["valid"] == 2
