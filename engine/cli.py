@@ -16,7 +16,8 @@ app.add_typer(keys_app, name="keys")
 @app.command()
 def generate(
     prompts: list[str] = typer.Argument(None, help="Prompts; or use --file"),
-    file: Path | None = typer.Option(None, "--file", "-f", help="A text file (one prompt a line) or JSONL with 'prompt'"),
+    file: Path | None = typer.Option(None, "--file", "-f",
+                                     help="A text file (one prompt a line) or JSONL with 'prompt'"),
     model: str = typer.Option("default", envvar="SLLM_MODEL"),
     max_tokens: int = typer.Option(64),
     temperature: float = typer.Option(0.0),
@@ -71,6 +72,7 @@ def _register_optional_commands() -> None:
         ("engine.bench", "bench_offline", bench_app, "offline"),
         ("engine.json_bench", "bench_json", bench_app, "json"),
         ("kernels.bench", "bench_kernels", bench_app, "kernels"),
+        ("benchmarks.lora", "bench_lora", bench_app, "lora"),
     ):
         try:
             fn = getattr(importlib.import_module(module), attr)

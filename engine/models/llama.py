@@ -91,7 +91,8 @@ class LlamaForCausalLM:
         leftovers = [k for k in state if "rotary_emb" not in k]
         if leftovers:
             raise ValueError(f"unexpected weights in checkpoint: {leftovers[:5]}")
-        matmuls = ["lm_head"] + [f"model.layers.{i}.{n}" for i in range(self.num_layers) for n in ("qkv", "o", "gate_up", "down")]
+        matmuls = ["lm_head"] + [f"model.layers.{i}.{n}" for i in range(self.num_layers)
+                                 for n in ("qkv", "o", "gate_up", "down")]
         for name in matmuls:
             packed = kernels.pack_linear(w[name])
             if packed is None:

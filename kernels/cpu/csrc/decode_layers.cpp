@@ -249,11 +249,12 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   const int threads = std::max(1, at::get_num_threads());
   const int64_t own_h = lines(t * hidden), own_scratch = lines(scratch_floats(plan));
   const int64_t own_attn = parts > 1 ? lines(t * q_size) : 0;
-  const int64_t own_lora =
-      lora_rank > 0 ? lines(lora_scratch_floats(std::max(hidden, inter), std::max(qkv_n, 2 * inter), lora_rank)) : 0;
+  const int64_t lora_k = std::max({hidden, q_size, inter}), lora_n = std::max({hidden, qkv_n, 2 * inter});
+  const int64_t own_lora = lora_rank > 0 ? lines(lora_scratch_floats(lora_k, lora_n, lora_rank)) : 0;
   const int64_t own = own_h + own_scratch + own_attn + own_lora;
-  const int64_t sizes[] = {lines(t * hidden), lines(t * hidden), lines(t * qkv_n),      lines(t * q_size),
-                           lines(t * q_size), lines(t * 2 * inter), lines(t * inter), lines(part_slots * (head_dim + 2))};
+  const int64_t sizes[] = {lines(t * hidden),    lines(t * hidden), lines(t * qkv_n),
+                           lines(t * q_size),    lines(t * q_size), lines(t * 2 * inter),
+                           lines(t * inter),     lines(part_slots * (head_dim + 2))};
   int64_t shared = 0;
   for (int64_t n : sizes) shared += n;
   at::Tensor buffer = at::empty({shared + threads * own}, x.options());
