@@ -5,9 +5,11 @@ on every projection, written with peft to a temp folder, plus the shipped text-t
 alternate, and each mode's median tokens/s and its ratio to no adapter are printed, with the CPU and the
 kernel path. Issue 18's target: 32 requests over 4 adapters >= 0.80x of the same 32 with none."""
 
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -37,6 +39,19 @@ def random_adapters(base: Path, folder: Path, count: int, rank: int) -> dict[str
     return out
 
 
+@contextlib.contextmanager
+def torch_grouping(llm, on: bool) -> Iterator[None]:
+    """While on: LoRA deltas by the torch grouping, in the Python layer loop (no one-call decode op)."""
+    model, loras = llm.engine.runner.model, llm.engine.runner.loras
+    saved = model.decode_layers, loras.cpu_kernels
+    if on:
+        model.decode_layers, loras.cpu_kernels = None, False
+    try:
+        yield
+    finally:
+        model.decode_layers, loras.cpu_kernels = saved
+
+
 def bench_lora(
     model: str = typer.Option("default", help="Base model (its HF config and weights are read for the adapters)"),
     num_prompts: str = typer.Option("32,4", help="Batch sizes: requests submitted at once, comma-separated "
@@ -45,6 +60,9 @@ def bench_lora(
     rank: int = typer.Option(8, help="Rank of the random adapters"),
     repeats: int = typer.Option(3, help="Timed runs per mode (alternating); the median is reported"),
     quantization: str = typer.Option("auto", help="Weight mode of the base model (auto: GGUF blocks stay quantized)"),
+    compare_torch: bool = typer.Option(False, "--compare-torch", help="Also run the 4 adapters on the torch "
+                                       "grouping in the Python layer loop (the path before the C++ deltas, and the "
+                                       "one other devices take)"),
 ):
     """tok/s with no adapter, one adapter and four adapters for the same requests, and the ratios."""
     import torch
@@ -75,15 +93,18 @@ def bench_lora(
             prompts = [prompts_all[i % len(prompts_all)] for i in range(n)]
             modes = {"no adapter": [None] * n, "1 adapter": [names[0]] * n,
                      "4 adapters": [names[i % len(names)] for i in range(n)]}
+            if compare_torch:
+                modes["4, torch"] = modes["4 adapters"]
             warm_up = SamplingParams(temperature=0, max_tokens=4, ignore_eos=True)
             llm.generate(prompts, warm_up, use_tqdm=False, lora_request=modes["4 adapters"])
             rates: dict[str, list[float]] = {m: [] for m in modes}
             for r in range(repeats):
                 order = list(modes) if r % 2 == 0 else list(reversed(modes))
                 for mode in order:
-                    t0 = time.perf_counter()
-                    outs = llm.generate(prompts, params, use_tqdm=False, lora_request=modes[mode])
-                    seconds = time.perf_counter() - t0
+                    with torch_grouping(llm, mode == "4, torch"):
+                        t0 = time.perf_counter()
+                        outs = llm.generate(prompts, params, use_tqdm=False, lora_request=modes[mode])
+                        seconds = time.perf_counter() - t0
                     rates[mode].append(sum(len(o.outputs[0].token_ids) for o in outs) / seconds)
             base_rate = statistics.median(rates["no adapter"])
             print(f"\n{n} requests x {max_tokens} tokens, median of {repeats}:")
