@@ -112,7 +112,7 @@ def bench_lora(
             for mode, values in rates.items():
                 med = statistics.median(values)
                 runs = " ".join(f"{v:.0f}" for v in values)
-                print(f"{mode:<12} {med:8.1f} {med / base_rate:6.2f}   {runs}")
+                print(f"{mode:<12} {med:8.1f} {med / base_rate:6.2f}   {runs}", flush=True)
 
 
 if __name__ == "__main__":
