@@ -1,7 +1,7 @@
 """Per-row LoRA in C++ on the CPU (kernels/cpu/csrc/lora_delta.cpp): decode steps with adapters take the
 one-call decode op, and give the logits of the reference, the Python layer loop with the torch grouping
 (gather, matmul pair, scatter-add per adapter), for float32, int8 and GGUF base weights, on every CPU
-path; the `lora_add_` op of the layer loop equals that grouping for any row count."""
+path; the `lora_add_` op of the layer loop equals that grouping."""
 
 from pathlib import Path
 
