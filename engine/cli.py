@@ -72,6 +72,7 @@ def _register_optional_commands() -> None:
         ("benchmarks.offline", "bench_offline", bench_app, "offline"),
         ("benchmarks.structured_output", "bench_json", bench_app, "json"),
         ("benchmarks.kernels", "bench_kernels", bench_app, "kernels"),
+        ("benchmarks.lora", "bench_lora", bench_app, "lora"),
     ):
         try:
             fn = getattr(importlib.import_module(module), attr)

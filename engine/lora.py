@@ -6,11 +6,14 @@ whatever those are (fp32, bf16, GGUF blocks, int8): the base matmul is untouched
 Our fused projections (qkv, gate_up) take one A stacked from the targeted modules' A's and one B that
 is block-diagonal, so each projection costs one matmul pair per adapter.
 
-Rows of one step carry different adapters (or none). The delta is applied per group of rows that share
-an adapter: gather the rows, one matmul pair, scatter-add back (the Punica / S-LoRA idea, in torch). A
-step in which no row has an adapter does no LoRA work at all and keeps the one-call C++ decode path;
-a step with any adapter runs the model's Python layer loop (per-row LoRA inside the C++ decode op is
-later work)."""
+Rows of one step carry different adapters (or none): each row adds its own adapter's delta (the Punica /
+S-LoRA idea). A step's adapters get slots 0..S-1 and each row its slot (-1: none). On the CPU with the C++
+kernels the deltas are computed there (kernels/cpu/csrc/lora_delta.cpp, rows of one adapter grouped, up to
+four at a time, through the few-row matmul): inside the one-call decode op for decode steps of up to four
+rows, so adapters keep that path, and by one `lora_add_` call per projection in the model's layer loop
+for steps of up to CPU_KERNEL_MAX_ROWS rows. Longer steps (prefill chunks) and other devices (CUDA, bf16
+activations) gather the rows of each adapter, run one matmul pair and scatter-add back, in torch. A step
+in which no row has an adapter does no LoRA work at all. Measured by `sllm bench lora` (benchmarks/lora.py)."""
 
 import json
 import re
@@ -21,10 +24,18 @@ from pathlib import Path
 import torch
 
 from engine.errors import InvalidRequestError
+from kernels.cpu import cpu_kernels_available
 
 # HF module name -> (our fused projection, its slice order inside that projection)
 MODULES = {"q_proj": ("qkv", 0), "k_proj": ("qkv", 1), "v_proj": ("qkv", 2), "o_proj": ("o", 0),
            "gate_proj": ("gate_up", 0), "up_proj": ("gate_up", 1), "down_proj": ("down", 0)}
+PROJECTIONS = ("qkv", "o", "gate_up", "down")  # in the order the C++ decode op takes them
+# Rows up to which the C++ `lora_add_` beats the torch grouping (one thread, qkv of the default model, 4
+# adapters of rank 8: 16 us against 430 at 4 rows, 140 against 500 at 32, even near 128; at 512 rows the
+# grouping's few large GEMMs win, 2.8 ms against 4.6): decode steps take the C++ op, long prefill chunks
+# the grouping.
+CPU_KERNEL_MAX_ROWS = 128
+NO_MATRIX = torch.empty(0)  # a projection an adapter leaves alone, for the C++ ops
 KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])\.weight$")
 
 
@@ -45,6 +56,15 @@ class LoRAAdapter:
     rank: int
     # "model.layers.{i}.{qkv|o|gate_up|down}" -> (A [r_total, in], B [out, r_total] with the scale folded in)
     weights: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # A's and B's of every layer's PROJECTIONS in order (NO_MATRIX where not adapted), for the decode op
+    decode_a: list[torch.Tensor] = field(default_factory=list)
+    decode_b: list[torch.Tensor] = field(default_factory=list)
+
+    def index(self, num_layers: int) -> None:
+        pairs = [self.weights.get(f"model.layers.{i}.{p}", (NO_MATRIX, NO_MATRIX))
+                 for i in range(num_layers) for p in PROJECTIONS]
+        self.decode_a = [a for a, _ in pairs]
+        self.decode_b = [b for _, b in pairs]
 
 
 def _config(folder: Path, max_rank: int) -> tuple[int, float]:
@@ -131,17 +151,35 @@ def load_adapter(request: LoRARequest, model, max_rank: int) -> LoRAAdapter:
             b_cat[off : off + b.shape[0], j * rank : (j + 1) * rank] = b * scale
         adapter.weights[f"model.layers.{layer}.{proj}"] = (a_cat.contiguous().to(model.device),
                                                            b_cat.contiguous().to(model.device))
+    adapter.index(model.num_layers)
     return adapter
 
 
 @dataclass
 class LoRABatch:
-    """The step's rows grouped by adapter: one (adapter, row indices) per adapter present."""
+    """The step's adapters (slot i: adapters[i]) and each row's slot (-1: none)."""
 
-    groups: list[tuple[LoRAAdapter, torch.Tensor]]
+    adapters: list[LoRAAdapter]
+    row_slots: list[int]
+    device: torch.device
+    cpu_kernels: bool  # float32 rows take the C++ `lora_add_` (else the torch grouping)
+
+    @property
+    def groups(self) -> list[tuple[LoRAAdapter, torch.Tensor]]:
+        """(adapter, its row indices) per adapter, for the torch path."""
+        rows: list[list[int]] = [[] for _ in self.adapters]
+        for row, slot in enumerate(self.row_slots):
+            if slot >= 0:
+                rows[slot].append(row)
+        return [(a, torch.tensor(r, dtype=torch.long, device=self.device)) for a, r in zip(self.adapters, rows,
+                                                                                            strict=True)]
 
     def apply(self, y: torch.Tensor, x: torch.Tensor, name: str) -> torch.Tensor:
-        """y (the base projection of x) plus each group's delta on its rows."""
+        """y (the base projection of x) plus each row's delta."""
+        if self.cpu_kernels and y.dtype == x.dtype == torch.float32 and y.shape[0] <= CPU_KERNEL_MAX_ROWS:
+            pairs = [a.weights.get(name, (NO_MATRIX, NO_MATRIX)) for a in self.adapters]
+            torch.ops.sllm_cpu.lora_add_(y, x, [a for a, _ in pairs], [b for _, b in pairs], self.row_slots)
+            return y
         for adapter, rows in self.groups:
             ab = adapter.weights.get(name)
             if ab is None:
@@ -151,6 +189,13 @@ class LoRABatch:
             delta = (xs @ a.T) @ b.T
             y.index_add_(0, rows, delta.to(y.dtype))
         return y
+
+    def decode_args(self) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int]]:
+        """The one-call C++ decode op's lora arguments: A's and B's per layer, projection and slot."""
+        n = len(self.adapters[0].decode_a)
+        lora_a = [a.decode_a[j] for j in range(n) for a in self.adapters]
+        lora_b = [a.decode_b[j] for j in range(n) for a in self.adapters]
+        return lora_a, lora_b, self.row_slots
 
 
 class LoRAManager:
@@ -164,6 +209,8 @@ class LoRAManager:
         self.registered: dict[str, LoRARequest] = {}
         self.resident: OrderedDict[int, LoRAAdapter] = OrderedDict()
         self.in_use: dict[int, int] = {}  # lora_int_id -> live requests
+        # Deltas through the C++ kernels (kernels/cpu/csrc/lora_delta.cpp) on the CPU, else in torch.
+        self.cpu_kernels = model.device.type == "cpu" and cpu_kernels_available()
         self._next_id = 1
 
     def add(self, name: str, path: str) -> LoRARequest:
@@ -221,12 +268,9 @@ class LoRAManager:
             del self.in_use[req.lora_int_id]
 
     def batch(self, row_ids: list[int], device: torch.device) -> LoRABatch | None:
-        """Groups rows by lora_int_id (0: none); None when no row has an adapter."""
-        by_id: dict[int, list[int]] = {}
-        for row, lid in enumerate(row_ids):
-            if lid:
-                by_id.setdefault(lid, []).append(row)
-        if not by_id:
+        """Slots for the step's adapters by lora_int_id (0: none); None when no row has an adapter."""
+        slot_of: dict[int, int] = {}
+        slots = [slot_of.setdefault(lid, len(slot_of)) if lid else -1 for lid in row_ids]
+        if not slot_of:
             return None
-        return LoRABatch([(self.resident[lid], torch.tensor(rows, dtype=torch.long, device=device))
-                          for lid, rows in by_id.items()])
+        return LoRABatch([self.resident[lid] for lid in slot_of], slots, device, self.cpu_kernels)

@@ -130,17 +130,18 @@ class LlamaForCausalLM:
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         lora: LoRABatch | None = None,
     ) -> torch.Tensor:
-        """`lora`: the step's rows grouped by adapter; a step with any adapter takes the Python layer
-        loop below (the one-call C++ decode op has no per-row LoRA yet)."""
+        """`lora`: the step's adapter per row (engine/lora.py), applied inside the one-call C++ decode op
+        as in the Python layer loop."""
         w = self.weights
         t = input_ids.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = kernels.embedding(input_ids, w["embed"])
-        if lora is None and meta.all_decode and self.decode_layers is not None and t <= self.decode_rows:
+        if meta.all_decode and self.decode_layers is not None and t <= self.decode_rows:
             return decode_layers_cpu(
                 x, positions, self.cos_sin_cache, self.decode_layers, w["norm"],
                 [kc for kc, _ in kv_caches], [vc for _, vc in kv_caches], meta.slot_mapping, meta.block_tables,
                 meta.context_lens, eps=self.eps, scale=self.scale, num_heads=hq, num_kv_heads=hkv, head_dim=d,
+                lora=lora.decode_args() if lora is not None else None,
             )
         residual = None
         for i in range(self.num_layers):

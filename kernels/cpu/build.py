@@ -29,11 +29,11 @@ SOURCES = (
     "decode_task_avx512.cpp", "fused_ops.cpp", "small_linear.cpp", "small_linear_generic.cpp",
     "small_linear_avx2.cpp", "small_linear_avx512.cpp", "quantized_linear.cpp", "quantized_linear_generic.cpp",
     "quantized_linear_avx2.cpp", "quantized_linear_avx512.cpp", "quantized_linear_int8.cpp",
-    "quantized_linear_int8_avx2.cpp", "quantized_linear_int8_avx512.cpp", "decode_layers.cpp",
+    "quantized_linear_int8_avx2.cpp", "quantized_linear_int8_avx512.cpp", "decode_layers.cpp", "lora_delta.cpp",
 )
 HEADERS = (
     "isa.h", "decode_attention.h", "decode_task_impl.h", "small_linear.h", "quantized_linear.h", "fused_ops.h", "ops.h",
-    "vec_avx2.h",
+    "vec_avx2.h", "lora_delta.h",
 )
 # No -march: the library may sit in a cache shared with other machines. AVX2 and AVX-512 code is
 # confined to the *_avx2.cpp and *_avx512.cpp files (enabled by a pragma there) and chosen at run time

@@ -70,15 +70,19 @@ def decode_layer_weights(layers: dict[str, list]) -> dict[str, list]:
 
 def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list], final_norm,
                       k_caches, v_caches, slot_mapping, block_tables, context_lens, *, eps: float, scale: float,
-                      num_heads: int, num_kv_heads: int, head_dim: int) -> torch.Tensor:
+                      num_heads: int, num_kv_heads: int, head_dim: int,
+                      lora: tuple[list[torch.Tensor], list[torch.Tensor], list[int]] | None = None) -> torch.Tensor:
     """Every decoder layer and the final norm of a decode step of 1 to DECODE_MAX_ROWS fp32 rows in one C++
     call and one OpenMP parallel region (`csrc/decode_layers.cpp`), over `torch.get_num_threads()` threads;
     the reference is the model's own layer loop. Each row attends over its own block table up to its own
     context length, after every row's keys and values are stored. `layers` comes from
     `decode_layer_weights`: in_norm, qkv, qkv_bias (empty without biases), o, post_norm, gate_up, down,
-    types."""
+    types. `lora`: the step's per-row adapters as `engine.lora.LoRABatch.decode_args` gives them (A's, B's
+    per layer, projection and adapter slot; each row's slot, -1 for none)."""
+    lora_a, lora_b, slots = lora if lora is not None else ([], [], [])
     return torch.ops.sllm_cpu.decode_layers(
         x, positions, cos_sin_cache, layers["in_norm"], layers["qkv"], layers["qkv_bias"], layers["o"],
         layers["post_norm"], layers["gate_up"], layers["down"], layers["types"], final_norm, k_caches, v_caches,
         slot_mapping, block_tables, context_lens, float(eps), float(scale), num_heads, num_kv_heads, head_dim,
+        lora_a, lora_b, slots,
     )

@@ -19,6 +19,9 @@
 // fused_ops.h) on the same instruction-set paths, and every value is computed by the same arithmetic
 // whatever the thread count or split, so the result is those ops' (SiLU-and-mul aside, whose exp is
 // the C library's here and ATen's vectorised one in the layer loop).
+//
+// Rows may carry LoRA adapters (the optional lora_* arguments, engine/lora.py): each thread adds its rows'
+// deltas to the columns of each projection it computed (lora_delta.h), so adapters cost no barrier.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <omp.h>
@@ -33,6 +36,7 @@
 
 #include "decode_attention.h"
 #include "fused_ops.h"
+#include "lora_delta.h"
 #include "isa.h"
 #include "ops.h"
 #include "quantized_linear.h"
@@ -110,6 +114,8 @@ struct Layer {
   DecodeProblem attention;
   float* k_cache;
   float* v_cache;
+  // Per-row LoRA deltas of qkv, o, gate_up and down (null: no row has one on that projection).
+  const LoraRows* lora[4] = {};
 };
 
 // Thread `tid`'s share [begin, end) of n items split over `team` threads in whole units of `unit` items.
@@ -153,6 +159,29 @@ class SpinBarrier {
   alignas(64) std::atomic<unsigned> gen_{0};
 };
 
+// The step's LoRA deltas: `lora_a` / `lora_b` hold, per layer and per projection (qkv, o, gate_up, down),
+// one A [r, K] / B [N, r] per adapter slot (empty tensors where that adapter leaves the projection alone),
+// and lora_slots[t] is row t's slot (-1: none). Empty lists: no adapter in the step. Entry 4 * i + j is
+// layer i's projection j.
+std::vector<LoraRows> step_loras(at::TensorList lora_a, at::TensorList lora_b, at::IntArrayRef lora_slots,
+                                 int64_t num_layers, int64_t t, int64_t hidden, int64_t qkv_n, int64_t q_size,
+                                 int64_t inter) {
+  std::vector<LoraRows> out;
+  if (lora_a.empty() && lora_b.empty()) return out;
+  const int64_t slots = static_cast<int64_t>(lora_a.size()) / (4 * num_layers);
+  TORCH_CHECK(slots >= 1 && static_cast<int64_t>(lora_a.size()) == slots * 4 * num_layers &&
+                  lora_b.size() == lora_a.size() && static_cast<int64_t>(lora_slots.size()) == t,
+              "sllm_cpu: decode_layers needs LoRA A and B per layer, projection and adapter slot, and a slot per row");
+  const int64_t ks[] = {hidden, q_size, hidden, inter};
+  const int64_t ns[] = {qkv_n, hidden, 2 * inter, hidden};
+  out.reserve(static_cast<size_t>(4 * num_layers));
+  for (int64_t i = 0; i < 4 * num_layers; ++i) {
+    out.push_back(lora_rows(lora_a.slice(i * slots, slots), lora_b.slice(i * slots, slots), lora_slots, ns[i % 4],
+                            ks[i % 4], "decode_layers"));
+  }
+  return out;
+}
+
 }  // namespace
 
 // Returns the hidden states after the final norm, [T, hidden]. Weights come per layer in lists; q, k and
@@ -164,7 +193,8 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
                          at::IntArrayRef types, const at::Tensor& final_norm, at::TensorList k_caches,
                          at::TensorList v_caches, const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const at::Tensor& context_lens, double eps, double scale, int64_t num_heads,
-                         int64_t num_kv_heads, int64_t head_dim) {
+                         int64_t num_kv_heads, int64_t head_dim, at::TensorList lora_a, at::TensorList lora_b,
+                         at::IntArrayRef lora_slots) {
   const size_t num_layers = qkv.size();
   TORCH_CHECK(num_layers >= 1 && in_norm.size() == num_layers && o.size() == num_layers &&
                   post_norm.size() == num_layers && gate_up.size() == num_layers && down.size() == num_layers &&
@@ -218,15 +248,26 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
     l.down = matrix(down[i], type[3], hidden, inter, "down", at::Tensor());
   }
   const float* final_w = norm_weight(final_norm, hidden);
+  const std::vector<LoraRows> loras = step_loras(lora_a, lora_b, lora_slots, static_cast<int64_t>(num_layers), t,
+                                                 hidden, qkv_n, q_size, inter);
+  int64_t lora_rank = 0;
+  for (size_t i = 0; i < loras.size(); ++i) {
+    if (loras[i].max_rank > 0) layers[i / 4].lora[i % 4] = &loras[i];
+    lora_rank = std::max(lora_rank, loras[i].max_rank);
+  }
 
   // Every buffer of the step, in one allocation: the shared ones, then one block per thread.
   const DecodeProblem& plan = layers[0].attention;
   const int64_t parts = plan.num_parts, part_slots = parts > 1 ? t * num_heads * parts : 0;
   const int threads = std::max(1, at::get_num_threads());
   const int64_t own_h = lines(t * hidden), own_scratch = lines(scratch_floats(plan));
-  const int64_t own = own_h + own_scratch + (parts > 1 ? lines(t * q_size) : 0);
-  const int64_t sizes[] = {lines(t * hidden), lines(t * hidden), lines(t * qkv_n),      lines(t * q_size),
-                           lines(t * q_size), lines(t * 2 * inter), lines(t * inter), lines(part_slots * (head_dim + 2))};
+  const int64_t own_attn = parts > 1 ? lines(t * q_size) : 0;
+  const int64_t lora_k = std::max({hidden, q_size, inter}), lora_n = std::max({hidden, qkv_n, 2 * inter});
+  const int64_t own_lora = lora_rank > 0 ? lines(lora_scratch_floats(lora_k, lora_n, lora_rank)) : 0;
+  const int64_t own = own_h + own_scratch + own_attn + own_lora;
+  const int64_t sizes[] = {lines(t * hidden),    lines(t * hidden), lines(t * qkv_n),
+                           lines(t * q_size),    lines(t * q_size), lines(t * 2 * inter),
+                           lines(t * inter),     lines(part_slots * (head_dim + 2))};
   int64_t shared = 0;
   for (int64_t n : sizes) shared += n;
   at::Tensor buffer = at::empty({shared + threads * own}, x.options());
@@ -263,6 +304,12 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
     float* h = own_base + tid * own;
     const Scratch scratch = scratch_at(plan, h + own_h);
     float* attn_own = h + own_h + own_scratch;
+    float* lora_scratch = attn_own + own_attn;
+    // Adds the rows' adapter deltas to columns [n0, n1) of a projection this thread just computed.
+    const auto lora = [&](const Layer& l, int j, const float* in, int64_t k, int64_t n, int64_t n0, int64_t n1,
+                          float* out) {
+      if (l.lora[j] != nullptr) lora_add_columns(l.lora[j]->rows.data(), in, t, k, k, n, n0, n1, out, n, lora_scratch);
+    };
     // This thread's heads of the qkv projection (rotated and stored by it), its columns of the hidden
     // state and of the intermediate one, and its attention tasks.
     int64_t hd0, hd1, c0, c1, g0, g1, a0, a1;
@@ -277,6 +324,7 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
     for (const Layer& l : layers) {
       for (int64_t r = 0; r < t; ++r) rms_norm_row(residual + r * hidden, l.in_norm, h + r * hidden, hidden, eps_f);
       l.qkv.columns(h, t, hidden, hd0 * head_dim, hd1 * head_dim, qkv_out, qkv_n);
+      lora(l, 0, h, hidden, qkv_n, hd0 * head_dim, hd1 * head_dim, qkv_out);
       for (int64_t r = 0; r < t; ++r) {
         const float* row = cs + pos[r] * head_dim;
         for (int64_t hd = hd0; hd < hd1; ++hd) {
@@ -307,6 +355,7 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
         o_in = attn_own;
       }
       l.o.columns(o_in, t, q_size, c0, c1, y, hidden);
+      lora(l, 1, o_in, q_size, hidden, c0, c1, y);
       add_residual();
       team_barrier();
       for (int64_t r = 0; r < t; ++r) rms_norm_row(residual + r * hidden, l.post_norm, h + r * hidden, hidden, eps_f);
@@ -314,12 +363,15 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
       // other thread's output.
       l.gate_up.columns(h, t, hidden, g0, g1, gate_up_out, 2 * inter);
       l.gate_up.columns(h, t, hidden, inter + g0, inter + g1, gate_up_out, 2 * inter);
+      lora(l, 2, h, hidden, 2 * inter, g0, g1, gate_up_out);
+      lora(l, 2, h, hidden, 2 * inter, inter + g0, inter + g1, gate_up_out);
       for (int64_t r = 0; r < t; ++r) {
         const float* gu = gate_up_out + r * 2 * inter;
         silu_and_mul_row(gu + g0, gu + inter + g0, act + r * inter + g0, g1 - g0);
       }
       team_barrier();
       l.down.columns(act, t, inter, c0, c1, y, hidden);
+      lora(l, 3, act, inter, hidden, c0, c1, y);
       add_residual();
       team_barrier();
     }
@@ -338,7 +390,8 @@ TORCH_LIBRARY_FRAGMENT(sllm_cpu, m) {
       "Tensor[] qkv_bias, Tensor[] o, Tensor[] post_norm, Tensor[] gate_up, Tensor[] down, int[] types, "
       "Tensor final_norm, "
       "Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, Tensor slot_mapping, Tensor block_tables, "
-      "Tensor context_lens, float eps, float scale, int num_heads, int num_kv_heads, int head_dim) -> Tensor");
+      "Tensor context_lens, float eps, float scale, int num_heads, int num_kv_heads, int head_dim, "
+      "Tensor[] lora_a, Tensor[] lora_b, int[] lora_slots) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sllm_cpu, CPU, m) { m.impl("decode_layers", &sllm_cpu::decode_layers); }

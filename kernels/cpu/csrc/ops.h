@@ -9,6 +9,7 @@
 
 #include "decode_attention.h"
 #include "isa.h"
+#include "lora_delta.h"
 
 namespace sllm_cpu {
 
@@ -36,5 +37,9 @@ at::Tensor small_linear(const at::Tensor& x, const at::Tensor& weight, const std
 void check_quantized_weight(const at::Tensor& data, int64_t qtype, int64_t n, int64_t k);
 at::Tensor quantized_linear(const at::Tensor& x, const at::Tensor& data, int64_t qtype, int64_t n, int64_t k,
                             const std::optional<at::Tensor>& bias);
+// Each row's LoRA pair for a projection [n, k]: `a`/`b` one A [r, k] / B [n, r] per adapter slot (empty
+// where the adapter leaves the projection alone), row_slots[i] row i's slot (-1: none); checked.
+LoraRows lora_rows(at::TensorList a, at::TensorList b, at::IntArrayRef row_slots, int64_t n, int64_t k,
+                   const char* what);
 
 }  // namespace sllm_cpu
