@@ -99,46 +99,29 @@ inline void widen(const uint8_t* blk, int c, __m512& lo, __m512& hi) {
   }
 }
 
-// Output rows n..n+N-1 of y for M rows of x: N weight rows walked side by side, so one row's FMA chain
-// does not wait on itself (at M = 1 two chains of 4-cycle FMAs were all a block's work) and each load
-// of x serves N weight rows. Every output still sums its products in the same order as alone.
-template <int Q, int M, int N>
-inline void rows_at(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
-                    int64_t n, float* y, int64_t ldy) {
-  constexpr int64_t per = block_weights(Q);
-  const int64_t bb = quant_block_bytes(Q);
-  __m512 acc[N][M][2];
-  for (int j = 0; j < N; ++j)
-    for (int i = 0; i < M; ++i) acc[j][i][0] = acc[j][i][1] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < k / per; ++b) {
-    for (int c = 0; c < per / kQuantBlock; ++c) {
-      __m512 lo[N], hi[N];
-      for (int j = 0; j < N; ++j) widen<Q>(w + (n + j) * row_bytes + b * bb, c, lo[j], hi[j]);
-      for (int i = 0; i < M; ++i) {
-        const float* xi = x + i * ldx + b * per + c * kQuantBlock;
-        const __m512 x0 = _mm512_loadu_ps(xi), x1 = _mm512_loadu_ps(xi + 16);
-        for (int j = 0; j < N; ++j) {
-          acc[j][i][0] = _mm512_fmadd_ps(lo[j], x0, acc[j][i][0]);
-          acc[j][i][1] = _mm512_fmadd_ps(hi[j], x1, acc[j][i][1]);
-        }
-      }
-    }
-  }
-  for (int j = 0; j < N; ++j)
-    for (int i = 0; i < M; ++i)
-      y[i * ldy + n + j] =
-          _mm512_reduce_add_ps(_mm512_add_ps(acc[j][i][0], acc[j][i][1])) + (bias ? bias[n + j] : 0.0f);
-}
-
 template <int Q, int M>
 void rows(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
           int64_t n1, float* y, int64_t ldy) {
-  // Weight rows side by side while the accumulators (2 * M * N of 32 registers) leave room for the
-  // widened blocks and x.
-  constexpr int N = M == 1 ? 4 : M <= 3 ? 2 : 1;
-  int64_t n = n0;
-  for (; n + N <= n1; n += N) rows_at<Q, M, N>(x, ldx, k, w, row_bytes, bias, n, y, ldy);
-  for (; n < n1; ++n) rows_at<Q, M, 1>(x, ldx, k, w, row_bytes, bias, n, y, ldy);
+  constexpr int64_t per = block_weights(Q);
+  const int64_t bb = quant_block_bytes(Q);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    __m512 acc[M][2];
+    for (int i = 0; i < M; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < k / per; ++b) {
+      for (int c = 0; c < per / kQuantBlock; ++c) {
+        __m512 lo, hi;
+        widen<Q>(row + b * bb, c, lo, hi);
+        for (int i = 0; i < M; ++i) {
+          const float* xi = x + i * ldx + b * per + c * kQuantBlock;
+          acc[i][0] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xi), acc[i][0]);
+          acc[i][1] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xi + 16), acc[i][1]);
+        }
+      }
+    }
+    for (int i = 0; i < M; ++i)
+      y[i * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][0], acc[i][1])) + (bias ? bias[n] : 0.0f);
+  }
 }
 
 template <int Q>
