@@ -54,8 +54,8 @@ def torch_grouping(llm, on: bool) -> Iterator[None]:
 
 def bench_lora(
     model: str = typer.Option("default", help="Base model (its HF config and weights are read for the adapters)"),
-    num_prompts: str = typer.Option("32,4", help="Batch sizes: requests submitted at once, comma-separated "
-                                    "(up to 8 on GGUF blocks, 4 on float32 weights, decode through the one-call C++ op)"),
+    num_prompts: str = typer.Option("32,4", help="Batch sizes: requests submitted at once, comma-separated (up "
+                                    "to 8 on GGUF blocks, 4 on float32 weights, decode through the one-call C++ op)"),
     max_tokens: int = typer.Option(128, help="Tokens generated per request"),
     rank: int = typer.Option(8, help="Rank of the random adapters"),
     repeats: int = typer.Option(3, help="Timed runs per mode (alternating); the median is reported"),
