@@ -9,9 +9,9 @@ is block-diagonal, so each projection costs one matmul pair per adapter.
 Rows of one step carry different adapters (or none): each row adds its own adapter's delta (the Punica /
 S-LoRA idea). A step's adapters get slots 0..S-1 and each row its slot (-1: none). On the CPU with the C++
 kernels the deltas are computed there (kernels/cpu/csrc/lora_delta.cpp, rows of one adapter grouped, up to
-four at a time, through the few-row matmul): inside the one-call decode op for decode steps of up to four
-rows, so adapters keep that path, and by one `lora_add_` call per projection in the model's layer loop
-for steps of up to CPU_KERNEL_MAX_ROWS rows. Longer steps (prefill chunks) and other devices (CUDA, bf16
+four at a time, through the few-row matmul): inside the one-call decode op for every decode step it takes
+(8 rows on GGUF blocks, 4 on float32), so adapters keep that path, and by one `lora_add_` call per
+projection in the model's layer loop for steps of up to CPU_KERNEL_MAX_ROWS rows. Longer steps (prefill chunks) and other devices (CUDA, bf16
 activations) gather the rows of each adapter, run one matmul pair and scatter-add back, in torch. A step
 in which no row has an adapter does no LoRA work at all. Measured by `sllm bench lora` (benchmarks/lora.py)."""
 
@@ -19,6 +19,7 @@ import json
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -164,9 +165,10 @@ class LoRABatch:
     device: torch.device
     cpu_kernels: bool  # float32 rows take the C++ `lora_add_` (else the torch grouping)
 
-    @property
+    @cached_property
     def groups(self) -> list[tuple[LoRAAdapter, torch.Tensor]]:
-        """(adapter, its row indices) per adapter, for the torch path."""
+        """(adapter, its row indices) per adapter, for the torch path: built once per step, not per
+        projection."""
         rows: list[list[int]] = [[] for _ in self.adapters]
         for row, slot in enumerate(self.row_slots):
             if slot >= 0:
