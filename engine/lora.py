@@ -9,11 +9,12 @@ is block-diagonal, so each projection costs one matmul pair per adapter.
 Rows of one step carry different adapters (or none): each row adds its own adapter's delta (the Punica /
 S-LoRA idea). A step's adapters get slots 0..S-1 and each row its slot (-1: none). On the CPU with the C++
 kernels the deltas are computed there (kernels/cpu/csrc/lora_delta.cpp, rows of one adapter grouped, up to
-four at a time, through the few-row matmul): inside the one-call decode op for every decode step it takes
-(8 rows on GGUF blocks, 4 on float32), so adapters keep that path, and by one `lora_add_` call per
-projection in the model's layer loop for steps of up to CPU_KERNEL_MAX_ROWS rows. Longer steps (prefill chunks) and other devices (CUDA, bf16
-activations) gather the rows of each adapter, run one matmul pair and scatter-add back, in torch. A step
-in which no row has an adapter does no LoRA work at all. Measured by `sllm bench lora` (benchmarks/lora.py)."""
+four at a time, through the few-row matmul): inside the one-call decode op for every decode step it takes (8
+rows on GGUF blocks, 4 on float32), so adapters keep that path, and by one `lora_add_` call per projection in
+the model's layer loop for steps of up to CPU_KERNEL_MAX_ROWS rows. Longer steps (prefill chunks) and other
+devices (CUDA, bf16 activations) gather the rows of each adapter, run one matmul pair and scatter-add back, in
+torch. A step in which no row has an adapter does no LoRA work at all. Measured by `sllm bench lora`
+(benchmarks/lora.py)."""
 
 import json
 import re
