@@ -2,8 +2,9 @@
 
 Built to train on a small shared CPU, where a step costs seconds:
 
-* several questions of one schema are packed into one sequence (the seed prompt, its SQL, then
-  "### Question: ... ### SQL: ..." again), so the long DDL is read once for many answers;
+* several questions of one schema are packed into one sequence: their shared prompt prefix (instruction
+  and DDL) once, then each question's own tokens and SQL, masked so that each answer sees exactly its
+  own prompt (:class:`Encoded`), so the long DDL is read once for many answers;
 * LoRA sits on the last ``layers`` decoder layers only, so backpropagation stops there;
 * the output head runs only at the positions that carry a label (a few dozen of hundreds).
 
@@ -18,13 +19,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-from integrations.text2sql.dataset import PROMPT_TEMPLATE
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TERMINATOR = ";"  # what the grammar and the stop strings end a query with
@@ -68,82 +68,96 @@ def resolve_base(base: str) -> Path:
     return Path(base)
 
 
-# What follows the DDL in the seed prompt: a packed sequence repeats it for each further question.
-FOLLOWUP = PROMPT_TEMPLATE[PROMPT_TEMPLATE.index("{ddl}") + len("{ddl}"):]
-
-Piece = tuple[str, bool]  # text, and whether the loss covers it
-
-
-def pack_examples(examples: Sequence, pack: int) -> list[list[Piece]]:
-    """Training sequences: per schema, ``pack`` questions at a time; the first one in exactly the
-    prompt the evaluation uses, the others appended in the same format."""
+def pack_examples(examples: Sequence, pack: int) -> list[list]:
+    """Training sequences: per schema, ``pack`` questions at a time (see :func:`encode`)."""
     by_schema: dict[str, list] = {}
     for ex in examples:
         by_schema.setdefault(ex.schema, []).append(ex)
-    out: list[list[Piece]] = []
-    for group in by_schema.values():
-        for i in range(0, len(group), pack):
-            first, *rest = group[i:i + pack]
-            pieces: list[Piece] = [(first.prompt(), False), (_answer(first.sql), True)]
-            for ex in rest:
-                pieces += [(FOLLOWUP.format(question=ex.question.strip(), query=""), False), (_answer(ex.sql), True)]
-            out.append(pieces)
-    return out
+    return [group[i:i + pack] for group in by_schema.values() for i in range(0, len(group), pack)]
 
 
 def _answer(sql: str) -> str:
     return sql.strip().rstrip(";") + TERMINATOR
 
 
-def encode(tokenizer, pieces: Sequence[Piece], max_len: int) -> tuple[list[int], list[int]] | None:
-    """Token ids and labels (-100 where the loss does not look), EOS after the last answer; each piece
-    tokenized alone, as the engine tokenizes a prompt alone and then generates."""
-    ids: list[int] = []
-    labels: list[int] = []
-    for text, supervised in pieces:
-        t = tokenizer(text, add_special_tokens=False).input_ids
-        ids += t
-        labels += t if supervised else [-100] * len(t)
-    ids.append(tokenizer.eos_token_id)
-    labels.append(tokenizer.eos_token_id)
-    if len(ids) > max_len:
-        return None
-    return ids, labels
+@dataclass
+class Encoded:
+    """One packed sequence: the prompt tokens all its questions share (instruction and DDL), then one
+    segment per question (the rest of its prompt, its SQL, EOS). A segment sees the shared prefix and
+    itself only, at the positions it would have alone, so every answer is learnt in exactly the context
+    the evaluation gives it, while the long DDL is run once for many answers."""
+
+    ids: list[int]
+    labels: list[int]  # -100 where the loss does not look
+    positions: list[int]
+    segments: list[int]  # 0: the shared prefix; k: the k-th question
 
 
-def _loss(model, ids, labels, mask):
+def encode(tokenizer, pack: Sequence, max_len: int) -> Encoded | None:
+    """Each prompt tokenized whole, as the engine tokenizes it, and its SQL alone, as the engine then
+    generates it; None when the sequence would exceed ``max_len``."""
+    prompts = [tokenizer(ex.prompt(), add_special_tokens=False).input_ids for ex in pack]
+    shared = len(os.path.commonprefix(prompts))  # works on token lists too
+    shared = min(shared, min(len(p) for p in prompts) - 1)  # every segment keeps a prompt token of its own
+    out = Encoded(prompts[0][:shared], [-100] * shared, list(range(shared)), [0] * shared)
+    for k, (ex, prompt) in enumerate(zip(pack, prompts, strict=True), start=1):
+        answer = tokenizer(_answer(ex.sql), add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        tail = prompt[shared:]
+        out.ids += tail + answer
+        out.labels += [-100] * len(tail) + answer
+        out.positions += list(range(shared, shared + len(tail) + len(answer)))
+        out.segments += [k] * (len(tail) + len(answer))
+    return out if len(out.ids) <= max_len else None
+
+
+def _loss(model, ids, labels, positions, mask):
     """Next-token cross-entropy with the output head applied at labelled positions only."""
     import torch.nn.functional as F
 
     inner = model.get_base_model()
-    hidden = inner.model(input_ids=ids, attention_mask=mask).last_hidden_state
+    hidden = inner.model(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
     target = labels[:, 1:]
     keep = target != -100
     logits = inner.lm_head(hidden[:, :-1][keep])
     return F.cross_entropy(logits.float(), target[keep])
 
 
-def _batches(encoded: list[tuple[list[int], list[int]]], batch_size: int, rng: random.Random, pad_id: int):
+def attention_mask(segments):
+    """Boolean (batch, 1, T, T): causal, and a segment sees the shared prefix (0) and itself; no row sees
+    padding (-1) but its own, so no row of the softmax is empty."""
+    import torch
+
+    q, k = segments[:, :, None], segments[:, None, :]
+    n = segments.shape[1]
+    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    allowed = causal & (k >= 0) & ((k == 0) | (k == q))
+    return (allowed | torch.eye(n, dtype=torch.bool))[:, None]
+
+
+def _batches(encoded: list[Encoded], batch_size: int, rng: random.Random, pad_id: int):
     """Shuffled batches of similar length (less padding), right-padded."""
     import torch
 
-    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i][0]), rng.random()))
+    order = sorted(range(len(encoded)), key=lambda i: (len(encoded[i].ids), rng.random()))
     chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     rng.shuffle(chunks)
     for chunk in chunks:
-        width = max(len(encoded[i][0]) for i in chunk)
+        width = max(len(encoded[i].ids) for i in chunk)
         ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
         labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        positions = torch.zeros((len(chunk), width), dtype=torch.long)
+        segments = torch.full((len(chunk), width), -1, dtype=torch.long)
         for row, i in enumerate(chunk):
-            x, y = encoded[i]
-            ids[row, :len(x)] = torch.tensor(x)
-            labels[row, :len(y)] = torch.tensor(y)
-            mask[row, :len(x)] = 1
-        yield ids, labels, mask
+            e = encoded[i]
+            n = len(e.ids)
+            ids[row, :n] = torch.tensor(e.ids)
+            labels[row, :n] = torch.tensor(e.labels)
+            positions[row, :n] = torch.tensor(e.positions)
+            segments[row, :n] = torch.tensor(e.segments)
+        yield ids, labels, positions, attention_mask(segments)
 
 
-def train(sequences: Sequence[Sequence[Piece]], out: Path, cfg: TrainConfig,
+def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
           progress: Callable[[int, int, float], None] | None = None, show_bar: bool = True) -> TrainResult:
     """Trains a LoRA adapter on packed sequences (:func:`pack_examples`) and writes it to ``out`` (PEFT format)."""
     import torch
@@ -187,13 +201,13 @@ def train(sequences: Sequence[Sequence[Piece]], out: Path, cfg: TrainConfig,
     bar = tqdm(total=total, desc="train", unit="step", disable=not show_bar)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else None
     while result.steps < total:
-        for ids, labels, mask in _batches(encoded, cfg.batch_size, rng, pad_id):
-            ids, labels, mask = ids.to(device), labels.to(device), mask.to(device)
+        for batch in _batches(encoded, cfg.batch_size, rng, pad_id):
+            batch = [t.to(device) for t in batch]
             if autocast is not None:
                 with autocast:
-                    loss = _loss(model, ids, labels, mask)
+                    loss = _loss(model, *batch)
             else:
-                loss = _loss(model, ids, labels, mask)
+                loss = _loss(model, *batch)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()

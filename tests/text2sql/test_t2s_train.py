@@ -1,0 +1,44 @@
+"""Packed training sequences: several questions of one schema share the DDL's tokens once, yet every answer
+is scored in exactly the context the evaluation gives it (its own prompt alone), at the same positions."""
+
+import random
+
+import torch
+from transformers import AutoTokenizer, LlamaForCausalLM
+
+from engine.loader import resolve_model
+from integrations.text2sql import train_data
+from integrations.text2sql.train import TERMINATOR, _batches, attention_mask, encode, pack_examples
+from tests.engine.conftest import make_tiny_llama
+
+
+def test_each_packed_answer_sees_only_its_own_prompt(tmp_path):
+    base = make_tiny_llama(tmp_path / "tiny", resolve_model("default"), layers=2)
+    tok = AutoTokenizer.from_pretrained(base)
+    model = LlamaForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    examples = train_data.generate(1, per_schema=3, seed=5)
+    (pack,) = pack_examples(examples, 3)
+    enc = encode(tok, pack, 4096)
+    assert enc.segments.count(0) > 100  # the DDL is shared, not repeated
+    assert len(enc.ids) < sum(len(tok(ex.prompt()).input_ids) for ex in pack)
+    ids, labels, positions, mask = next(_batches([enc], 1, random.Random(0), 0))
+    with torch.no_grad():
+        packed = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[0]
+        for k, ex in enumerate(pack, start=1):
+            alone = tok(ex.prompt(), add_special_tokens=False).input_ids
+            alone += tok(ex.sql.strip().rstrip(";") + TERMINATOR, add_special_tokens=False).input_ids
+            rows = [i for i, s in enumerate(enc.segments) if s == k][:-1]  # the last is EOS, not in `alone`
+            assert ids[0, rows].tolist() == alone[-len(rows):]
+            assert positions[0, rows].tolist() == list(range(len(alone) - len(rows), len(alone)))
+            expected = model(input_ids=torch.tensor([alone])).logits[0, -len(rows):]
+            torch.testing.assert_close(packed[rows], expected, atol=1e-4, rtol=1e-4)
+            answer = [i for i in rows + [rows[-1] + 1] if labels[0, i] != -100]
+            assert tok.decode(ids[0, answer[:-1]]) == ex.sql.strip().rstrip(";") + TERMINATOR
+
+
+def test_mask_segments_see_the_prefix_and_themselves_and_no_padding():
+    mask = attention_mask(torch.tensor([[0, 0, 1, 1, 2, -1]]))[0, 0]
+    assert mask[3].tolist() == [True, True, True, True, False, False]
+    assert mask[4].tolist() == [True, True, False, False, True, False]
+    assert mask[5].tolist() == [True, True, False, False, False, True]  # padding: its output is never used
+    assert not mask[:5, 5].any()
