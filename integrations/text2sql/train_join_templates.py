@@ -394,9 +394,9 @@ def header_contents(c: Ctx) -> Made:
 def buyers_of_item(c: Ctx) -> Made:
     p, cat, d = c.lay.d.people, c.lay.d.catalog, c.lay.d
     v = c.one(f"SELECT name FROM {cat.table} WHERE {cat.key} IN (SELECT {cat.key} FROM {d.line.table})")
-    ha = c.a("header")
+    ha, quoted = c.a("header"), f"'{v}'"
     return ([f"How many different {p.en_pl} {d.verb_en} {v}?", f"Count distinct {p.en_pl} who {d.verb_en} '{v}'."],
             [f"{k(v, '을/를')} {d.verb_ko} {k(p.ko, '은/는')} 몇 명인가요? 중복 없이 세어 주세요.",
-             f"'{v}' {d.verb_ko} 서로 다른 {p.ko} 수는?"],
+             f"{k(quoted, '을/를')} {d.verb_ko} 서로 다른 {p.ko} 수는?"],
             f"SELECT COUNT(DISTINCT {ha}.{p.key}) FROM {c.src('line')}{c.join('header', 'line', 'header')}"
             f"{c.join('catalog', 'line', 'catalog')} WHERE {c.a('catalog')}.name = '{v}'")

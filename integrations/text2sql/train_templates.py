@@ -301,7 +301,8 @@ def rating_stats(c: Ctx) -> Made | None:
     r, stars = c.lay.d.rating, c.lay.col("stars")
     if c.rng.random() < 0.5:
         n = c.rng.randint(1, 5)
-        return ([f"How many {r.en_pl} gave {n} {c.en('stars')}?", f"Count the {r.en_pl} with {c.en('stars')} = {n}."],
+        return ([f"How many {r.en_pl} gave a {c.en('stars')} of {n}?",
+                 f"Count the {r.en_pl} with {c.en('stars')} = {n}."],
                 [f"{k(c.ko('stars'), '이/가')} {n}점인 {k(r.ko, '은/는')} 몇 개인가요?",
                  f"{n}점짜리 {r.ko} 개수를 알려 주세요."],
                 f"SELECT COUNT(*) FROM {r.table} WHERE {stars} = {n}")
