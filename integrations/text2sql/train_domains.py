@@ -113,7 +113,7 @@ DOMAINS: tuple[Domain, ...] = (
            _n("agents", "agent", "agents", "발권 직원"),
            _n("flight_surveys", "survey", "surveys", "설문 평가", "survey_id"),
            ("KE017", "OZ202", "7C1101", "LJ305", "KE901", "TW215", "OZ741", "ZE603", "KE085", "BX142"),
-           "flew on", "탑승한"),
+           "flew on", "이용한"),
     Domain("cinema", _n("moviegoers", "moviegoer", "moviegoers", "관객"),
            _c("membership", "membership", "멤버십", ("free", "vip", "vvip")),
            _n("films", "film", "films", "영화"),

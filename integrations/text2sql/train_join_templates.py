@@ -117,7 +117,7 @@ def people_without_headers(c: Ctx) -> Made:
     return ([f"Which {p.en_pl} have never made a {h.en}?", f"List the {p.en_pl} with no {h.en_pl} at all.",
              f"Who among the {p.en_pl} has no {h.en}?"],
             [f"{h.ko} 기록이 한 번도 없는 {p.ko}의 이름은?",
-             f"{k(h.ko, '을/를')} 하지 않은 {k(p.ko, '을/를')} 알려 주세요.",
+             f"한 번도 {k(h.ko, '이/가')} 없었던 {k(p.ko, '을/를')} 알려 주세요.",
              f"{h.ko} 없는 {p.ko} 명단을 보여 주세요."], sql)
 
 
@@ -187,8 +187,8 @@ def catalog_of_person(c: Ctx) -> Made:
                 f"SELECT DISTINCT {pc}.name {chain} WHERE {b}.name = '{v}'")
     pl = c.lay.place
     v = c.one(f"SELECT x.name FROM {pl.table} AS x JOIN {p.table} AS y ON y.{pl.key} = x.{pl.key}")
-    return ([f"Which {cat.en_pl} were {d.verb_en} by {p.en_pl} from {v}?",
-             f"Distinct {cat.en} names {d.verb_en} by people living in {v}."],
+    return ([f"Which {cat.en_pl} did {p.en_pl} from {v} order? List each once.",
+             f"Distinct {cat.en} names that {p.en_pl} living in {v} {d.verb_en}."],
             [f"{v}에 사는 {k(p.ko, '이/가')} {d.verb_ko} {cat.ko}의 이름을 중복 없이 보여 주세요.",
              f"{v} {k(p.ko, '이/가')} {d.verb_ko} {k(cat.ko, '을/를')} 알려 주세요."],
             f"SELECT DISTINCT {pc}.name {chain}{c.join('place', 'people', 'place')} WHERE {c.a('place')}.name = '{v}'")
@@ -215,7 +215,7 @@ def quantity_per_catalog_for_tier(c: Ctx) -> Made:
     pc, ln = c.a("catalog"), c.a("line")
     frm = (f"FROM {c.src('line')}{c.join('header', 'line', 'header')}{c.join('people', 'header', 'people')}"
            f"{c.join('catalog', 'line', 'catalog')}")
-    return ([f"How many units of each {cat.en} did {t} {p.en_pl} take in total?",
+    return ([f"How many units of each {cat.en} did {p.en_pl} with {c.en('tier')} '{t}' take in total?",
              f"Total quantity per {cat.en} for {p.en_pl} with {c.lay.d.tier.en} {t}."],
             [f"{c.lay.d.tier.ko} {t} {p.ko}의 {cat.ko}별 총수량을 구해 주세요.",
              f"{k(c.lay.d.tier.ko, '이/가')} {t}인 {p.ko} 기준으로 {cat.ko}마다 수량 합계는?"],
