@@ -305,7 +305,7 @@ def busy_places(c: Ctx) -> Made:
     return ([f"Which {pl.en_pl} have at least {n} {p.en_pl}? Show name and count.",
              f"List {pl.en_pl} with {n} or more {p.en_pl}, with the number."],
             [f"{k(p.ko, '이/가')} {n}명 이상인 {pl.ko}의 이름과 인원수를 알려 주세요.",
-             f"{p.ko} 수가 {n} 이상인 {k(pl.ko, '을/를')} 보여 주세요."],
+             f"{p.ko} 수가 {n} 이상인 {k(pl.ko, '을/를')} {p.ko} 수와 함께 보여 주세요."],
             f"SELECT {b}.name, COUNT(*) AS {p.table}_count FROM {c.src('people')}{c.join('place', 'people', 'place')}"
             f" GROUP BY {b}.{pl.key}, {b}.name HAVING COUNT(*) >= {n}")
 
@@ -353,7 +353,8 @@ def headers_by_tier_and_status(c: Ctx) -> Made:
 def big_sellers(c: Ctx) -> Made:
     cat = c.lay.d.catalog
     b = c.a("catalog")
-    x = c.rng.choice((100000, 200000, 500000, 1000000)) if c.lay.d.price.values[1] > 50000 else 50000
+    krw = c.rng.choice((100000, 200000, 500000, 1000000)) if c.lay.d.price.values[1] > 50000 else 50000
+    x = krw // c.lay.currency[2]
     return ([f"Which {cat.en_pl} have revenue of at least {x}? Show name and revenue.",
              f"{cat.en_pl.capitalize()} whose total sales reach {x} or more, with the amount."],
             [f"매출이 {x} 이상인 {cat.ko}의 이름과 매출을 알려 주세요.",

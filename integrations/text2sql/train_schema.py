@@ -24,6 +24,7 @@ LAST_EN = ("Kim", "Lee", "Park", "Smith", "Brown", "Garcia", "Muller", "Tanaka",
 COMMENTS = ("좋아요", "최고예요", "그저 그래요", "별로예요", "Great", "Too slow", "Friendly staff", "다시 올게요",
             "Not worth it", "Loved it")
 FIRST_DAY, DAYS = date(2023, 1, 1), 730
+CURRENCIES = (("KRW", "원", 1), ("KRW", "원", 1), ("USD", "달러", 1300))  # (unit, Korean unit, KRW per unit)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class Layout:
     has_rating: bool = field(init=False)
     has_email: bool = field(init=False)
     checks: bool = field(init=False)  # enums as CHECK (x IN (...)) rather than a comment listing the values
+    currency: tuple[str, str, int] = field(init=False)
     order: list[str] = field(init=False)
     alias: dict[str, str] = field(init=False)
 
@@ -48,6 +50,7 @@ class Layout:
         self.place, self.code = r.choice(PLACES), r.choice(PLACE_CODES)
         self.has_staff, self.has_rating, self.has_email = r.random() < 0.6, r.random() < 0.6, r.random() < 0.5
         self.checks = r.random() < 0.6
+        self.currency = r.choice(CURRENCIES)
         stem = d.header.en.split()[-1]
         self.cols = {
             "p_date": r.choice(("signup_date", "joined_on", "created_on", "registered_on")),
@@ -121,7 +124,7 @@ def ddl(lay: Layout) -> str:
     iso = " -- ISO date 'YYYY-MM-DD'"
     pk = {role: f"  {lay.noun(role).key} INTEGER PRIMARY KEY," for role in ROLES}
     code_note = "ISO 3166-1 alpha-2 code, e.g. 'KR', 'US'" if "country" in lay.code.name else "short region code"
-    unit = d.price.unit_en
+    unit = lay.currency[0]
     size_note = f" -- {d.size.en} in {d.size.unit_en}" if d.size.unit_en else ""
     parts = {
         "place": [pk["place"], "  name TEXT NOT NULL UNIQUE,", f"  {lay.code.name} TEXT NOT NULL -- {code_note}"],
@@ -181,8 +184,8 @@ def create(con: sqlite3.Connection, lay: Layout) -> None:
         + (r.randint(1, n_home), _day(r), r.choice(d.tier.values)) for k, name in enumerate(people)])
     words = list(d.words) + [f"{w} Special" for w in d.words[:3]]
     items = r.sample(words, r.randint(min(7, len(words)), len(words)))
-    prices = [r.randrange(d.price.values[0], d.price.values[1], 100 if d.price.values[1] > 10000 else 1)
-              for _ in items]
+    low, high = (max(1, v // lay.currency[2]) for v in d.price.values)
+    prices = [r.randrange(low, high + 1, 100 if high > 10000 else 1) for _ in items]
     _insert(con, d.catalog.table, [(k + 1, w, r.choice(d.category.values), prices[k], r.randint(*d.size.values))
                                    for k, w in enumerate(items)])
     staff = _names(r, r.randint(3, 6), ko_share)

@@ -120,9 +120,9 @@ def catalog_price_compare(c: Ctx) -> Made:
         ("more than", "초과인", ">", "DESC", "most expensive first", "비싼 순으로"),
         ("at least", "이상인", ">=", "DESC", "highest first", "높은 순서로"),
         ("under", "미만인", "<", "ASC", "cheapest first", "싼 순으로")])
-    unit_ko = price.unit_ko
+    unit_en, unit_ko, _ = c.lay.currency
     return ([f"Which {cat.en_pl} have a {price.en} of {en_op} {x}? Show name and {price.en}, {en_ord}.",
-             f"Name and {price.en} of the {cat.en_pl} priced {en_op} {x} {price.unit_en}, {en_ord}."],
+             f"Name and {price.en} of the {cat.en_pl} priced {en_op} {x} {unit_en}, {en_ord}."],
             [f"{price.ko} {x}{unit_ko} {ko_op} {cat.ko}의 이름과 {k(price.ko, '을/를')} {ko_ord} 보여 주세요.",
              f"{k(price.ko, '이/가')} {x}{unit_ko} {ko_op} {k(cat.ko, '을/를')} {ko_ord} 나열해 주세요. 이름과 "
              f"{price.ko}만요."],
