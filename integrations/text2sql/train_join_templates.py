@@ -401,3 +401,17 @@ def buyers_of_item(c: Ctx) -> Made:
              f"{k(quoted, '을/를')} {d.verb_ko} 서로 다른 {p.ko} 수는?"],
             f"SELECT COUNT(DISTINCT {ha}.{p.key}) FROM {c.src('line')}{c.join('header', 'line', 'header')}"
             f"{c.join('catalog', 'line', 'catalog')} WHERE {c.a('catalog')}.name = '{v}'")
+
+
+@template
+def tier_counts_per_place(c: Ctx) -> Made:
+    p, pl, tier = c.lay.d.people, c.lay.place, c.lay.col("tier")
+    t = c.rng.choice(c.lay.d.tier.values)
+    a, b = c.a("people"), c.a("place")
+    # The filter sits in the ON clause, so a place with no such people still shows up with 0.
+    return ([f"For every {pl.en}, how many {p.en_pl} have {c.en('tier')} '{t}'? Include {pl.en_pl} with none.",
+             f"Count the {t} {p.en_pl} in each {pl.en}, showing 0 where there are none."],
+            [f"{pl.ko}별로 {c.ko('tier')} {t}인 {p.ko} 수를 알려 주세요. 없는 {pl.ko}도 0으로 보여 주세요.",
+             f"모든 {pl.ko}에 대해 {k(c.ko('tier'), '이/가')} {t}인 {k(p.ko, '이/가')} 몇 명인지 구해 주세요."],
+            f"SELECT {b}.name, COUNT({a}.{p.key}) AS {p.table}_count FROM {c.src('place')} LEFT JOIN {c.src('people')} "
+            f"ON {a}.{pl.key} = {b}.{pl.key} AND {a}.{tier} = '{t}' GROUP BY {b}.{pl.key}, {b}.name")
