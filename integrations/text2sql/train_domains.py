@@ -1,8 +1,11 @@
-"""The vocabulary of the training schemas: domains, each a place table, an item table and an event table.
+"""The vocabulary of the training schemas: workflow domains, each a set of table roles.
 
-Every domain names its tables, columns, enum values and the nouns its questions use, in English and
-Korean. None of the table names may be one of the shipped evaluation set's (``train_data`` checks it),
-so the adapter learns to read a DDL it has never seen rather than to remember the eval databases.
+A real workflow database has a lookup table of places, a people table, a catalog, a header table of
+events (orders, bookings), a line table joining the header to the catalog, and often a staff table and a
+rating table. Every domain names the tables of those roles and the nouns its questions use, in English
+and Korean; the place table is shared vocabulary (:data:`PLACES`). None of the table names may be one of
+the shipped evaluation set's (``train_data`` checks it), so the adapter learns to read a DDL it has never
+seen rather than to remember the eval databases.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Noun:
     table: str
-    key: str  # the primary key column (also the foreign key's name in the child table)
+    key: str  # the primary key column (also the foreign key's name in a child table)
     en: str  # singular
     en_pl: str
     ko: str
@@ -32,145 +35,229 @@ class Column:
 @dataclass(frozen=True)
 class Domain:
     name: str
-    place: Noun  # e.g. clinics: id, name, city, one number
-    place_num: Column
-    item: Noun  # e.g. patients: id, name, place FK, category, number, date, status
-    item_cat: Column
-    item_num: Column
-    item_date: Column
-    item_status: Column
-    event: Noun  # e.g. treatments: id, item FK, date, amount, kind
-    event_num: Column
-    event_date: Column
-    event_kind: Column
-    person_items: bool = True  # item names are people's names (else words from item_words)
-    item_words: tuple[str, ...] = ()
+    people: Noun  # customers of the domain: FK to the place, a date, a tier
+    tier: Column
+    catalog: Noun  # what is sold or booked: category, price, a stock/size number
+    category: Column
+    price: Column
+    size: Column
+    header: Noun  # one event: FK to people (and staff), a date, a status
+    statuses: tuple[str, ...]  # always holds 'cancelled'
+    line: Noun  # header x catalog: quantity, unit price
+    staff: Noun
+    rating: Noun  # FK to the header: stars 1-5 and a comment
+    words: tuple[str, ...]  # catalog item names
+    verb_en: str = "bought"  # what people do to catalog items: "Which dishes did X order?"
+    verb_ko: str = "구매한"
 
 
-def _c(name, en, ko, values=(), unit_en="", unit_ko=""):
+def _n(table: str, en: str, en_pl: str, ko: str, key: str = "") -> Noun:
+    return Noun(table, key or f"{en.replace(' ', '_')}_id", en, en_pl, ko)
+
+
+def _c(name: str, en: str, ko: str, values: tuple = (), unit_en: str = "", unit_ko: str = "") -> Column:
     return Column(name, en, ko, tuple(values), unit_en, unit_ko)
 
 
+# The place lookup table: its name varies per schema; none is an eval table ("cities" is).
+PLACES: tuple[Noun, ...] = (
+    _n("towns", "town", "towns", "도시"), _n("regions", "region", "regions", "지역"),
+    _n("locations", "location", "locations", "지역"), _n("areas", "area", "areas", "지역"),
+    _n("districts", "district", "districts", "구역"), _n("metros", "metro", "metros", "도시"),
+)
+PLACE_CODES: tuple[Column, ...] = (
+    _c("country", "country", "국가", ("KR", "JP", "US", "DE", "FR")),
+    _c("country_code", "country code", "국가 코드", ("KR", "JP", "US", "GB", "VN")),
+    _c("region_code", "region code", "지역 코드", ("CAP", "SOU", "EST", "WST", "NTH")),
+)
+CITY_NAMES = ("서울", "부산", "대구", "인천", "광주", "대전", "제주", "수원", "Tokyo", "Osaka", "Berlin", "Paris",
+              "London", "Chicago", "Toronto", "Sydney", "Hanoi", "Busan Port")
+CITY_CODES = {"서울": "KR", "부산": "KR", "대구": "KR", "인천": "KR", "광주": "KR", "대전": "KR", "제주": "KR",
+              "수원": "KR", "Tokyo": "JP", "Osaka": "JP", "Berlin": "DE", "Paris": "FR", "London": "GB",
+              "Chicago": "US", "Toronto": "CA", "Sydney": "AU", "Hanoi": "VN", "Busan Port": "KR"}
+
+_CANCEL = "cancelled"
+
 DOMAINS: tuple[Domain, ...] = (
-    Domain("hospital", Noun("clinics", "clinic_id", "clinic", "clinics", "병원"),
-           _c("beds", "beds", "병상 수", (20, 400)),
-           Noun("patients", "patient_id", "patient", "patients", "환자"),
-           _c("blood_type", "blood type", "혈액형", ("A", "B", "O", "AB")), _c("age", "age", "나이", (3, 92), "", "세"),
-           _c("admitted_on", "admission date", "입원일"),
-           _c("state", "state", "상태", ("admitted", "discharged", "transferred")),
-           Noun("treatments", "treatment_id", "treatment", "treatments", "치료"),
-           _c("cost", "cost", "비용", (10000, 900000), "KRW", "원"), _c("treated_on", "treatment date", "치료일"),
-           _c("kind", "kind", "종류", ("surgery", "therapy", "checkup", "vaccine"))),
-    Domain("gym", Noun("gyms", "gym_id", "gym", "gyms", "헬스장"),
-           _c("area_m2", "floor area", "면적", (80, 900), "m2", "제곱미터"),
-           Noun("trainees", "trainee_id", "trainee", "trainees", "회원"),
-           _c("plan", "plan", "요금제", ("monthly", "quarterly", "yearly")),
-           _c("weight_kg", "weight", "체중", (45, 120), "kg", "kg"),
-           _c("joined_on", "join date", "가입일"), _c("status", "status", "상태", ("active", "paused", "expired")),
-           Noun("workouts", "workout_id", "workout", "workouts", "운동 기록"),
-           _c("minutes", "minutes", "운동 시간", (10, 150), "minutes", "분"),
-           _c("done_on", "workout date", "운동 날짜"),
-           _c("exercise", "exercise", "운동 종류", ("running", "cycling", "yoga", "swimming", "weights"))),
-    Domain("farm", Noun("farms", "farm_id", "farm", "farms", "농장"),
-           _c("hectares", "size", "면적", (2, 120), "ha", "헥타르"),
-           Noun("fields", "field_id", "field", "fields", "밭"),
-           _c("crop", "crop", "작물", ("rice", "corn", "wheat", "potato", "cabbage")),
-           _c("size_a", "area", "넓이", (1, 60), "acres", "에이커"),
-           _c("planted_on", "planting date", "파종일"), _c("soil", "soil", "토양", ("clay", "sand", "loam")),
-           Noun("yields", "yield_id", "yield record", "yield records", "수확 기록"),
-           _c("tons", "tons", "수확량", (1, 90), "t", "톤"), _c("harvested_on", "harvest date", "수확일"),
-           _c("quality", "quality grade", "품질 등급", ("A", "B", "C"))),
-    Domain("hotel", Noun("hotels", "hotel_id", "hotel", "hotels", "호텔"),
-           _c("stars", "star rating", "성급", (1, 5), "stars", "성"),
-           Noun("guests", "guest_id", "guest", "guests", "투숙객"),
-           _c("nationality", "nationality", "국적", ("KR", "JP", "US", "DE", "FR")),
-           _c("age", "age", "나이", (19, 80), "", "세"),
-           _c("registered_on", "registration date", "등록일"),
-           _c("level", "membership level", "멤버십 등급", ("bronze", "platinum", "diamond")),
-           Noun("stays", "stay_id", "stay", "stays", "숙박"),
-           _c("nights", "nights", "숙박 일수", (1, 14), "nights", "박"), _c("check_in", "check-in date", "체크인 날짜"),
-           _c("room_type", "room type", "객실 종류", ("single", "double", "suite"))),
-    Domain("airline", Noun("airports", "airport_id", "airport", "airports", "공항"),
-           _c("gates", "gates", "게이트 수", (4, 120)),
-           Noun("pilots", "pilot_id", "pilot", "pilots", "조종사"),
-           _c("rank", "rank", "직급", ("captain", "first_officer", "trainee")),
-           _c("flight_hours", "flight hours", "비행 시간", (200, 20000), "hours", "시간"),
-           _c("licensed_on", "license date", "면허 취득일"),
-           _c("duty", "duty status", "근무 상태", ("on_duty", "on_leave", "retired")),
-           Noun("flights", "flight_id", "flight", "flights", "비행"),
-           _c("passengers", "passengers", "승객 수", (40, 400)), _c("departed_on", "departure date", "출발일"),
-           _c("aircraft", "aircraft", "기종", ("A320", "B737", "B777", "A350"))),
-    Domain("museum", Noun("museums", "museum_id", "museum", "museums", "박물관"),
-           _c("floors", "floors", "층수", (1, 8)),
-           Noun("artworks", "artwork_id", "artwork", "artworks", "작품"),
-           _c("medium", "medium", "재료", ("oil", "watercolor", "bronze", "marble", "photo")),
-           _c("value_usd", "value", "가치", (1000, 900000), "USD", "달러"),
-           _c("acquired_on", "acquisition date", "취득일"),
-           _c("display", "display status", "전시 상태", ("on_view", "in_storage", "on_loan")),
-           Noun("visits", "visit_id", "visit record", "visit records", "관람 기록"),
-           _c("visitors", "visitors", "관람객 수", (5, 900)), _c("visited_on", "visit date", "관람일"),
-           _c("ticket", "ticket type", "티켓 종류", ("adult", "child", "senior"))),
-    Domain("cinema", Noun("theaters", "theater_id", "theater", "theaters", "극장"),
-           _c("screens", "screens", "상영관 수", (1, 16)),
-           Noun("movies", "movie_id", "movie", "movies", "영화"),
+    Domain("pharmacy", _n("patients", "patient", "patients", "환자"),
+           _c("coverage", "insurance coverage", "보험 종류", ("public", "private", "none")),
+           _n("medicines", "medicine", "medicines", "약품"),
+           _c("drug_class", "drug class", "약효 분류", ("antibiotic", "painkiller", "vitamin", "antiviral")),
+           _c("price", "price", "가격", (1500, 90000), "KRW", "원"), _c("stock_units", "stock", "재고", (0, 500)),
+           _n("prescriptions", "prescription", "prescriptions", "처방전"), ("filled", "waiting", _CANCEL),
+           _n("prescription_lines", "prescription line", "prescription lines", "처방 항목", "line_id"),
+           _n("pharmacists", "pharmacist", "pharmacists", "약사"),
+           _n("pharmacy_feedback", "feedback", "feedback entries", "평가", "feedback_id"),
+           ("Amoxil", "Tylenol", "타이레놀", "Vitamin C", "게보린", "Tamiflu", "Advil", "판콜", "Zyrtec", "베아제"),
+           "were prescribed", "처방받은"),
+    Domain("hotel", _n("guests", "guest", "guests", "투숙객"),
+           _c("loyalty", "loyalty level", "멤버십 등급", ("blue", "platinum", "diamond")),
+           _n("room_types", "room type", "room types", "객실 유형"),
+           _c("view", "view", "전망", ("ocean", "city", "garden", "mountain")),
+           _c("nightly_rate", "nightly rate", "1박 요금", (60000, 600000), "KRW", "원"),
+           _c("max_occupancy", "max occupancy", "최대 인원", (1, 6)),
+           _n("reservations", "reservation", "reservations", "예약"), ("confirmed", "checked_out", "no_show", _CANCEL),
+           _n("reservation_rooms", "reserved room", "reserved rooms", "예약 객실", "reservation_room_id"),
+           _n("receptionists", "receptionist", "receptionists", "프런트 직원"),
+           _n("stay_reviews", "stay review", "stay reviews", "숙박 후기"),
+           ("Deluxe Twin", "Ocean Suite", "스탠다드 더블", "Family Room", "디럭스 킹", "Penthouse", "Hanok Room",
+            "Garden Villa"), "booked", "예약한"),
+    Domain("airline", _n("passengers", "passenger", "passengers", "승객"),
+           _c("mileage_tier", "mileage tier", "마일리지 등급", ("standard", "silver", "prestige")),
+           _n("flights", "flight", "flights", "항공편"),
+           _c("cabin", "cabin", "좌석 등급", ("economy", "business", "first")),
+           _c("fare", "fare", "운임", (50000, 2500000), "KRW", "원"),
+           _c("seats_left", "seats left", "잔여 좌석", (0, 300)),
+           _n("tickets", "ticket", "tickets", "항공권"), ("issued", "flown", "refunded", _CANCEL),
+           _n("ticket_segments", "ticket segment", "ticket segments", "여정 구간", "segment_id"),
+           _n("agents", "agent", "agents", "발권 직원"),
+           _n("flight_surveys", "survey", "surveys", "설문 평가", "survey_id"),
+           ("KE017", "OZ202", "7C1101", "LJ305", "KE901", "TW215", "OZ741", "ZE603", "KE085", "BX142"),
+           "flew on", "이용한"),
+    Domain("cinema", _n("moviegoers", "moviegoer", "moviegoers", "관객"),
+           _c("membership", "membership", "멤버십", ("free", "vip", "vvip")),
+           _n("films", "film", "films", "영화"),
            _c("genre", "genre", "장르", ("drama", "comedy", "action", "horror", "animation")),
+           _c("ticket_price", "ticket price", "관람료", (7000, 22000), "KRW", "원"),
            _c("runtime_min", "runtime", "상영 시간", (80, 190), "minutes", "분"),
-           _c("released_on", "release date", "개봉일"),
-           _c("rating", "age rating", "관람 등급", ("all", "12", "15", "18")),
-           Noun("screenings", "screening_id", "screening", "screenings", "상영"),
-           _c("tickets_sold", "tickets sold", "판매 티켓 수", (0, 300)), _c("shown_on", "screening date", "상영일"),
-           _c("format", "format", "상영 방식", ("2D", "3D", "IMAX"))),
-    Domain("bank", Noun("banks", "bank_id", "bank branch", "bank branches", "은행 지점"),
-           _c("tellers", "tellers", "창구 수", (2, 20)),
-           Noun("accounts", "account_id", "account", "accounts", "계좌"),
-           _c("account_type", "account type", "계좌 종류", ("checking", "savings", "loan")),
-           _c("balance", "balance", "잔액", (0, 90000000), "KRW", "원"),
-           _c("opened_on", "opening date", "개설일"), _c("state", "state", "상태", ("open", "frozen", "closed")),
-           Noun("transfers", "transfer_id", "transfer", "transfers", "이체"),
-           _c("amount", "amount", "금액", (1000, 5000000), "KRW", "원"), _c("sent_on", "transfer date", "이체일"),
-           _c("channel", "channel", "채널", ("app", "web", "atm", "counter")), person_items=False,
-           item_words=("ACC", "SAV", "DEP", "FIX", "CHK", "INV")),
-    Domain("restaurant", Noun("kitchens", "kitchen_id", "restaurant", "restaurants", "식당"),
-           _c("seats", "seats", "좌석 수", (10, 200)),
-           Noun("dishes", "dish_id", "dish", "dishes", "메뉴"),
+           _n("ticket_orders", "ticket order", "ticket orders", "예매"), ("paid", "used", _CANCEL),
+           _n("ticket_lines", "ticket line", "ticket lines", "예매 항목", "ticket_line_id"),
+           _n("ushers", "usher", "ushers", "안내 직원"),
+           _n("film_reviews", "film review", "film reviews", "관람평"),
+           ("기생충", "Inception", "Dune", "명량", "Frozen", "부산행", "Up", "Coco", "Alien", "올드보이"),
+           "watched", "관람한"),
+    Domain("restaurant", _n("diners", "diner", "diners", "손님"),
+           _c("status_level", "regular status", "단골 등급", ("new", "regular", "vip")),
+           _n("dishes", "dish", "dishes", "메뉴"),
            _c("cuisine", "cuisine", "요리 종류", ("korean", "italian", "chinese", "japanese")),
-           _c("price", "price", "가격", (5000, 60000), "KRW", "원"),
-           _c("added_on", "date added", "등록일"), _c("spicy", "spiciness", "맵기", ("mild", "medium", "hot")),
-           Noun("sales", "sale_id", "sale", "sales", "판매"),
-           _c("qty", "quantity", "수량", (1, 30)), _c("sold_on", "sale date", "판매일"),
-           _c("payment", "payment method", "결제 수단", ("card", "cash", "mobile")), person_items=False,
-           item_words=("비빔밥", "김치찌개", "Pasta", "Ramen", "Sushi", "불고기", "Pizza", "Dumplings", "냉면", "Tacos",
-                       "떡볶이", "Risotto", "Udon", "갈비탕", "Curry")),
-    Domain("garage", Noun("workshops", "workshop_id", "workshop", "workshops", "정비소"),
-           _c("lifts", "lifts", "리프트 수", (1, 12)),
-           Noun("vehicles", "vehicle_id", "vehicle", "vehicles", "차량"),
-           _c("fuel", "fuel type", "연료", ("gasoline", "diesel", "electric", "hybrid")),
-           _c("mileage_km", "mileage", "주행 거리", (1000, 300000), "km", "km"),
-           _c("registered_on", "registration date", "등록일"),
-           _c("condition", "condition", "상태", ("good", "fair", "poor")),
-           Noun("repairs", "repair_id", "repair", "repairs", "수리"),
-           _c("labor_cost", "labor cost", "공임", (20000, 2000000), "KRW", "원"),
-           _c("repaired_on", "repair date", "수리일"),
-           _c("part", "part", "부품", ("brakes", "engine", "tires", "battery")), person_items=False,
-           item_words=("Sonata", "Avante", "Model3", "Corolla", "Golf", "K5", "Tucson", "Civic", "Ioniq", "Spark")),
-    Domain("zoo", Noun("zoos", "zoo_id", "zoo", "zoos", "동물원"),
-           _c("acres", "size", "면적", (10, 300), "acres", "에이커"),
-           Noun("animals", "animal_id", "animal", "animals", "동물"),
-           _c("species", "species", "종", ("lion", "panda", "penguin", "giraffe", "otter")),
-           _c("weight_kg", "weight", "몸무게", (2, 900), "kg", "kg"),
-           _c("arrived_on", "arrival date", "입소일"),
-           _c("health", "health status", "건강 상태", ("healthy", "sick", "recovering")),
-           Noun("feedings", "feeding_id", "feeding", "feedings", "급식 기록"),
-           _c("food_kg", "food amount", "먹이 양", (1, 40), "kg", "kg"), _c("fed_on", "feeding date", "급식일"),
-           _c("diet", "diet", "먹이 종류", ("meat", "fish", "bamboo", "hay")), person_items=False,
-           item_words=("Leo", "Bao", "Pingu", "Tall", "Momo", "Nala", "Coco", "Rio", "Kiki", "Toto", "봄이", "푸바오")),
-    Domain("concert", Noun("venues", "venue_id", "venue", "venues", "공연장"),
-           _c("capacity", "capacity", "수용 인원", (100, 20000)),
-           Noun("artists", "artist_id", "artist", "artists", "가수"),
+           _c("menu_price", "menu price", "메뉴 가격", (5000, 60000), "KRW", "원"),
+           _c("calories", "calories", "칼로리", (150, 1400), "kcal", "kcal"),
+           _n("tabs", "tab", "tabs", "주문서"), ("open", "paid", _CANCEL),
+           _n("tab_items", "tab item", "tab items", "주문 항목", "tab_item_id"),
+           _n("waiters", "waiter", "waiters", "서버"),
+           _n("dish_reviews", "dish review", "dish reviews", "음식 리뷰"),
+           ("비빔밥", "김치찌개", "Pasta", "Ramen", "Sushi", "불고기", "Pizza", "냉면", "Tacos", "떡볶이", "Risotto"),
+           "ordered", "주문한"),
+    Domain("gym", _n("trainees", "trainee", "trainees", "회원"),
+           _c("plan", "plan", "요금제", ("monthly", "quarterly", "yearly")),
+           _n("classes", "class", "classes", "수업"),
+           _c("discipline", "discipline", "운동 종류", ("yoga", "pilates", "spinning", "boxing", "crossfit")),
+           _c("fee", "fee", "수강료", (10000, 80000), "KRW", "원"), _c("capacity", "capacity", "정원", (5, 40)),
+           _n("class_bookings", "class booking", "class bookings", "수업 예약"), ("booked", "attended", _CANCEL),
+           _n("booking_slots", "booking slot", "booking slots", "예약 슬롯", "slot_id"),
+           _n("coaches", "coach", "coaches", "코치"),
+           _n("class_feedback", "class feedback", "class feedback entries", "수업 평가", "feedback_id"),
+           ("Morning "
+            "Yoga", "파워 스피닝", "Boxing 101", "필라테스 기초", "HIIT", "Core Blast", "저녁 요가", "Crossfit"),
+           "took", "수강한"),
+    Domain("car_rental", _n("renters", "renter", "renters", "대여 고객"),
+           _c("license_class", "license class", "면허 종류", ("class1", "class2", "intl")),
+           _n("cars", "car", "cars", "차량"),
+           _c("segment", "segment", "차급", ("compact", "sedan", "suv", "van", "ev")),
+           _c("daily_rate", "daily rate", "일일 요금", (30000, 250000), "KRW", "원"),
+           _c("seats", "seats", "좌석 수", (2, 11)),
+           _n("rentals", "rental", "rentals", "대여"), ("reserved", "on_road", "returned", _CANCEL),
+           _n("rental_days", "rental day", "rental days", "대여 내역", "rental_day_id"),
+           _n("counter_staff", "counter clerk", "counter clerks", "카운터 직원", "clerk_id"),
+           _n("rental_reviews", "rental review", "rental reviews", "대여 후기"),
+           ("Avante", "Sonata", "K5", "Tucson", "Ioniq 5", "Model 3", "Carnival", "Corolla", "Golf"),
+           "rented", "대여한"),
+    Domain("concert", _n("fans", "fan", "fans", "팬"),
+           _c("fanclub", "fan club level", "팬클럽 등급", ("none", "official", "premium")),
+           _n("shows", "show", "shows", "공연"),
            _c("genre", "genre", "장르", ("pop", "rock", "jazz", "hiphop", "classical")),
-           _c("fans", "fans", "팬 수", (100, 900000)),
-           _c("debuted_on", "debut date", "데뷔일"), _c("label", "label type", "소속 형태", ("major", "indie", "self")),
-           Noun("gigs", "gig_id", "concert", "concerts", "공연"),
-           _c("audience", "audience", "관객 수", (50, 20000)), _c("played_on", "concert date", "공연일"),
-           _c("tour", "tour leg", "투어 구간", ("asia", "europe", "america"))),
+           _c("base_price", "base price", "기본 가격", (30000, 250000), "KRW", "원"),
+           _c("hall_size", "hall size", "공연장 규모", (200, 20000), "seats", "석"),
+           _n("ticket_purchases", "ticket purchase", "ticket purchases", "티켓 구매", "purchase_id"),
+           ("paid", "printed", _CANCEL),
+           _n("purchase_seats", "purchased seat", "purchased seats", "구매 좌석", "purchase_seat_id"),
+           _n("box_officers", "box officer", "box officers", "매표 직원"),
+           _n("show_reviews", "show review", "show reviews", "공연 후기"),
+           ("Jazz Night", "록 페스티벌", "Spring Gala", "K-Pop Live", "Opera Classics", "힙합 콘서트", "Indie Fest"),
+           "saw", "관람한"),
+    Domain("bakery", _n("patrons", "patron", "patrons", "고객"),
+           _c("stamp_level", "stamp level", "스탬프 등급", ("basic", "sweet", "royal")),
+           _n("pastries", "pastry", "pastries", "빵"),
+           _c("kind", "kind", "종류", ("bread", "cake", "cookie", "tart")),
+           _c("unit_cost", "unit cost", "개당 가격", (1500, 45000), "KRW", "원"),
+           _c("daily_batch", "daily batch", "일일 생산량", (5, 200)),
+           _n("purchases", "purchase", "purchases", "구매"), ("paid", "picked_up", _CANCEL),
+           _n("purchase_lines", "purchase line", "purchase lines", "구매 항목", "purchase_line_id"),
+           _n("bakers", "baker", "bakers", "제빵사"),
+           _n("pastry_reviews", "pastry review", "pastry reviews", "빵 리뷰"),
+           ("소금빵", "Croissant", "Baguette", "단팥빵", "Cheesecake", "Macaron", "크림빵", "Scone", "Tiramisu"),
+           "bought", "구매한"),
+    Domain("pet_shop", _n("pet_owners", "pet owner", "pet owners", "반려인", "owner_id"),
+           _c("club", "club level", "클럽 등급", ("puppy", "buddy", "best")),
+           _n("pet_supplies", "pet supply", "pet supplies", "용품", "supply_id"),
+           _c("animal", "animal", "대상 동물", ("dog", "cat", "bird", "fish")),
+           _c("price", "price", "가격", (2000, 150000), "KRW", "원"), _c("on_hand", "stock on hand", "재고", (0, 300)),
+           _n("pet_orders", "pet order", "pet orders", "주문", "pet_order_id"), ("placed", "delivered", _CANCEL),
+           _n("pet_order_lines", "pet order line", "pet order lines", "주문 항목", "pet_order_line_id"),
+           _n("groomers", "groomer", "groomers", "미용사"),
+           _n("supply_reviews", "supply review", "supply reviews", "용품 리뷰"),
+           ("Dog Food 5kg", "고양이 모래", "Chew Toy", "Bird Seed", "캣타워", "Leash", "어항 필터", "Cat Treats"),
+           "bought", "구매한"),
+    Domain("florist", _n("buyers", "buyer", "buyers", "구매자"),
+           _c("segment", "segment", "고객 구분", ("personal", "wedding", "corporate")),
+           _n("bouquets", "bouquet", "bouquets", "꽃다발"),
+           _c("flower", "main flower", "주요 꽃", ("rose", "tulip", "lily", "peony")),
+           _c("price", "price", "가격", (15000, 200000), "KRW", "원"), _c("stems", "stems", "송이 수", (3, 101)),
+           _n("flower_orders", "flower order", "flower orders", "꽃 주문", "flower_order_id"),
+           ("received", "delivered", _CANCEL),
+           _n("flower_order_lines", "flower order line", "flower order lines", "주문 항목", "flower_line_id"),
+           _n("florists", "florist", "florists", "플로리스트"),
+           _n("bouquet_reviews", "bouquet review", "bouquet reviews", "꽃다발 후기"),
+           ("Red Rose Box", "튤립 한 다발", "Wedding White", "작약 부케", "Sunny Day", "Lily Basket", "Mini Posy"),
+           "ordered", "주문한"),
+    Domain("travel", _n("travelers", "traveler", "travelers", "여행자"),
+           _c("club", "club level", "클럽 등급", ("basic", "plus", "elite")),
+           _n("tour_packages", "tour package", "tour packages", "여행 상품", "package_id"),
+           _c("theme", "theme", "테마", ("beach", "city", "hiking", "food")),
+           _c("package_price", "package price", "상품 가격", (200000, 5000000), "KRW", "원"),
+           _c("nights", "nights", "숙박 일수", (1, 14)),
+           _n("trip_bookings", "trip booking", "trip bookings", "여행 예약", "trip_booking_id"),
+           ("booked", "completed", _CANCEL),
+           _n("trip_booking_items", "trip booking item", "trip booking items", "예약 항목", "trip_item_id"),
+           _n("guides", "guide", "guides", "가이드"),
+           _n("trip_reviews", "trip review", "trip reviews", "여행 후기"),
+           ("Jeju Walk", "다낭 4일", "Kyoto Food Tour", "Swiss Alps", "방콕 야경", "Bali Beach", "Paris City"),
+           "booked", "예약한"),
+    Domain("laundry", _n("clients", "client", "clients", "고객"),
+           _c("plan", "plan", "요금제", ("pay_per_use", "weekly", "monthly")),
+           _n("garment_services", "garment service", "garment services", "세탁 서비스", "service_id"),
+           _c("service_kind", "service kind", "서비스 종류", ("wash", "dry_clean", "iron", "repair")),
+           _c("price", "price", "가격", (3000, 50000), "KRW", "원"),
+           _c("turnaround_h", "turnaround", "소요 시간", (4, 96), "hours", "시간"),
+           _n("laundry_tickets", "laundry ticket", "laundry tickets", "세탁 접수", "laundry_ticket_id"),
+           ("received", "ready", "collected", _CANCEL),
+           _n("laundry_ticket_lines", "laundry ticket line", "laundry ticket lines", "접수 항목", "ticket_line_id"),
+           _n("laundry_staff", "laundry worker", "laundry workers", "세탁 직원", "worker_id"),
+           _n("laundry_reviews", "laundry review", "laundry reviews", "세탁 후기"),
+           ("Shirt Wash", "코트 드라이", "Suit Press", "이불 세탁", "Hem Repair", "Dress Clean", "운동화 세탁"),
+           "used", "이용한"),
+    Domain("clinic_vet", _n("pet_parents", "pet parent", "pet parents", "보호자", "parent_id"),
+           _c("plan", "care plan", "관리 플랜", ("basic", "care", "total")),
+           _n("vet_services", "vet service", "vet services", "진료 항목", "vet_service_id"),
+           _c("service_type", "service type", "진료 종류", ("vaccine", "checkup", "dental", "surgery")),
+           _c("price", "price", "가격", (10000, 900000), "KRW", "원"),
+           _c("duration_min", "duration", "소요 시간", (10, 180), "minutes", "분"),
+           _n("vet_visits", "vet visit", "vet visits", "내원", "visit_id"), ("scheduled", "done", _CANCEL),
+           _n("vet_visit_lines", "visit line", "visit lines", "진료 내역", "visit_line_id"),
+           _n("vets", "vet", "vets", "수의사"),
+           _n("visit_reviews", "visit review", "visit reviews", "진료 후기"),
+           ("Rabies Shot", "건강검진", "Teeth Cleaning", "중성화 수술", "X-ray", "Blood Test", "예방접종"),
+           "received", "받은"),
+    Domain("coffee", _n("regulars", "regular", "regulars", "단골 고객", "regular_id"),
+           _c("card", "card level", "카드 등급", ("green", "gold", "black")),
+           _n("beverages", "beverage", "beverages", "음료"),
+           _c("base", "base", "베이스", ("espresso", "tea", "milk", "juice")),
+           _c("price", "price", "가격", (2500, 9000), "KRW", "원"),
+           _c("size_ml", "size", "용량", (240, 710), "ml", "ml"),
+           _n("cafe_orders", "cafe order", "cafe orders", "주문", "cafe_order_id"), ("made", "served", _CANCEL),
+           _n("cafe_order_lines", "cafe order line", "cafe order lines", "주문 항목", "cafe_line_id"),
+           _n("baristas", "barista", "baristas", "바리스타"),
+           _n("drink_reviews", "drink review", "drink reviews", "음료 리뷰"),
+           ("Americano", "카페라떼", "Flat White", "녹차라떼", "Chai", "바닐라라떼", "Mocha", "Yuzu Tea"),
+           "ordered", "주문한"),
 )

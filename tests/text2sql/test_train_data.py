@@ -2,6 +2,7 @@
 the prompts are exactly the evaluation's, and nothing of the shipped eval set (schema, table, question)
 appears in it."""
 
+import re
 import sqlite3
 
 import pytest
@@ -9,8 +10,10 @@ import pytest
 from integrations.text2sql import train_data
 from integrations.text2sql.dataset import load_eval
 from integrations.text2sql.generate import SQLGenerator
+from integrations.text2sql.korean_particles import attach, final_consonant
 from integrations.text2sql.sources import Source
-from integrations.text2sql.train_domains import DOMAINS
+from integrations.text2sql.train_domains import DOMAINS, PLACES
+from integrations.text2sql.train_schema import ROLES
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +38,47 @@ def test_both_languages_and_many_kinds_of_query(generated):
     examples, _ = generated
     assert {e.lang for e in examples} == {"ko", "en"}
     sql = " ".join(e.sql for e in examples)
-    for kind in ("COUNT(*)", "GROUP BY", "HAVING", " JOIN ", "ORDER BY", "LIMIT", "BETWEEN", "NOT IN", "AVG("):
-        assert kind in sql
+    for kind in ("COUNT(*)", "GROUP BY", "HAVING", " JOIN ", "ORDER BY", "LIMIT", "BETWEEN", "NOT IN", "AVG(",
+                 "LEFT JOIN", "IS NULL", "DATE(", "STRFTIME(", "DISTINCT", "<> 'cancelled'", " IN ('"):
+        assert kind in sql, kind
+    assert re.search(r"SUM\(\w+\.\w+ \* \w+\.\w+\)", sql)  # revenue as SUM(quantity * unit_price)
+    for lang in ("ko", "en"):  # Korean as varied as English, not one template
+        shapes = {re.sub(r"[0-9]+", "N", e.question.split(" ")[0]) for e in examples if e.lang == lang}
+        assert len(shapes) > 20, lang
+
+
+def test_about_half_each_language_and_most_joining(generated):
+    examples, _ = generated
+    ko = sum(e.lang == "ko" for e in examples) / len(examples)
+    assert 0.4 <= ko <= 0.6
+    joins = [e.sql.count(" JOIN ") for e in examples]
+    assert sum(j > 0 for j in joins) / len(joins) >= 0.4
+    assert sum(j >= 2 for j in joins) / len(joins) >= 0.1  # three tables or more
+    assert max(joins) >= 3  # people -> header -> line -> catalog
+
+
+def test_korean_particles_follow_the_final_consonant():
+    assert [attach(w, "은/는") for w in ("회원", "요금제", "Seoul", "3")] == ["회원은", "요금제는", "Seoul은", "3은"]
+    assert [attach(w, "이/가") for w in ("요금제", "상태", "'gold'", "2")] == ["요금제가", "상태가", "'gold'가", "2가"]
+    assert [attach(w, "을/를") for w in ("가격", "수량", "bank")] == ["가격을", "수량을", "bank을"]
+    assert [attach(w, "과/와") for w in ("이름", "날짜")] == ["이름과", "날짜와"]
+    # 로 after a vowel and after ㄹ, 으로 after any other final consonant.
+    assert [attach(w, "으로/로") for w in ("서울", "부산", "바다", "7", "6")] == ["서울로", "부산으로", "바다로", "7로",
+                                                                              "6으로"]
+    assert final_consonant("값") and not final_consonant("")
+
+
+def test_no_wrong_particle_after_a_korean_noun(generated):
+    examples, _ = generated
+    pairs = (("이", "가"), ("은", "는"), ("을", "를"), ("과", "와"))
+    nouns = {getattr(d, role).ko for d in DOMAINS for role in ROLES if role != "place"}
+    nouns |= {n for d in DOMAINS for n in (d.tier.ko, d.category.ko, d.price.ko, d.size.ko)}
+    nouns |= {p.ko for p in PLACES} | {"상태", "가입일", "날짜", "입사일", "별점", "수량"}
+    for ex in (e for e in examples if e.lang == "ko"):
+        for noun in nouns:
+            for with_final, without in pairs:
+                wrong = without if final_consonant(noun) else with_final
+                assert f"{noun}{wrong} " not in ex.question, (noun, ex.question)
 
 
 def test_prompts_are_the_evaluation_prompts(generated):
@@ -53,8 +95,10 @@ def test_disjoint_from_the_eval_set(generated):
     schemas, tables, questions = train_data.eval_names()
     assert {"shop", "hr", "school", "library", "delivery"} <= schemas and "customers" in tables
     train_data.check_disjoint(examples)  # raises on any overlap
-    for d in DOMAINS:  # every domain, not only the ones sampled above
-        assert not {d.place.table, d.item.table, d.event.table} & tables
+    for d in DOMAINS:  # every domain and every place table, not only the ones sampled above
+        assert not {getattr(d, role).table for role in ROLES if role != "place"} & tables
+    assert not {p.table for p in PLACES} & tables
+    assert len(DOMAINS) >= 14
     used = {train_data._norm(e.question) for e in examples}
     assert not used & questions
 

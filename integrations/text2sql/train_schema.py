@@ -1,0 +1,211 @@
+"""One generated training database: a domain's roles laid out with this schema's own naming, DDL and rows.
+
+:class:`Layout` holds the choices a seeded RNG makes per schema (which optional tables exist, column
+names, comment style, table order, aliases); :func:`create` writes the tables and fills them with rows
+that look like a Korean shop's: Korean and English names and cities mixed, dates over two years, some
+events cancelled, some people and catalog items with no events, so anti-joins and zero counts have
+answers.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+
+from integrations.text2sql.train_domains import CITY_CODES, CITY_NAMES, PLACE_CODES, PLACES, Column, Domain, Noun
+
+ROLES = ("place", "people", "catalog", "staff", "header", "line", "rating")
+SURNAMES = "김이박최정강조윤장임한오서신권황"
+GIVEN = ("민준", "서연", "도윤", "지우", "하준", "서윤", "시우", "지민", "예은", "현우", "수아", "준서", "다은", "유진")
+FIRST_EN = ("Alice", "Brian", "Chloe", "Daniel", "Emma", "Felix", "Grace", "Henry", "Iris", "Jack", "Lena", "Mason")
+LAST_EN = ("Kim", "Lee", "Park", "Smith", "Brown", "Garcia", "Muller", "Tanaka", "Martin", "Wilson")
+COMMENTS = ("좋아요", "최고예요", "그저 그래요", "별로예요", "Great", "Too slow", "Friendly staff", "다시 올게요",
+            "Not worth it", "Loved it")
+FIRST_DAY, DAYS = date(2023, 1, 1), 730
+CURRENCIES = (("KRW", "원", 1), ("KRW", "원", 1), ("USD", "달러", 1300))  # (unit, Korean unit, KRW per unit)
+
+
+@dataclass
+class Layout:
+    """One generated schema: the domain plus this schema's naming choices."""
+
+    name: str
+    d: Domain
+    rng: random.Random
+    place: Noun = field(init=False)
+    code: Column = field(init=False)
+    cols: dict[str, str] = field(init=False)  # logical column -> this schema's column name
+    has_staff: bool = field(init=False)
+    has_rating: bool = field(init=False)
+    has_email: bool = field(init=False)
+    checks: bool = field(init=False)  # enums as CHECK (x IN (...)) rather than a comment listing the values
+    currency: tuple[str, str, int] = field(init=False)
+    order: list[str] = field(init=False)
+    alias: dict[str, str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        r, d = self.rng, self.d
+        self.place, self.code = r.choice(PLACES), r.choice(PLACE_CODES)
+        self.has_staff, self.has_rating, self.has_email = r.random() < 0.6, r.random() < 0.6, r.random() < 0.5
+        self.checks = r.random() < 0.6
+        self.currency = r.choice(CURRENCIES)
+        stem = d.header.en.split()[-1]
+        self.cols = {
+            "p_date": r.choice(("signup_date", "joined_on", "created_on", "registered_on")),
+            "tier": r.choice((d.tier.name, d.tier.name, "tier", "level")),
+            "h_date": r.choice((f"{stem}_date", "created_on", "event_date", "placed_on")),
+            "status": r.choice(("status", "status", "state")),
+            "qty": r.choice(("quantity", "quantity", "qty")),
+            "unit_price": r.choice(("unit_price", "unit_price", "price_paid")),
+            "s_date": r.choice(("hire_date", "hired_on")),
+            "stars": r.choice(("stars", "score")),
+            "comment": r.choice(("comment", "review_text", "note")),
+        }
+        head = ["place", "people", "catalog"] + (["staff"] if self.has_staff else [])
+        if r.random() < 0.4:
+            r.shuffle(head)  # SQLite accepts a REFERENCES to a table created later
+        self.order = head + ["header", "line"] + (["rating"] if self.has_rating else [])
+        self.alias = _aliases([self.noun(role).table for role in ROLES])
+
+    def noun(self, role: str) -> Noun:
+        return self.place if role == "place" else getattr(self.d, role)
+
+    def col(self, logical: str) -> str:
+        return self.cols[logical]
+
+    def column_words(self, logical: str) -> tuple[str, str]:
+        """(English, Korean) words a question uses for a column, whatever this schema named it."""
+        if logical == "tier":
+            return self.d.tier.en, self.d.tier.ko
+        en = {"p_date": "join date", "h_date": "date", "s_date": "hire date", "qty": "quantity"}
+        ko = {"status": "상태", "p_date": "가입일", "h_date": "날짜", "s_date": "입사일", "stars": "별점",
+              "qty": "수량"}
+        return en.get(logical, self.cols[logical].replace("_", " ")), ko[logical]
+
+    def tables(self) -> set[str]:
+        return {self.noun(role).table for role in self.order}
+
+
+_KEYWORDS = {"as", "by", "do", "if", "in", "is", "no", "of", "on", "or", "to", "and", "asc", "end", "not", "set"}
+
+
+def _aliases(tables: list[str]) -> dict[str, str]:
+    """Short aliases in the eval's style (order_items -> oi), unique within the schema, keyed by role."""
+    out: dict[str, str] = {}
+    for role, table in zip(ROLES, tables, strict=True):
+        words = table.split("_")
+        cand = "".join(w[0] for w in words) if len(words) > 1 else table[0]
+        for longer in (cand, table[:2], table[:3], table):
+            if longer not in out.values() and longer not in _KEYWORDS:
+                cand = longer
+                break
+        out[role] = cand
+    return out
+
+
+def _enum(lay: Layout, col: str, values: tuple, last: bool = False) -> str:
+    comma = "" if last else ","
+    listed = ", ".join(f"'{v}'" for v in values)
+    if lay.checks:
+        return f"  {col} TEXT NOT NULL CHECK ({col} IN ({listed})){comma}"
+    return f"  {col} TEXT NOT NULL{comma} -- " + (listed if lay.rng.random() < 0.5 else ", ".join(values))
+
+
+def _table(name: str, lines: list[str]) -> str:
+    return f"CREATE TABLE {name} (\n" + "\n".join(lines) + "\n);"
+
+
+def ddl(lay: Layout) -> str:
+    d, c = lay.d, lay.col
+    fk = {role: f"  {lay.noun(role).key} INTEGER NOT NULL REFERENCES {lay.noun(role).table}({lay.noun(role).key}),"
+          for role in ROLES}
+    iso = " -- ISO date 'YYYY-MM-DD'"
+    pk = {role: f"  {lay.noun(role).key} INTEGER PRIMARY KEY," for role in ROLES}
+    code_note = "ISO 3166-1 alpha-2 code, e.g. 'KR', 'US'" if "country" in lay.code.name else "short region code"
+    unit = lay.currency[0]
+    size_note = f" -- {d.size.en} in {d.size.unit_en}" if d.size.unit_en else ""
+    parts = {
+        "place": [pk["place"], "  name TEXT NOT NULL UNIQUE,", f"  {lay.code.name} TEXT NOT NULL -- {code_note}"],
+        "people": [pk["people"], "  name TEXT NOT NULL,"] + (["  email TEXT NOT NULL UNIQUE,"] if lay.has_email else [])
+        + [fk["place"], f"  {c('p_date')} TEXT NOT NULL,{iso}", _enum(lay, c("tier"), d.tier.values, last=True)],
+        "catalog": [pk["catalog"], "  name TEXT NOT NULL,",
+                    f"  {d.category.name} TEXT NOT NULL, -- " + ", ".join(d.category.values),
+                    f"  {d.price.name} INTEGER NOT NULL, -- {d.price.en} in {unit}",
+                    f"  {d.size.name} INTEGER NOT NULL{size_note}"],
+        "staff": [pk["staff"], "  name TEXT NOT NULL,", fk["place"], f"  {c('s_date')} TEXT NOT NULL{iso}"],
+        "header": [pk["header"], fk["people"]] + ([fk["staff"]] if lay.has_staff else [])
+        + [f"  {c('h_date')} TEXT NOT NULL,{iso}", _enum(lay, c("status"), d.statuses, last=True)],
+        "line": [pk["line"], fk["header"], fk["catalog"], f"  {c('qty')} INTEGER NOT NULL,",
+                 f"  {c('unit_price')} INTEGER NOT NULL -- price paid per unit in {unit}"],
+        "rating": [pk["rating"], fk["header"],
+                   f"  {c('stars')} INTEGER NOT NULL CHECK ({c('stars')} BETWEEN 1 AND 5),",
+                   f"  {c('comment')} TEXT"],
+    }
+    return "\n\n".join(_table(lay.noun(role).table, parts[role]) for role in lay.order)
+
+
+# -- rows ----------------------------------------------------------------------------------------------
+
+def _names(rng: random.Random, n: int, korean_share: float) -> list[str]:
+    out: set[str] = set()
+    while len(out) < n:
+        if rng.random() < korean_share:
+            out.add(rng.choice(SURNAMES) + rng.choice(GIVEN))
+        else:
+            out.add(f"{rng.choice(FIRST_EN)} {rng.choice(LAST_EN)}")
+    return sorted(out, key=lambda _: rng.random())
+
+
+def _day(rng: random.Random) -> str:
+    return (FIRST_DAY + timedelta(days=rng.randrange(DAYS))).isoformat()
+
+
+def _insert(con: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
+    if rows:
+        con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+
+
+def create(con: sqlite3.Connection, lay: Layout) -> None:
+    """Creates the tables and fills them."""
+    con.executescript(ddl(lay))
+    r, d = lay.rng, lay.d
+    ko_share = r.choice((0.3, 0.5, 0.7))
+    cities = r.sample(CITY_NAMES, r.randint(4, 7))
+    codes = lay.code.values
+    _insert(con, lay.place.table, [(k + 1, city, CITY_CODES[city] if "country" in lay.code.name else r.choice(codes))
+                                   for k, city in enumerate(cities)])
+    # The last place is often left without people, so zero counts and anti-joins have something to find.
+    n_home = len(cities) - (1 if r.random() < 0.6 else 0)
+    people = _names(r, r.randint(14, 30), ko_share)
+    _insert(con, d.people.table, [
+        (k + 1, name) + ((f"user{k + 1}@{r.choice(('mail.kr', 'example.com', 'shop.io'))}",) if lay.has_email else ())
+        + (r.randint(1, n_home), _day(r), r.choice(d.tier.values)) for k, name in enumerate(people)])
+    words = list(d.words) + [f"{w} Special" for w in d.words[:3]]
+    items = r.sample(words, r.randint(min(7, len(words)), len(words)))
+    low, high = (max(1, v // lay.currency[2]) for v in d.price.values)
+    prices = [r.randrange(low, high + 1, 100 if high > 10000 else 1) for _ in items]
+    _insert(con, d.catalog.table, [(k + 1, w, r.choice(d.category.values), prices[k], r.randint(*d.size.values))
+                                   for k, w in enumerate(items)])
+    staff = _names(r, r.randint(3, 6), ko_share)
+    if lay.has_staff:
+        _insert(con, d.staff.table, [(k + 1, n, r.randint(1, len(cities)), _day(r)) for k, n in enumerate(staff)])
+    buyers = r.sample(range(1, len(people) + 1), max(2, len(people) - r.randint(1, 4)))
+    sold = r.sample(range(1, len(items) + 1), max(2, len(items) - r.randint(0, 2)))
+    weights = [1.0] * (len(d.statuses) - 1) + [0.4]  # 'cancelled' is last and rarer
+    headers, lines, ratings = [], [], []
+    for h in range(1, r.randint(30, 80) + 1):
+        status = r.choices(d.statuses, weights)[0]
+        headers.append((h, r.choice(buyers)) + ((r.randint(1, len(staff)),) if lay.has_staff else ())
+                       + (_day(r), status))
+        for item in r.sample(sold, r.randint(1, min(3, len(sold)))):
+            price = prices[item - 1] if r.random() < 0.8 else prices[item - 1] * 9 // 10
+            lines.append((len(lines) + 1, h, item, r.randint(1, 5), price))
+        if status != "cancelled" and r.random() < 0.6:
+            ratings.append((len(ratings) + 1, h, r.randint(1, 5), r.choice(COMMENTS + (None,))))
+    _insert(con, d.header.table, headers)
+    _insert(con, d.line.table, lines)
+    if lay.has_rating:
+        _insert(con, d.rating.table, ratings)
+    con.commit()
