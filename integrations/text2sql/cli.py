@@ -322,6 +322,9 @@ def train(
                       max_steps=max_steps, max_len=max_len, seed=seed, device=device, pack=pack, layers=layers or None,
                       warmup=warmup, save_every=save_every)
     result = train_fn(pack_examples(examples, pack), out, cfg, show_bar=progress)
+    if result.too_long:
+        typer.echo(f"warning: {result.too_long} packed sequences were longer than --max-len {max_len} and left out "
+                   f"(a smaller --pack or a larger --max-len keeps them)", err=True)
     tail = result.losses[-20:]
     typer.echo(f"{result.steps} steps over {result.sequences} packed sequences on {result.device} in "
                f"{result.seconds:.0f} s; "

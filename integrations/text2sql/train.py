@@ -58,6 +58,7 @@ class TrainResult:
     seconds: float
     losses: list[float] = field(default_factory=list)
     device: str = "cpu"
+    too_long: int = 0  # packed sequences left out: longer than max_len
 
 
 def resolve_base(base: str) -> Path:
@@ -172,7 +173,8 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
     folder = resolve_base(cfg.base)
     tok = AutoTokenizer.from_pretrained(folder)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    encoded = [e for e in (encode(tok, seq, cfg.max_len) for seq in sequences) if e is not None]
+    all_encoded = [encode(tok, seq, cfg.max_len) for seq in sequences]
+    encoded = [e for e in all_encoded if e is not None]
     if not encoded:
         raise ValueError("no training example fits max_len")
     model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
@@ -195,7 +197,7 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     rng = random.Random(cfg.seed)
-    result = TrainResult(0, len(encoded), 0.0, device=device.type)
+    result = TrainResult(0, len(encoded), 0.0, device=device.type, too_long=len(all_encoded) - len(encoded))
     start = time.perf_counter()
     model.train()
     bar = tqdm(total=total, desc="train", unit="step", disable=not show_bar)
@@ -245,7 +247,8 @@ def save(model, out: Path, cfg: TrainConfig, result: TrainResult) -> None:
     save_file({k: v.half().contiguous() for k, v in load_file(str(file)).items()}, str(file),
               metadata={"format": "pt"})
     meta = {"config": {**asdict(cfg), "target_modules": list(cfg.target_modules)}, "steps": result.steps,
-            "sequences": result.sequences, "seconds": round(result.seconds, 1), "device": result.device,
+            "sequences": result.sequences, "too_long": result.too_long, "seconds": round(result.seconds, 1),
+            "device": result.device,
             "final_loss": round(sum(result.losses[-20:]) / max(1, len(result.losses[-20:])), 4)}
     (out / "training.json").write_text(json.dumps(meta, indent=2) + "\n")
 

@@ -31,7 +31,7 @@ def test_train_writes_an_adapter_peft_and_the_engine_load(tmp_path):
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["r"] == 8 and config["layers_to_transform"] == [1]
     meta = json.loads((out / "training.json").read_text())
-    assert meta["steps"] == 2 and meta["final_loss"] > 0
+    assert meta["steps"] == 2 and meta["final_loss"] > 0 and meta["too_long"] == 0
 
     from peft import PeftModel
     from safetensors.torch import load_file

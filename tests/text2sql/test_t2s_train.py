@@ -42,3 +42,10 @@ def test_mask_segments_see_the_prefix_and_themselves_and_no_padding():
     assert mask[4].tolist() == [True, True, False, False, True, False]
     assert mask[5].tolist() == [True, True, False, False, False, True]  # padding: its output is never used
     assert not mask[:5, 5].any()
+
+
+def test_a_pack_longer_than_max_len_is_left_out(tmp_path):
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+    (pack,) = pack_examples(train_data.generate(1, per_schema=3, seed=5), 3)
+    n = len(encode(tok, pack, 100_000).ids)
+    assert encode(tok, pack, n) is not None and encode(tok, pack, n - 1) is None
