@@ -18,7 +18,7 @@ from tests.engine.conftest import make_tiny_llama
 from tests.engine.lora_helpers import make_adapter
 from tests.engine.test_hf_parity import prompts_of
 
-SHIPPED_ADAPTER = Path(__file__).resolve().parents[2] / "integrations" / "text2sql" / "adapters" / "sql-ko-en-r8"
+SHIPPED_ADAPTER = Path(__file__).resolve().parents[2] / "integrations" / "text2sql" / "adapters" / "sql-ko-en-r16"
 NAMES = ["a", None, "b", "a"]  # two adapters and none, one adapter on two rows
 
 
@@ -88,7 +88,7 @@ def test_decode_op_with_adapters_equals_torch_grouping(setup, cpu_path, quantiza
 @pytest.mark.default_model
 def test_default_model_gguf_decode_op_with_adapters(monkeypatch):
     """The default model served from its GGUF blocks, with the shipped text-to-SQL adapter (last layers)."""
-    llm = LLM(model="default", quantization="gguf", enable_lora=True, max_lora_rank=8, num_kv_blocks=32,
+    llm = LLM(model="default", quantization="gguf", enable_lora=True, max_lora_rank=16, num_kv_blocks=32,
               lora_modules={"sql": str(SHIPPED_ADAPTER)})
     assert isinstance(llm.engine.runner.model.weights["model.layers.0.qkv"], QuantizedWeight)
     prompts = [llm.engine.tokenize(p) for p in ("SELECT name FROM", "The capital of France is")]
