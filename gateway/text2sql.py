@@ -33,7 +33,7 @@ from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timin
 from gateway.registry import AdapterEngine, EmbeddedModel, Served, UpstreamModel
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
-from integrations.text2sql.adapter import LORA_NAME
+from integrations.text2sql.adapter import LORA_NAME, grammar_options
 from integrations.text2sql.ask import AskResult, aask, arun_sql
 from integrations.text2sql.errors import (
     ExecutionError,
@@ -240,16 +240,21 @@ class Text2SQL:
             else:
                 assert served is not None and question is not None
                 limit = max_tokens or DEFAULT_MAX_TOKENS
+                opts = None  # the grammar; the adapter's own when the question goes through it
                 if isinstance(served, UpstreamModel):
                     complete = _upstream_complete(self.state, served, limit)
                     sample = complete  # an upstream call is greedy; its candidates would all agree
                 else:
-                    calls = _EngineCalls(self.state, await self._engine(served), request)
+                    engine = await self._engine(served)
+                    if isinstance(engine, AdapterEngine):
+                        opts = grammar_options(self.adapter)
+                    calls = _EngineCalls(self.state, engine, request)
                     complete = async_engine_complete(calls, max_tokens=limit)
                     sample = async_engine_complete(calls, max_tokens=limit, temperature=SAMPLE_TEMPERATURE)
-                gen = SQLGenerator(acomplete=complete)
+                gen = SQLGenerator(acomplete=complete, grammar_options=opts)
                 if candidates > 1:
-                    result = await aask_selected(source, question, gen, SQLGenerator(acomplete=sample), candidates,
+                    sampler = SQLGenerator(acomplete=sample, grammar_options=opts)
+                    result = await aask_selected(source, question, gen, sampler, candidates,
                                                  constrained=constrained, execute=execute, max_rows=max_rows,
                                                  timeout_s=timeout_s)
                 else:

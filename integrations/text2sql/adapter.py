@@ -8,7 +8,10 @@ requests without it, in the same batch, still see the base model unchanged.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+from integrations.text2sql.grammar import GrammarOptions
 
 ADAPTERS_DIR = Path(__file__).resolve().parent / "adapters"
 SHIPPED = ADAPTERS_DIR / "sql-ko-en-r16"
@@ -28,3 +31,17 @@ def resolve_adapter(value: str | None, model: str) -> Path | None:
         raise ValueError(f"text2sql adapter {value!r}: no adapter_config.json there (a PEFT folder, "
                          "'default' or 'none')")
     return path
+
+
+STYLE_FILE = "text2sql.json"  # written by ``sllm text2sql train``: the grammar the adapter's SQL style needs
+
+
+def grammar_options(adapter: Path | None) -> GrammarOptions | None:
+    """The grammar ``adapter`` was trained to write under (its ``text2sql.json``); None: the default grammar.
+
+    The shipped adapter writes columns as ``table.column`` without table aliases; the grammar then
+    forbids aliases, so each qualified column is checked against its table."""
+    if adapter is None or not (adapter / STYLE_FILE).is_file():
+        return None
+    style = json.loads((adapter / STYLE_FILE).read_text())
+    return GrammarOptions(**style.get("grammar", {}))

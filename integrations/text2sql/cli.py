@@ -69,15 +69,17 @@ def _adapter(value: str, model: str) -> Path | None:
 
 def _generators(llm, adapter: Path | None, max_tokens: int, temperature: float):
     """(greedy, sampling) generators, through the adapter when there is one."""
-    from integrations.text2sql.adapter import LORA_NAME
+    from integrations.text2sql.adapter import LORA_NAME, grammar_options
     from integrations.text2sql.generate import SQLGenerator, llm_complete, llm_complete_batch
 
     lora = LORA_NAME if adapter else None
+    opts = grammar_options(adapter)
     greedy = SQLGenerator(llm_complete(llm, max_tokens=max_tokens, lora=lora),
-                          complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, lora=lora))
+                          complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, lora=lora),
+                          grammar_options=opts)
     sampler = SQLGenerator(llm_complete(llm, max_tokens=max_tokens, temperature=temperature, lora=lora),
                            complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, temperature=temperature,
-                                                             lora=lora))
+                                                             lora=lora), grammar_options=opts)
     return greedy, sampler
 
 
@@ -304,6 +306,8 @@ def train(
     layers: int = typer.Option(12, min=0, help="LoRA on the last N decoder layers (0: all)"),
     seed: int = typer.Option(0),
     device: str = typer.Option("auto", help="auto (cuda when available, else cpu), cpu or cuda"),
+    init: Path | None = typer.Option(None, help="Continue training this PEFT adapter folder (its rank, alpha, "
+                                               "layers and target modules replace the options above)"),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write loss.png beside the adapter (needs matplotlib)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="tqdm progress bar"),
 ):
@@ -320,7 +324,7 @@ def train(
     train_data.check_disjoint(examples)
     cfg = TrainConfig(base=base, rank=rank, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
                       max_steps=max_steps, max_len=max_len, seed=seed, device=device, pack=pack, layers=layers or None,
-                      warmup=warmup, save_every=save_every)
+                      warmup=warmup, save_every=save_every, init=str(init) if init else None)
     result = train_fn(pack_examples(examples, pack), out, cfg, show_bar=progress)
     if result.too_long:
         typer.echo(f"warning: {result.too_long} packed sequences were longer than --max-len {max_len} and left out "

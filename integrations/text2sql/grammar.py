@@ -20,7 +20,8 @@ Design choices that keep a small model on track:
 * A query without joins names only its table's columns (one alternative per table, so the FROM
   table and the columns agree); joins see all columns. Table aliases are short
   (``[a-z][a-z0-9_]{0,3}``, like ``cu`` or ``s23``), so ``table.column`` with a real table name is
-  typed: only that table's columns can follow it.
+  typed: only that table's columns can follow it. With ``table_aliases=False`` (the shipped adapter's
+  style, :mod:`.table_names`) there are no table aliases at all, so every qualified column is typed.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class GrammarOptions:
     # arithmetic, so expressions cannot nest. With ``max_string_chars`` set this makes every
     # sentence short: the shape of :meth:`compact`.
     nested_expressions: bool = True
+    # False: tables go without aliases and columns are qualified by the table's own name, which the
+    # grammar types (``orders.`` is followed only by a column of ``orders``); the shipped adapter's style.
+    table_aliases: bool = True
     max_string_chars: int | None = None  # None: unbounded (faster masks; see lexical())
 
     @classmethod
@@ -289,13 +293,15 @@ class _Builder:
             # With per-table alternatives this scope only serves joins, where bare names must be
             # unambiguous; without them it also serves single-table queries.
             bare = "unique_column" if self.scoped else "column_name"
-            body = [bare, *typed, 'alias "." column_name']
+            body = [bare, *typed] + (['alias "." column_name'] if self.o.table_aliases else [])
         else:
             i = int(scope[1:])
             t = self.table_names[i]
             # In a subquery an alias may name the outer query's table (a correlated reference).
             alias_cols = "column_name" if depth > 0 else f"cols_{scope}"
-            body = [f"cols_{scope}", f"{ebnf_literal(quote_ident(t) + '.')} cols_{scope}", f'alias "." {alias_cols}']
+            body = [f"cols_{scope}", f"{ebnf_literal(quote_ident(t) + '.')} cols_{scope}"]
+            if self.o.table_aliases:
+                body.append(f'alias "." {alias_cols}')
         return self.r.add(name, _alts(body))
 
     # -- expressions -------------------------------------------------------------------------------
@@ -384,9 +390,10 @@ class _Builder:
         a = self.expr_family(scope, depth, True)
         p = self.expr_family(scope, depth, False)
         r.add(f"items_{key}", _rep(f"item_{key}", "comma", o.max_select_items))
-        star_of = "(table_name | alias)"
+        star_of = "(table_name | alias)" if o.table_aliases else "table_name"
         if scope != "all":  # a single-table query can only star its own table
-            star_of = f"({ebnf_literal(quote_ident(self.table_names[int(scope[1:])]))} | alias)"
+            own = ebnf_literal(quote_ident(self.table_names[int(scope[1:])]))
+            star_of = f"({own} | alias)" if o.table_aliases else own
         r.add(f"item_{key}", f'"*" | {star_of} ".*" | item1_{key}')
         r.add(f"item1_{key}", f"val_{a} (sp {kw('AS')} sp out_alias)?")
         r.add(f"where_{key}", f"sp {kw('WHERE')} sp cond_{p}")
@@ -415,14 +422,15 @@ class _Builder:
         head = f"{kw('SELECT')} sp ({kw('DISTINCT')} sp)?"
         many, one = [], []
         scoped = self.scoped
+        as_alias = f" (sp {kw('AS')} sp alias)?" if o.table_aliases else ""
         for i, t in enumerate(self.table_names if scoped else []):
             items, tail = self.clauses(f"t{i}", d)
             frm = r.add(f"from_t{i}_{d}",
-                        f"sp {kw('FROM')} sp {ebnf_literal(quote_ident(t))} (sp {kw('AS')} sp alias)?")
+                        f"sp {kw('FROM')} sp {ebnf_literal(quote_ident(t))}{as_alias}")
             many.append(f"{items} {frm} {tail}")
             one.append(f"item1_t{i}_{d} {frm} {tail}")
         items, tail = self.clauses("all", d)
-        ref = r.add(f"table_ref_{d}", f"table_name (sp {kw('AS')} sp alias)?")
+        ref = r.add(f"table_ref_{d}", f"table_name{as_alias}")
         joins = " | ".join(kw(j) for j in ("JOIN", "INNER JOIN", "LEFT JOIN", "LEFT OUTER JOIN"))
         p = self.expr_family("all", d, False)
         r.add(
@@ -435,7 +443,9 @@ class _Builder:
         )
         froms = [f"sp {kw('FROM')} sp {ref} join_{d}{{{1 if scoped else 0},{o.max_joins}}}"]
         if sub:
-            froms.append(f"sp {kw('FROM')} sp lp query_{d + 1} rp sp {kw('AS')} sp alias join_{d}{{0,{o.max_joins}}}")
+            # Without table aliases a derived table goes unnamed (SQLite allows it; its columns are bare).
+            derived = f" sp {kw('AS')} sp alias" if o.table_aliases else ""
+            froms.append(f"sp {kw('FROM')} sp lp query_{d + 1} rp{derived} join_{d}{{0,{o.max_joins}}}")
         r.add(f"from_all_{d}", _alts(froms))
         many.append(f"{items} from_all_{d} {tail}")
         one.append(f"item1_all_{d} from_all_{d} {tail}")

@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from integrations.text2sql.adapter import STYLE_FILE
+
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TERMINATOR = ";"  # what the grammar and the stop strings end a query with
 DEFAULT_BASE_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what ``default`` is, for adapter_config.json
@@ -48,6 +50,7 @@ class TrainConfig:
     pack: int = 8  # questions of one schema per training sequence
     layers: int | None = 12  # LoRA on the last N decoder layers (None: all)
     save_every: int = 0  # also write the adapter to OUT/step-N every N steps (0: only at the end)
+    init: str | None = None  # continue training this PEFT adapter (its rank, alpha, layers and targets win)
     target_modules: tuple[str, ...] = TARGET_MODULES
 
 
@@ -162,7 +165,7 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
           progress: Callable[[int, int, float], None] | None = None, show_bar: bool = True) -> TrainResult:
     """Trains a LoRA adapter on packed sequences (:func:`pack_examples`) and writes it to ``out`` (PEFT format)."""
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
     from tqdm.auto import tqdm
     from transformers import AutoTokenizer, LlamaForCausalLM
 
@@ -181,9 +184,14 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
     model.config.use_cache = False
     n_layers = model.config.num_hidden_layers
     layers = list(range(max(0, n_layers - cfg.layers), n_layers)) if cfg.layers else None
-    lora = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, bias="none",
-                      target_modules=list(cfg.target_modules), layers_to_transform=layers, task_type="CAUSAL_LM")
-    model = get_peft_model(model, lora)
+    if cfg.init:
+        # PEFT reads the float16 file back in the base's float32, so training goes on in float32.
+        model = PeftModel.from_pretrained(model, cfg.init, is_trainable=True)
+    else:
+        lora = LoraConfig(r=cfg.rank, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, bias="none",
+                          target_modules=list(cfg.target_modules), layers_to_transform=layers,
+                          task_type="CAUSAL_LM")
+        model = get_peft_model(model, lora)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     per_epoch = math.ceil(len(encoded) / cfg.batch_size)
@@ -251,6 +259,8 @@ def save(model, out: Path, cfg: TrainConfig, result: TrainResult) -> None:
             "device": result.device,
             "final_loss": round(sum(result.losses[-20:]) / max(1, len(result.losses[-20:])), 4)}
     (out / "training.json").write_text(json.dumps(meta, indent=2) + "\n")
+    # The generated golds name columns by table (train_data), so the adapter is asked under that grammar.
+    (out / STYLE_FILE).write_text(json.dumps({"grammar": {"table_aliases": False}}, indent=2) + "\n")
 
 
 def plot_losses(losses: Sequence[float], path: Path) -> bool:

@@ -5,8 +5,10 @@ people, a catalog, a header and a line table, often staff and ratings), with its
 table order and rows varied by a seeded RNG. Questions come from the bilingual templates of
 :mod:`.train_templates` (one table) and :mod:`.train_join_templates` (two to five tables), several
 phrasings each, with values read back from the generated rows. Every gold query is executed on its
-database and dropped unless it runs and returns rows. Prompts are made exactly as the evaluation makes
-them: the seed template over ``Source.ddl()`` of the SQLite file.
+database and dropped unless it runs and returns rows; it is stored in the style the adapter is trained to
+write, columns qualified by table names instead of aliases (:mod:`.table_names`), checked to return the
+same rows. Prompts are made exactly as the evaluation makes them: the seed template over ``Source.ddl()``
+of the SQLite file.
 
 Disjointness from the shipped evaluation set is enforced, not assumed: :func:`check_disjoint` raises
 when a schema name, a table name or a question (case- and space-normalised) of the eval set appears.
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from integrations.text2sql import train_join_templates, train_templates
 from integrations.text2sql.dataset import load_eval, render_prompt, schema_ddl, schema_names
+from integrations.text2sql.table_names import drop_table_aliases
 from integrations.text2sql.train_domains import DOMAINS
 from integrations.text2sql.train_schema import Layout, create
 from integrations.text2sql.train_templates import Ctx
@@ -116,10 +119,14 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
                 question = rng.choice(en if lang == "en" else ko)
                 if question in seen or _norm(question) in eval_questions:
                     continue
+                named = drop_table_aliases(sql)
                 try:
                     rows = con.execute(sql).fetchall()
+                    if named != sql and con.execute(named).fetchall() != rows:
+                        raise ValueError(f"without its aliases the gold query means something else: {named}")
                 except sqlite3.Error as exc:
                     raise ValueError(f"template made a broken gold query: {sql}: {exc}") from exc
+                sql = named
                 if _trivial(rows):
                     continue
                 seen.add(question)

@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 from engine import LLM, SamplingParams
 from engine.loader import resolve_model
 from integrations.text2sql import cli, train_data
-from integrations.text2sql.adapter import LORA_NAME, SHIPPED, resolve_adapter
+from integrations.text2sql.adapter import LORA_NAME, SHIPPED, grammar_options, resolve_adapter
 from integrations.text2sql.ask import run_sql
 from integrations.text2sql.generate import SQLGenerator, llm_complete, llm_complete_batch
+from integrations.text2sql.grammar import GrammarOptions
 from integrations.text2sql.selection import ask_selected, choose
 from integrations.text2sql.sources import demo_source
 from tests.engine.conftest import make_tiny_llama
@@ -46,6 +47,15 @@ def test_train_writes_an_adapter_peft_and_the_engine_load(tmp_path):
                         lora_request="t")
     assert len(outs[0].outputs[0].token_ids) == 4
     llm.engine.block_manager.check_no_leak()
+    assert grammar_options(out) == GrammarOptions(table_aliases=False)  # the style its golds were written in
+
+    more = tmp_path / "more"  # --init: training goes on from that adapter, in its shape
+    res = CliRunner().invoke(cli.app, ["train", str(more), "--data", str(data), "--base", str(base), "--max-steps",
+                                       "1", "--pack", "3", "--init", str(out), "--lr", "1e-2", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((more / "adapter_config.json").read_text())["layers_to_transform"] == [1]
+    after = load_file(str(more / "adapter_model.safetensors"))
+    assert after.keys() == weights.keys() and any(not torch.equal(after[k], weights[k]) for k in weights)
 
 
 def test_adapter_setting():
