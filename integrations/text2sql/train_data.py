@@ -3,9 +3,10 @@
 Each schema is one domain of :mod:`.train_domains` laid out by :mod:`.train_schema` (a place lookup,
 people, a catalog, a header and a line table, often staff and ratings), with its column names, comments,
 table order and rows varied by a seeded RNG. Questions come from the bilingual templates of
-:mod:`.train_templates` (one table) and :mod:`.train_join_templates` (two to five tables), several
-phrasings each, with values read back from the generated rows. Every gold query is executed on its
-database and dropped unless it runs and returns rows. Prompts are made exactly as the evaluation makes
+:mod:`.train_templates` (one table), :mod:`.train_join_templates` (two to five tables) and
+:mod:`.train_table_templates` (any table, any column, by its own words), several phrasings each,
+with values read back from the generated rows. Every gold query is executed on its database and
+dropped unless it runs and returns rows. Prompts are made exactly as the evaluation makes
 them: the seed template over ``Source.ddl()`` of the SQLite file.
 
 Disjointness from the shipped evaluation set is enforced, not assumed: :func:`check_disjoint` raises
@@ -26,13 +27,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from integrations.text2sql import train_join_templates, train_templates
+from integrations.text2sql import train_join_templates, train_table_templates, train_templates
 from integrations.text2sql.dataset import load_eval, render_prompt, schema_ddl, schema_names
 from integrations.text2sql.train_domains import DOMAINS
 from integrations.text2sql.train_schema import Layout, create
 from integrations.text2sql.train_templates import Ctx
 
-TEMPLATES = train_templates.TEMPLATES + train_join_templates.TEMPLATES
+ROLE_TEMPLATES = train_templates.TEMPLATES + train_join_templates.TEMPLATES
+TABLE_TEMPLATES = train_table_templates.TEMPLATES
+TEMPLATES = ROLE_TEMPLATES + TABLE_TEMPLATES
+# The schema-agnostic family's share of the draws: enough that a column is found by reading the DDL,
+# not by the role templates' habits, while the role templates keep the joins (about a third of the data).
+TABLE_SHARE = 0.4
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,7 @@ class Example:
     question: str
     sql: str
     ddl: str
+    template: str = ""  # the function that made it (files written before v3 lack it)
 
     def prompt(self) -> str:
         return render_prompt(self.ddl, self.question)
@@ -104,11 +111,14 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
             ddl = source.ddl()
             ctx = Ctx(lay, con, lay.rng)
             seen: set[str] = set()
-            # Both languages about equally often, each template about equally often.
+            # Both languages about equally often; TABLE_SHARE of the draws from the schema-agnostic family,
+            # the rest spread evenly over the role templates.
             for attempt in range(per_schema * 3):
                 if len(seen) >= per_schema:
                     break
-                made = TEMPLATES[(attempt + rng.randrange(len(TEMPLATES))) % len(TEMPLATES)](ctx)
+                family = TABLE_TEMPLATES if rng.random() < TABLE_SHARE else ROLE_TEMPLATES
+                make = rng.choice(family)
+                made = make(ctx)
                 if made is None:
                     continue
                 en, ko, sql = made
@@ -123,7 +133,7 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
                 if _trivial(rows):
                     continue
                 seen.add(question)
-                out.append(Example(lay.name, lang, question, sql, ddl))
+                out.append(Example(lay.name, lang, question, sql, ddl, make.__name__))
             con.close()
             source.close()
     check_disjoint(out)
