@@ -234,7 +234,9 @@ def _names(rng: random.Random, n: int, korean_share: float) -> list[str]:
             out.add(rng.choice(SURNAMES) + rng.choice(GIVEN))
         else:
             out.add(f"{rng.choice(FIRST_EN)} {rng.choice(LAST_EN)}")
-    return sorted(out, key=lambda _: rng.random())
+    names = sorted(out)  # a set's order follows the per-process string hash: sort first, so a seed is a file
+    rng.shuffle(names)
+    return names
 
 
 def _day(rng: random.Random) -> str:

@@ -2,9 +2,13 @@
 the prompts are exactly the evaluation's, and nothing of the shipped eval set (schema, table, question)
 appears in it."""
 
+import os
 import random
 import re
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +197,15 @@ def test_about_forty_percent_schema_agnostic(generated):
     share = sum(e.template in names for e in examples) / len(examples)
     assert 0.3 <= share <= 0.5, share
     assert all(e.template for e in examples)
+
+
+def test_a_seed_gives_the_same_file_in_every_process(tmp_path):
+    """Python salts string hashes per process; nothing generated may depend on a set's order."""
+    outs = []
+    for hash_seed in ("1", "2"):
+        out = tmp_path / f"h{hash_seed}.jsonl"
+        subprocess.run([sys.executable, "-m", "integrations.text2sql.train_data", str(out), "--schemas", "3",
+                        "--per-schema", "8"], check=True, env={**os.environ, "PYTHONHASHSEED": hash_seed},
+                       cwd=Path(__file__).resolve().parents[2], capture_output=True)
+        outs.append(out.read_text(encoding="utf-8"))
+    assert outs[0] == outs[1] and outs[0].count("\n") >= 12
