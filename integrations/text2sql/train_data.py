@@ -113,13 +113,15 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
             ddl = source.ddl()
             ctx = Ctx(lay, con, lay.rng)
             seen: set[str] = set()
-            # Both languages about equally often; TABLE_SHARE of the draws from the schema-agnostic family,
-            # the rest spread evenly over the role templates.
+            # Both languages about equally often; TABLE_SHARE of the draws from the schema-agnostic family
+            # (by its weights), the rest spread evenly over the role templates.
             for attempt in range(per_schema * 3):
                 if len(seen) >= per_schema:
                     break
-                family = TABLE_TEMPLATES if rng.random() < TABLE_SHARE else ROLE_TEMPLATES
-                make = rng.choice(family)
+                if rng.random() < TABLE_SHARE:
+                    make = rng.choices(TABLE_TEMPLATES, train_table_templates.WEIGHTS)[0]
+                else:
+                    make = rng.choice(ROLE_TEMPLATES)
                 made = make(ctx)
                 if made is None:
                     continue

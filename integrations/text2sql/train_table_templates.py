@@ -11,6 +11,7 @@ Korean phrasings and the gold SQL in the eval's style (no alias on one table), o
 from __future__ import annotations
 
 import calendar
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from integrations.text2sql.korean_particles import attach as k
@@ -18,15 +19,23 @@ from integrations.text2sql.train_schema import ColumnInfo, TableInfo, column_cat
 from integrations.text2sql.train_templates import Ctx, Made, Template, month_range
 
 TEMPLATES: list[Template] = []
+WEIGHTS: list[float] = []  # how often train_data draws each template, relative to the others of this family
 
 # (SQL, English adjective, Korean word, alias prefix) of the aggregates over a number column.
 AGGREGATES = (("AVG", "average", "평균", "avg"), ("SUM", "total", "합계", "total"),
               ("MAX", "highest", "최댓값", "max"), ("MIN", "lowest", "최솟값", "min"))
 
 
-def template(fn: Template) -> Template:
-    TEMPLATES.append(fn)
-    return fn
+def template(weight: float) -> Callable[[Template], Template]:
+    """Registers a template. The filters, lists and groups the eval's one-table questions are made of weigh
+    most; IS NULL, DISTINCT and date gaps are rarer in questions and would crowd the header table."""
+
+    def register(fn: Template) -> Template:
+        TEMPLATES.append(fn)
+        WEIGHTS.append(weight)
+        return fn
+
+    return register
 
 
 @dataclass
@@ -163,7 +172,7 @@ def order_words(col: ColumnInfo, desc: bool) -> tuple[str, str]:
     return f"sorted by {col.en}", f"{col.ko} 순으로"
 
 
-@template
+@template(2)
 def count_filtered(c: Ctx) -> Made | None:
     got = filtered(c, lookup=False)
     if got is None:
@@ -177,7 +186,7 @@ def count_filtered(c: Ctx) -> Made | None:
             f"SELECT COUNT(*) FROM {t.table} WHERE {cond.sql}")
 
 
-@template
+@template(3)
 def list_filtered(c: Ctx) -> Made | None:
     got = filtered(c, lookup=True)
     if got is None:
@@ -203,7 +212,7 @@ def list_filtered(c: Ctx) -> Made | None:
             sql)
 
 
-@template
+@template(2.5)
 def per_group(c: Ctx) -> Made | None:
     picked = pick_table(c, "enum", "fk")
     if picked is None:
@@ -252,7 +261,7 @@ def per_group(c: Ctx) -> Made | None:
                  f"{g.ko} 기준으로 {k(t.ko, '을/를')} 세어 주세요."], sql)
 
 
-@template
+@template(1.5)
 def aggregate(c: Ctx) -> Made | None:
     picked = pick_table(c, "number", "date")
     if picked is None:
@@ -278,7 +287,7 @@ def aggregate(c: Ctx) -> Made | None:
             f"SELECT {fn}({x.name}) FROM {t.table}{where}")
 
 
-@template
+@template(0.5)
 def count_distinct(c: Ctx) -> Made | None:
     picked = pick_table(c, "enum", "fk")
     if picked is None:
@@ -292,7 +301,7 @@ def count_distinct(c: Ctx) -> Made | None:
             f"SELECT COUNT(DISTINCT {g.name}) FROM {t.table}")
 
 
-@template
+@template(1)
 def top_k(c: Ctx) -> Made | None:
     picked = pick_table(c, "number", "date")
     if picked is None:
@@ -319,7 +328,7 @@ def top_k(c: Ctx) -> Made | None:
             f"{' DESC' if desc else ''} LIMIT {n}")
 
 
-@template
+@template(0.5)
 def null_or_not(c: Ctx) -> Made | None:
     tables = [t for t in column_catalog(c.lay) if any(col.nullable for col in t.columns)]
     if not tables:
@@ -340,7 +349,7 @@ def null_or_not(c: Ctx) -> Made | None:
             f"SELECT {show.name}, {x.name} FROM {t.table} WHERE {x.name} IS NOT NULL")
 
 
-@template
+@template(0.5)
 def distinct_values(c: Ctx) -> Made | None:
     picked = pick_table(c, "enum", "fk")
     if picked is None:
@@ -353,7 +362,7 @@ def distinct_values(c: Ctx) -> Made | None:
             f"SELECT DISTINCT {g.name} FROM {t.table}")
 
 
-@template
+@template(0.5)
 def days_between(c: Ctx) -> Made | None:
     """Days from a table's own date to its later, nullable one (a completion date): JULIANDAY differences."""
     tables = [t for t in column_catalog(c.lay) if len(t.of("date")) >= 2 and any(x.nullable for x in t.of("date"))]
