@@ -147,6 +147,8 @@ def column_catalog(lay: Layout) -> list[TableInfo]:
     name = ColumnInfo("name", "text", "name", "이름", unique=True)  # UNIQUE or generated without repeats
     email = [ColumnInfo("email", "text", "email", "이메일", unique=True)] if lay.has_email else []
     money = lay.currency[:2]
+    # "date" alone is ambiguous beside the completion date: the header's own date is named by its noun.
+    event_date = ColumnInfo(lay.col("h_date"), "date", f"{d.header.en} date", f"{d.header.ko} 날짜")
     cols: dict[str, list[ColumnInfo]] = {
         "place": [key("place"), name, domain(lay.code, "enum")],
         "people": [key("people"), name] + email
@@ -155,7 +157,7 @@ def column_catalog(lay: Layout) -> list[TableInfo]:
                     domain(d.size, "number", (d.size.unit_en, d.size.unit_ko))],
         "staff": [key("staff"), name, key("place", "fk"), named("s_date", "date")],
         "header": [key("header"), key("people", "fk")] + ([key("staff", "fk")] if lay.has_staff else [])
-        + [named("h_date", "date"), named("done_date", "date", nullable=True),
+        + [event_date, named("done_date", "date", nullable=True),
            named("status", "enum", values=d.statuses)],
         "line": [key("line"), key("header", "fk"), key("catalog", "fk"), named("qty", "number"),
                  named("unit_price", "number", unit_en=money[0], unit_ko=money[1])],

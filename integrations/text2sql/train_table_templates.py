@@ -65,6 +65,11 @@ def pick_table(c: Ctx, *kinds: str) -> tuple[TableInfo, ColumnInfo] | None:
     return t, c.rng.choice(t.of(*kinds))
 
 
+def sortable(t: TableInfo) -> list[ColumnInfo]:
+    """Number and date columns without NULLs (SQLite sorts NULL first: an "earliest" would be a NULL)."""
+    return [col for col in t.of("number", "date") if not col.nullable]
+
+
 def shown(c: Ctx, t: TableInfo, avoid: ColumnInfo, n: int) -> list[ColumnInfo]:
     """``n`` columns to list (a name first when the table has one), never the filtered column."""
     cols = [col for col in t.columns if col.name != avoid.name and col.kind != "fk"]
@@ -196,9 +201,8 @@ def list_filtered(c: Ctx) -> Made | None:
     e, q = c.rng.choice(cond.en), c.rng.choice(cond.ko)
     sql = f"SELECT {', '.join(x.name for x in cols)} FROM {t.table} WHERE {cond.sql}"
     en_tail, ko_head = "", ""
-    sortable = [x for x in t.columns if x.kind in ("number", "date")]
-    if sortable and c.rng.random() < 0.4:
-        by, desc = c.rng.choice(sortable), c.rng.random() < 0.6
+    if sortable(t) and c.rng.random() < 0.4:
+        by, desc = c.rng.choice(sortable(t)), c.rng.random() < 0.6
         en_o, ko_o = order_words(by, desc)
         sql += f" ORDER BY {by.name}{' DESC' if desc else ''}"
         en_tail, ko_head = f", {en_o}", f"{ko_o} "
@@ -303,10 +307,8 @@ def count_distinct(c: Ctx) -> Made | None:
 
 @template(1)
 def top_k(c: Ctx) -> Made | None:
-    picked = pick_table(c, "number", "date")
-    if picked is None:
-        return None
-    t, x = picked
+    t = c.rng.choice([t for t in column_catalog(c.lay) if sortable(t)])
+    x = c.rng.choice(sortable(t))
     cols = shown(c, t, x, c.rng.choice((1, 1, 2)))
     n, desc = c.rng.randint(1, 5), c.rng.random() < 0.7
     if x.kind == "date":
@@ -371,8 +373,7 @@ def days_between(c: Ctx) -> Made | None:
     t = c.rng.choice(tables)
     end = c.rng.choice([x for x in t.of("date") if x.nullable])
     start = c.rng.choice([x for x in t.of("date") if not x.nullable])
-    # "date" alone reads as any date once two are in play: say whose it is.
-    s_en, s_ko = (f"{t.en} {start.en}", f"{t.ko} {start.ko}") if start.en == "date" else (start.en, start.ko)
+    s_en, s_ko = start.en, start.ko
     gap = f"JULIANDAY({end.name}) - JULIANDAY({start.name})"
     shape = c.rng.random()
     if shape < 0.4:
