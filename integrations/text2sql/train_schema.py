@@ -62,6 +62,7 @@ class Layout:
             "s_date": r.choice(("hire_date", "hired_on")),
             "stars": r.choice(("stars", "score")),
             "comment": r.choice(("comment", "review_text", "note")),
+            "done_date": r.choice(("completed_on", "closed_on", "finished_on")),  # NULL while still open
         }
         head = ["place", "people", "catalog"] + (["staff"] if self.has_staff else [])
         if r.random() < 0.4:
@@ -79,13 +80,92 @@ class Layout:
         """(English, Korean) words a question uses for a column, whatever this schema named it."""
         if logical == "tier":
             return self.d.tier.en, self.d.tier.ko
-        en = {"p_date": "join date", "h_date": "date", "s_date": "hire date", "qty": "quantity"}
+        en = {"p_date": "join date", "h_date": "date", "s_date": "hire date", "qty": "quantity",
+              "done_date": "completion date"}
+        # Keyed by logical role, or by this schema's column name where the name changes the words (score).
         ko = {"status": "상태", "p_date": "가입일", "h_date": "날짜", "s_date": "입사일", "stars": "별점",
-              "qty": "수량"}
-        return en.get(logical, self.cols[logical].replace("_", " ")), ko[logical]
+              "done_date": "완료일", "qty": "수량", "unit_price": "단가", "score": "점수", "comment": "코멘트",
+              "review_text": "후기 내용", "note": "메모"}
+        return en.get(logical, self.cols[logical].replace("_", " ")), ko.get(self.cols[logical], ko.get(logical))
 
     def tables(self) -> set[str]:
         return {self.noun(role).table for role in self.order}
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    """One column of a generated table, as a question names it."""
+
+    name: str  # this schema's column name
+    kind: str  # key, fk, enum, text, number or date
+    en: str
+    ko: str
+    values: tuple = ()  # an enum's allowed values
+    unit_en: str = ""
+    unit_ko: str = ""
+    nullable: bool = False
+    unique: bool = False  # one row per value (names, emails): a lookup key, not a filter to count by
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    role: str
+    table: str
+    en: str  # the table's noun, singular
+    en_pl: str
+    ko: str
+    counter_ko: str  # what Korean counts its rows in: 명, 건, 개, 곳
+    columns: tuple[ColumnInfo, ...]
+
+    def of(self, *kinds: str) -> list[ColumnInfo]:
+        return [col for col in self.columns if col.kind in kinds]
+
+
+_COUNTERS = {"place": "곳", "people": "명", "staff": "명", "header": "건", "line": "개", "rating": "개",
+             "catalog": "개"}
+
+
+def column_catalog(lay: Layout) -> list[TableInfo]:
+    """Every table of this schema with its columns in DDL order: kind, name, words, values and units.
+
+    The same Layout choices :func:`ddl` writes from, so a template can pick any table and any column
+    without knowing its role (``tests`` check the catalog against the created database)."""
+    d = lay.d
+
+    def key(role: str, kind: str = "key") -> ColumnInfo:
+        noun = lay.noun(role)
+        return ColumnInfo(noun.key, kind, noun.key.replace("_", " "), f"{noun.ko} 번호")
+
+    def named(logical: str, kind: str, **extra) -> ColumnInfo:
+        en, ko = lay.column_words(logical)
+        return ColumnInfo(lay.col(logical), kind, en, ko, **extra)
+
+    def domain(col: Column, kind: str, unit: tuple[str, str] = ("", "")) -> ColumnInfo:
+        values = col.values if kind == "enum" else ()
+        return ColumnInfo(col.name, kind, col.en, col.ko, values, *unit)
+
+    name = ColumnInfo("name", "text", "name", "이름", unique=True)  # UNIQUE or generated without repeats
+    email = [ColumnInfo("email", "text", "email", "이메일", unique=True)] if lay.has_email else []
+    money = lay.currency[:2]
+    # "date" alone is ambiguous beside the completion date: the header's own date is named by its noun.
+    event_date = ColumnInfo(lay.col("h_date"), "date", f"{d.header.en} date", f"{d.header.ko} 날짜")
+    cols: dict[str, list[ColumnInfo]] = {
+        "place": [key("place"), name, domain(lay.code, "enum")],
+        "people": [key("people"), name] + email
+        + [key("place", "fk"), named("p_date", "date"), named("tier", "enum", values=d.tier.values)],
+        "catalog": [key("catalog"), name, domain(d.category, "enum"), domain(d.price, "number", money),
+                    domain(d.size, "number", (d.size.unit_en, d.size.unit_ko))],
+        "staff": [key("staff"), name, key("place", "fk"), named("s_date", "date")],
+        "header": [key("header"), key("people", "fk")] + ([key("staff", "fk")] if lay.has_staff else [])
+        + [event_date, named("done_date", "date", nullable=True),
+           named("status", "enum", values=d.statuses)],
+        "line": [key("line"), key("header", "fk"), key("catalog", "fk"), named("qty", "number"),
+                 named("unit_price", "number", unit_en=money[0], unit_ko=money[1])],
+        "rating": [key("rating"), key("header", "fk"), named("stars", "number", unit_ko="점"),
+                   named("comment", "text", nullable=True)],
+    }
+    return [TableInfo(role, lay.noun(role).table, lay.noun(role).en, lay.noun(role).en_pl, lay.noun(role).ko,
+                      _COUNTERS[role], tuple(cols[role])) for role in lay.order]
 
 
 _KEYWORDS = {"as", "by", "do", "if", "in", "is", "no", "of", "on", "or", "to", "and", "asc", "end", "not", "set"}
@@ -136,7 +216,8 @@ def ddl(lay: Layout) -> str:
                     f"  {d.size.name} INTEGER NOT NULL{size_note}"],
         "staff": [pk["staff"], "  name TEXT NOT NULL,", fk["place"], f"  {c('s_date')} TEXT NOT NULL{iso}"],
         "header": [pk["header"], fk["people"]] + ([fk["staff"]] if lay.has_staff else [])
-        + [f"  {c('h_date')} TEXT NOT NULL,{iso}", _enum(lay, c("status"), d.statuses, last=True)],
+        + [f"  {c('h_date')} TEXT NOT NULL,{iso}", f"  {c('done_date')} TEXT,{iso}, NULL until completed",
+           _enum(lay, c("status"), d.statuses, last=True)],
         "line": [pk["line"], fk["header"], fk["catalog"], f"  {c('qty')} INTEGER NOT NULL,",
                  f"  {c('unit_price')} INTEGER NOT NULL -- price paid per unit in {unit}"],
         "rating": [pk["rating"], fk["header"],
@@ -155,7 +236,9 @@ def _names(rng: random.Random, n: int, korean_share: float) -> list[str]:
             out.add(rng.choice(SURNAMES) + rng.choice(GIVEN))
         else:
             out.add(f"{rng.choice(FIRST_EN)} {rng.choice(LAST_EN)}")
-    return sorted(out, key=lambda _: rng.random())
+    names = sorted(out)  # a set's order follows the per-process string hash: sort first, so a seed is a file
+    rng.shuffle(names)
+    return names
 
 
 def _day(rng: random.Random) -> str:
@@ -197,8 +280,11 @@ def create(con: sqlite3.Connection, lay: Layout) -> None:
     headers, lines, ratings = [], [], []
     for h in range(1, r.randint(30, 80) + 1):
         status = r.choices(d.statuses, weights)[0]
+        day = _day(r)
+        done = (date.fromisoformat(day) + timedelta(days=r.randint(0, 12))).isoformat() if (
+            status != "cancelled" and r.random() < 0.6) else None
         headers.append((h, r.choice(buyers)) + ((r.randint(1, len(staff)),) if lay.has_staff else ())
-                       + (_day(r), status))
+                       + (day, done, status))
         for item in r.sample(sold, r.randint(1, min(3, len(sold)))):
             price = prices[item - 1] if r.random() < 0.8 else prices[item - 1] * 9 // 10
             lines.append((len(lines) + 1, h, item, r.randint(1, 5), price))
