@@ -62,6 +62,11 @@ class GrammarOptions:
     # False: tables go without aliases and columns are qualified by the table's own name, which the
     # grammar types (``orders.`` is followed only by a column of ``orders``); the shipped adapter's style.
     table_aliases: bool = True
+    # True (with table_aliases False and a schema that declares foreign keys): a JOIN's ON starts with
+    # one declared key equality that has the joined table at one end (``JOIN customers ON
+    # orders.customer_id = customers.customer_id``), and there are no comma or CROSS joins; a small
+    # model otherwise joins on any two ids (``books.author_id = members.member_id``).
+    foreign_key_joins: bool = False
     max_string_chars: int | None = None  # None: unbounded (faster masks; see lexical())
 
     @classmethod
@@ -220,12 +225,15 @@ class _Builder:
     * ``a``: aggregates allowed (SELECT list, HAVING, ORDER BY) or ``p``: plain (WHERE, ON, GROUP BY).
     """
 
-    def __init__(self, tables: Mapping[str, Sequence[str]], opts: GrammarOptions):
+    def __init__(self, tables: Mapping[str, Sequence[str]], opts: GrammarOptions,
+                 keys: Sequence[tuple[str, str, str, str]] = ()):
         if not tables or not any(tables.values()):
             raise ValueError("a SQL grammar needs at least one table with columns")
         self.tables = {t: list(cols) for t, cols in tables.items() if cols}
         self.table_names = sorted(self.tables)
         self.o = opts
+        # (child table, its column, parent table, its column) of each one-column foreign key
+        self.keys = [k for k in keys if k[0] in self.tables and k[2] in self.tables]
         self.r = EBNFRules()
         self.functions = _PORTABLE_FUNCTIONS + (_SQLITE_FUNCTIONS if opts.dialect == "sqlite" else ())
         scoped = opts.table_scopes
@@ -433,14 +441,25 @@ class _Builder:
         ref = r.add(f"table_ref_{d}", f"table_name{as_alias}")
         joins = " | ".join(kw(j) for j in ("JOIN", "INNER JOIN", "LEFT JOIN", "LEFT OUTER JOIN"))
         p = self.expr_family("all", d, False)
-        r.add(
-            f"join_{d}",
-            _alts([
-                f"sp ({joins}) sp {ref} sp {kw('ON')} sp cond_{p}",
-                f"sp {kw('CROSS JOIN')} sp {ref}",
-                f"comma {ref}",
-            ]),
-        )
+        if o.foreign_key_joins and not o.table_aliases and self.keys:
+            # The joined table is one end of the key it is joined on.
+            pairs: dict[str, list[str]] = {}
+            for child, col, parent, pk in self.keys:
+                a, b = quote_ident(child) + "." + quote_ident(col), quote_ident(parent) + "." + quote_ident(pk)
+                for t in {child, parent}:
+                    pairs.setdefault(t, []).extend([ebnf_literal(f"{a} = {b}"), ebnf_literal(f"{b} = {a}")])
+            keyed = [f"{ebnf_literal(quote_ident(t))} sp {kw('ON')} sp ({_alts(eqs)})"
+                     for t, eqs in sorted(pairs.items())]
+            r.add(f"join_{d}", f"sp ({joins}) sp ({_alts(keyed)}) (sp {kw('AND')} sp conj_{p})?")
+        else:
+            r.add(
+                f"join_{d}",
+                _alts([
+                    f"sp ({joins}) sp {ref} sp {kw('ON')} sp cond_{p}",
+                    f"sp {kw('CROSS JOIN')} sp {ref}",
+                    f"comma {ref}",
+                ]),
+            )
         froms = [f"sp {kw('FROM')} sp {ref} join_{d}{{{1 if scoped else 0},{o.max_joins}}}"]
         if sub:
             # Without table aliases a derived table goes unnamed (SQLite allows it; its columns are bare).
@@ -462,13 +481,16 @@ def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOp
     dialect (which functions exist) follows the schema's unless ``options`` names one.
     """
     opts = options or GrammarOptions()
+    keys: list[tuple[str, str, str, str]] = []
     if isinstance(schema, Schema):
         tables: Mapping[str, Sequence[str]] = schema.columns_by_table()
         dialect = opts.dialect or schema.dialect
+        keys = [(t.name, fk.columns[0], fk.ref_table, fk.ref_columns[0]) for t in schema.tables
+                for fk in t.foreign_keys if len(fk.columns) == 1 and len(fk.ref_columns) == 1]
     else:
         tables, dialect = schema, opts.dialect or "sqlite"
     opts = replace(opts, dialect=dialect)
-    b = _Builder(tables, opts)
+    b = _Builder(tables, opts, keys)
     b.r.add("root", f"query_0 ({_alts(ebnf_literal(t) for t in opts.terminators)})")
     b.lexical()
     b.query(0)

@@ -259,8 +259,10 @@ def save(model, out: Path, cfg: TrainConfig, result: TrainResult) -> None:
             "device": result.device,
             "final_loss": round(sum(result.losses[-20:]) / max(1, len(result.losses[-20:])), 4)}
     (out / "training.json").write_text(json.dumps(meta, indent=2) + "\n")
-    # The generated golds name columns by table (train_data), so the adapter is asked under that grammar.
-    (out / STYLE_FILE).write_text(json.dumps({"grammar": {"table_aliases": False}}, indent=2) + "\n")
+    # The generated golds name columns by table and join on declared keys (train_data), so the adapter is
+    # asked under a grammar that allows only that.
+    style = {"grammar": {"table_aliases": False, "foreign_key_joins": True}}
+    (out / STYLE_FILE).write_text(json.dumps(style, indent=2) + "\n")
 
 
 def plot_losses(losses: Sequence[float], path: Path) -> bool:

@@ -47,7 +47,8 @@ def test_train_writes_an_adapter_peft_and_the_engine_load(tmp_path):
                         lora_request="t")
     assert len(outs[0].outputs[0].token_ids) == 4
     llm.engine.block_manager.check_no_leak()
-    assert grammar_options(out) == GrammarOptions(table_aliases=False)  # the style its golds were written in
+    # the style its golds were written in
+    assert grammar_options(out) == GrammarOptions(table_aliases=False, foreign_key_joins=True)
 
     more = tmp_path / "more"  # --init: training goes on from that adapter, in its shape
     res = CliRunner().invoke(cli.app, ["train", str(more), "--data", str(data), "--base", str(base), "--max-steps",

@@ -19,7 +19,8 @@ def test_eval_golds_without_aliases_return_the_same_rows_and_fit_the_alias_free_
         con = cons.setdefault(item.schema, sqlite3.connect(demo_database(item.schema)))
         if item.schema not in grammars:
             source = demo_source(item.schema)
-            grammars[item.schema] = (source.grammar(GrammarOptions(table_aliases=False)), source.grammar())
+            keyed = GrammarOptions(table_aliases=False, foreign_key_joins=True)
+            grammars[item.schema] = (source.grammar(keyed), source.grammar())
         free, aliased = grammars[item.schema]
         named = drop_table_aliases(item.sql)
         assert con.execute(named).fetchall() == con.execute(item.sql).fetchall(), named
@@ -51,6 +52,15 @@ def test_alias_free_grammar_types_every_qualified_column():
     assert matches_grammar(free, good) and matches_grammar(aliased, good)
     assert not matches_grammar(free, wrong_table)
     assert not matches_grammar(free, alias) and matches_grammar(aliased, alias)
+    keyed = source.grammar(GrammarOptions(table_aliases=False, foreign_key_joins=True))
+    off_key = "SELECT COUNT(*) FROM orders JOIN products ON orders.order_id = products.product_id;"
+    assert matches_grammar(keyed, good) and matches_grammar(free, off_key) and not matches_grammar(keyed, off_key)
+    assert not matches_grammar(keyed, "SELECT COUNT(*) FROM orders, products;")
+    filtered = ("SELECT COUNT(*) FROM cities LEFT JOIN customers ON customers.city_id = cities.city_id "
+                "AND customers.tier = 'gold';")
+    assert matches_grammar(keyed, filtered)
+    elsewhere = "SELECT COUNT(*) FROM orders JOIN products ON order_items.order_id = orders.order_id;"
+    assert not matches_grammar(keyed, elsewhere)  # the key must have the joined table at one end
 
 
 def test_an_adapter_names_the_grammar_it_was_trained_for(tmp_path):
