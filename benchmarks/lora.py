@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-SHIPPED = Path(__file__).resolve().parent.parent / "integrations" / "text2sql" / "adapters" / "sql-ko-en-r16"
+from integrations.text2sql.adapter import SHIPPED
 
 
 def random_adapters(base: Path, folder: Path, count: int, rank: int) -> dict[str, Path]:
@@ -75,7 +75,7 @@ def bench_lora(
     with tempfile.TemporaryDirectory() as tmp:
         base = resolve_model(model)
         adapters = random_adapters(base, Path(tmp), 3, rank)
-        adapters["sql-ko-en-r16"] = SHIPPED
+        adapters[SHIPPED.name] = SHIPPED
         # No prefix caching: its keys include the adapter, so it would favour whichever mode ran a prompt before.
         llm = LLM(model=model, quantization=quantization, enable_lora=True, max_loras=len(adapters),
                   enable_prefix_caching=False, max_lora_rank=max(rank, 64),

@@ -3,7 +3,6 @@ one-call decode op, and give the logits of the reference, the Python layer loop 
 (gather, matmul pair, scatter-add per adapter), for float32, int8 and GGUF base weights, on every CPU
 path; the `lora_add_` op of the layer loop equals that grouping."""
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,13 +11,13 @@ from engine import LLM, SamplingParams
 from engine.lora import LoRAAdapter, LoRABatch, LoRARequest
 from engine.model_runner import ModelRunner
 from engine.models import llama
+from integrations.text2sql.adapter import SHIPPED as SHIPPED_ADAPTER
 from kernels.quantized import QuantizedWeight
 from tests.cpu_paths import cpu_paths
 from tests.engine.conftest import make_tiny_llama
 from tests.engine.lora_helpers import make_adapter
 from tests.engine.test_hf_parity import prompts_of
 
-SHIPPED_ADAPTER = Path(__file__).resolve().parents[2] / "integrations" / "text2sql" / "adapters" / "sql-ko-en-r16"
 NAMES = ["a", None, "b", "a"]  # two adapters and none, one adapter on two rows
 
 
