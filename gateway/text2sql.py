@@ -121,6 +121,7 @@ class Text2SQL:
         self._loop_thread: int | None = None
         self.registry = SourceRegistry(FunctionSourceStore(self._load, self._save, self._delete, self._names))
         self.adapter = state.settings.text2sql_adapter_path()
+        self.adapter_grammar = grammar_options(self.adapter)  # read once, not per question
         self._adapter_lock = asyncio.Lock()
         from gateway.jobs.schedules import Scheduler
 
@@ -247,7 +248,7 @@ class Text2SQL:
                 else:
                     engine = await self._engine(served)
                     if isinstance(engine, AdapterEngine):
-                        opts = grammar_options(self.adapter)
+                        opts = self.adapter_grammar
                     calls = _EngineCalls(self.state, engine, request)
                     complete = async_engine_complete(calls, max_tokens=limit)
                     sample = async_engine_complete(calls, max_tokens=limit, temperature=SAMPLE_TEMPERATURE)
