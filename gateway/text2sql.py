@@ -33,7 +33,7 @@ from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timin
 from gateway.registry import AdapterEngine, EmbeddedModel, Served, UpstreamModel
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
-from integrations.text2sql.adapter import LORA_NAME, grammar_options
+from integrations.text2sql.adapter import LORA_NAME, AdapterStyle, adapter_style
 from integrations.text2sql.ask import AskResult, aask, arun_sql
 from integrations.text2sql.errors import (
     ExecutionError,
@@ -121,7 +121,7 @@ class Text2SQL:
         self._loop_thread: int | None = None
         self.registry = SourceRegistry(FunctionSourceStore(self._load, self._save, self._delete, self._names))
         self.adapter = state.settings.text2sql_adapter_path()
-        self.adapter_grammar = grammar_options(self.adapter)  # read once, not per question
+        self.adapter_style = adapter_style(self.adapter)  # read once, not per question
         self._adapter_lock = asyncio.Lock()
         from gateway.jobs.schedules import Scheduler
 
@@ -241,20 +241,20 @@ class Text2SQL:
             else:
                 assert served is not None and question is not None
                 limit = max_tokens or DEFAULT_MAX_TOKENS
-                opts = None  # the grammar; the adapter's own when the question goes through it
+                style = AdapterStyle()  # grammar and prompt; the adapter's own when the question goes through it
                 if isinstance(served, UpstreamModel):
                     complete = _upstream_complete(self.state, served, limit)
                     sample = complete  # an upstream call is greedy; its candidates would all agree
                 else:
                     engine = await self._engine(served)
                     if isinstance(engine, AdapterEngine):
-                        opts = self.adapter_grammar
+                        style = self.adapter_style
                     calls = _EngineCalls(self.state, engine, request)
                     complete = async_engine_complete(calls, max_tokens=limit)
                     sample = async_engine_complete(calls, max_tokens=limit, temperature=SAMPLE_TEMPERATURE)
-                gen = SQLGenerator(acomplete=complete, grammar_options=opts)
+                gen = SQLGenerator(acomplete=complete, **style.generator_kwargs())
                 if candidates > 1:
-                    sampler = SQLGenerator(acomplete=sample, grammar_options=opts)
+                    sampler = SQLGenerator(acomplete=sample, **style.generator_kwargs())
                     result = await aask_selected(source, question, gen, sampler, candidates,
                                                  constrained=constrained, execute=execute, max_rows=max_rows,
                                                  timeout_s=timeout_s)

@@ -9,7 +9,9 @@ requests without it, in the same batch, still see the base model unchanged.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from integrations.text2sql.grammar import GrammarOptions
 
@@ -33,15 +35,30 @@ def resolve_adapter(value: str | None, model: str) -> Path | None:
     return path
 
 
-STYLE_FILE = "text2sql.json"  # written by ``sllm text2sql train``: the grammar the adapter's SQL style needs
+STYLE_FILE = "text2sql.json"  # written by ``sllm text2sql train``: how the adapter must be asked
 
 
-def grammar_options(adapter: Path | None) -> GrammarOptions | None:
-    """The grammar ``adapter`` was trained to write under (its ``text2sql.json``); None: the default grammar.
+@dataclass(frozen=True)
+class AdapterStyle:
+    """How an adapter was trained to be asked: the grammar its SQL style needs (None: the default one)
+    and whether its prompts carry the question's stored values (:mod:`.value_hints`)."""
+
+    grammar: GrammarOptions | None = None
+    value_hints: bool = False
+
+    def generator_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~integrations.text2sql.generate.SQLGenerator`."""
+        return {"grammar_options": self.grammar, "value_hints": self.value_hints}
+
+
+def adapter_style(adapter: Path | None) -> AdapterStyle:
+    """The style ``adapter`` was trained in (its ``text2sql.json``); the plain style without one.
 
     The shipped adapter writes columns as ``table.column`` without table aliases; the grammar then
     forbids aliases, so each qualified column is checked against its table."""
     if adapter is None or not (adapter / STYLE_FILE).is_file():
-        return None
+        return AdapterStyle()
     style = json.loads((adapter / STYLE_FILE).read_text())
-    return GrammarOptions(**style.get("grammar", {}))
+    grammar = style.get("grammar")
+    return AdapterStyle(GrammarOptions(**grammar) if grammar is not None else None,
+                        bool(style.get("prompt", {}).get("value_hints", False)))

@@ -69,17 +69,16 @@ def _adapter(value: str, model: str) -> Path | None:
 
 def _generators(llm, adapter: Path | None, max_tokens: int, temperature: float):
     """(greedy, sampling) generators, through the adapter when there is one."""
-    from integrations.text2sql.adapter import LORA_NAME, grammar_options
+    from integrations.text2sql.adapter import LORA_NAME, adapter_style
     from integrations.text2sql.generate import SQLGenerator, llm_complete, llm_complete_batch
 
     lora = LORA_NAME if adapter else None
-    opts = grammar_options(adapter)
+    style = adapter_style(adapter).generator_kwargs()
     greedy = SQLGenerator(llm_complete(llm, max_tokens=max_tokens, lora=lora),
-                          complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, lora=lora),
-                          grammar_options=opts)
+                          complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, lora=lora), **style)
     sampler = SQLGenerator(llm_complete(llm, max_tokens=max_tokens, temperature=temperature, lora=lora),
                            complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, temperature=temperature,
-                                                             lora=lora), grammar_options=opts)
+                                                             lora=lora), **style)
     return greedy, sampler
 
 
@@ -324,7 +323,8 @@ def train(
     train_data.check_disjoint(examples)
     cfg = TrainConfig(base=base, rank=rank, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
                       max_steps=max_steps, max_len=max_len, seed=seed, device=device, pack=pack, layers=layers or None,
-                      warmup=warmup, save_every=save_every, init=str(init) if init else None)
+                      warmup=warmup, save_every=save_every, init=str(init) if init else None,
+                      value_hints=any(ex.hints for ex in examples))
     result = train_fn(pack_examples(examples, pack), out, cfg, show_bar=progress)
     if result.too_long:
         typer.echo(f"warning: {result.too_long} packed sequences were longer than --max-len {max_len} and left out "

@@ -19,6 +19,7 @@ from integrations.text2sql.dataset import PROMPT_TEMPLATE
 from integrations.text2sql.errors import GenerationError, Text2SQLError
 from integrations.text2sql.grammar import GrammarOptions
 from integrations.text2sql.sources import Source
+from integrations.text2sql.value_hints import prompt_ddl, render_hints
 
 if TYPE_CHECKING:  # the engine (torch) loads only when a request is constrained
     pass
@@ -89,6 +90,9 @@ class SQLGenerator:
     alias that never ends) until ``max_tokens`` cuts it. With ``retry_truncated`` such a question is
     asked once more under :meth:`GrammarOptions.compact`, whose sentences are all short, so
     constrained decoding still ends in a complete SELECT.
+
+    With ``value_hints`` the DDL is followed by the stored values the question names
+    (:mod:`.value_hints`), for an adapter trained on such prompts.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class SQLGenerator:
         grammar_options: GrammarOptions | None = None,
         retry_truncated: bool = True,
         retry_options: GrammarOptions | None = None,
+        value_hints: bool = False,
     ):
         if complete is None and acomplete is None and complete_batch is None:
             raise ValueError("SQLGenerator needs a complete, acomplete or complete_batch callable")
@@ -112,13 +117,15 @@ class SQLGenerator:
         self.template = template
         self.grammar_options = grammar_options
         self.retry_truncated = retry_truncated
+        self.value_hints = value_hints
         terminators = (grammar_options or GrammarOptions()).terminators
         self.retry_options = retry_options or GrammarOptions.compact(
             terminators=terminators, dialect=grammar_options.dialect if grammar_options else None
         )
 
     def prompt(self, source: Source, question: str) -> str:
-        return render(self.template, source.ddl(), question)
+        hints = render_hints(source.values().match(question)) if self.value_hints else ""
+        return render(self.template, prompt_ddl(source.ddl(), hints), question)
 
     def guided(self, source: Source, constrained: bool = True, *, retry: bool = False) -> Guided:
         if not constrained:

@@ -10,8 +10,10 @@ The URL can hold credentials, so it is never echoed: :meth:`Source.redacted_url`
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,9 @@ from sqlalchemy.pool import NullPool
 from integrations.text2sql.errors import BadSourceURL, SourceUnavailable
 from integrations.text2sql.grammar import GrammarOptions, sql_grammar
 from integrations.text2sql.schema import Schema, introspect
+from integrations.text2sql.value_hints import ValueIndex
+
+log = logging.getLogger(__name__)
 
 # Query-string keys that carry secrets in some drivers' URLs (``?password=...``, tokens for cloud DBs).
 _SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token", "key", "credential")
@@ -107,6 +112,7 @@ class Source:
         self._engine: Engine | None = None
         self._schema: Schema | None = None
         self._grammars: dict[GrammarOptions | None, str] = {}
+        self._values: tuple[float, ValueIndex] | None = None  # (read at, index)
         self._lock = threading.RLock()
 
     # -- identity ----------------------------------------------------------------------------------
@@ -164,6 +170,7 @@ class Source:
             if self._schema is None or refresh:
                 self._schema = self._introspect()
                 self._grammars.clear()
+                self._values = None
             return self._schema
 
     def refresh(self) -> Schema:
@@ -194,6 +201,23 @@ class Source:
             if options not in self._grammars:
                 self._grammars[options] = sql_grammar(schema, options)
             return self._grammars[options]
+
+    VALUES_TTL_S = 600.0  # stored values change faster than a schema: re-read them now and then
+
+    def values(self) -> ValueIndex:
+        """The text values of the source's tables, for value hints (:mod:`.value_hints`); cached for
+        :attr:`VALUES_TTL_S`. A database that refuses the reads gives an empty index: hints are a help,
+        never a reason for a question to fail."""
+        with self._lock:
+            schema = self.schema()
+            if self._values is None or time.monotonic() - self._values[0] > self.VALUES_TTL_S:
+                try:
+                    index = ValueIndex.from_engine(self.engine, schema, self.db_schema)
+                except (sa.exc.SQLAlchemyError, sqlite3.Error) as exc:
+                    log.warning("text2sql: no value hints for source %r: %s", self.name, exc)
+                    index = ValueIndex({})
+                self._values = (time.monotonic(), index)
+            return self._values[1]
 
     # -- serialisation -----------------------------------------------------------------------------
     def spec(self) -> SourceSpec:

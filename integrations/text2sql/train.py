@@ -51,6 +51,7 @@ class TrainConfig:
     layers: int | None = 12  # LoRA on the last N decoder layers (None: all)
     save_every: int = 0  # also write the adapter to OUT/step-N every N steps (0: only at the end)
     init: str | None = None  # continue training this PEFT adapter (its rank, alpha, layers and targets win)
+    value_hints: bool = False  # the prompts carry the question's stored values (train_data sets them)
     target_modules: tuple[str, ...] = TARGET_MODULES
 
 
@@ -260,8 +261,9 @@ def save(model, out: Path, cfg: TrainConfig, result: TrainResult) -> None:
             "final_loss": round(sum(result.losses[-20:]) / max(1, len(result.losses[-20:])), 4)}
     (out / "training.json").write_text(json.dumps(meta, indent=2) + "\n")
     # The generated golds name columns by table and join on declared keys (train_data), so the adapter is
-    # asked under a grammar that allows only that.
-    style = {"grammar": {"table_aliases": False, "foreign_key_joins": True}}
+    # asked under a grammar that allows only that, and with value hints when it learnt from them.
+    style = {"grammar": {"table_aliases": False, "foreign_key_joins": True},
+             "prompt": {"value_hints": cfg.value_hints}}
     (out / STYLE_FILE).write_text(json.dumps(style, indent=2) + "\n")
 
 

@@ -9,7 +9,7 @@ with values read back from the generated rows. Every gold query is executed on i
 dropped unless it runs and returns rows; it is stored in the style the adapter is trained to write,
 columns qualified by table names instead of aliases (:mod:`.table_names`), checked to return the same
 rows. Prompts are made exactly as the evaluation makes them: the seed template over ``Source.ddl()``
-of the SQLite file.
+of the SQLite file, followed by the stored values the question names (:mod:`.value_hints`).
 
 Disjointness from the shipped evaluation set is enforced, not assumed: :func:`check_disjoint` raises
 when a schema name, a table name or a question (case- and space-normalised) of the eval set appears.
@@ -35,6 +35,7 @@ from integrations.text2sql.table_names import drop_table_aliases
 from integrations.text2sql.train_domains import DOMAINS
 from integrations.text2sql.train_schema import Layout, create
 from integrations.text2sql.train_templates import Ctx
+from integrations.text2sql.value_hints import prompt_ddl, render_hints
 
 ROLE_TEMPLATES = train_templates.TEMPLATES + train_join_templates.TEMPLATES
 TABLE_TEMPLATES = train_table_templates.TEMPLATES
@@ -52,9 +53,10 @@ class Example:
     sql: str
     ddl: str
     template: str = ""  # the function that made it (files written before v3 lack it)
+    hints: str = ""  # the question's stored values, rendered (value_hints; files before v4 lack them)
 
     def prompt(self) -> str:
-        return render_prompt(self.ddl, self.question)
+        return render_prompt(prompt_ddl(self.ddl, self.hints), self.question)
 
 
 # -- eval disjointness -------------------------------------------------------------------------------
@@ -114,6 +116,7 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
             create(con, lay)
             source = Source(lay.name, f"sqlite:///{path}")
             ddl = source.ddl()
+            values = source.values()
             ctx = Ctx(lay, con, lay.rng)
             seen: set[str] = set()
             # Both languages about equally often; TABLE_SHARE of the draws from the schema-agnostic family
@@ -144,7 +147,8 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
                 if _trivial(rows):
                     continue
                 seen.add(question)
-                out.append(Example(lay.name, lang, question, sql, ddl, make.__name__))
+                out.append(Example(lay.name, lang, question, sql, ddl, make.__name__,
+                                   render_hints(values.match(question))))
             con.close()
             source.close()
     check_disjoint(out)

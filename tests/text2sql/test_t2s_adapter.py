@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from engine import LLM, SamplingParams
 from engine.loader import resolve_model
 from integrations.text2sql import cli, train_data
-from integrations.text2sql.adapter import LORA_NAME, SHIPPED, grammar_options, resolve_adapter
+from integrations.text2sql.adapter import LORA_NAME, SHIPPED, AdapterStyle, adapter_style, resolve_adapter
 from integrations.text2sql.ask import run_sql
 from integrations.text2sql.generate import SQLGenerator, llm_complete, llm_complete_batch
 from integrations.text2sql.grammar import GrammarOptions
@@ -47,8 +47,9 @@ def test_train_writes_an_adapter_peft_and_the_engine_load(tmp_path):
                         lora_request="t")
     assert len(outs[0].outputs[0].token_ids) == 4
     llm.engine.block_manager.check_no_leak()
-    # the style its golds were written in
-    assert grammar_options(out) == GrammarOptions(table_aliases=False, foreign_key_joins=True)
+    # the style its golds were written in, and prompts with value hints as its data had them
+    assert any(ex.hints for ex in train_data.read(data))
+    assert adapter_style(out) == AdapterStyle(GrammarOptions(table_aliases=False, foreign_key_joins=True), True)
 
     more = tmp_path / "more"  # --init: training goes on from that adapter, in its shape
     res = CliRunner().invoke(cli.app, ["train", str(more), "--data", str(data), "--base", str(base), "--max-steps",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from integrations.text2sql.adapter import STYLE_FILE, grammar_options
+from integrations.text2sql.adapter import STYLE_FILE, adapter_style
 from integrations.text2sql.dataset import demo_database, load_eval
 from integrations.text2sql.grammar import GrammarOptions, matches_grammar
 from integrations.text2sql.sources import demo_source
@@ -64,6 +64,7 @@ def test_alias_free_grammar_types_every_qualified_column():
 
 
 def test_an_adapter_names_the_grammar_it_was_trained_for(tmp_path):
-    assert grammar_options(None) is None and grammar_options(tmp_path) is None
+    assert adapter_style(None).grammar is None and adapter_style(tmp_path).grammar is None
     (tmp_path / STYLE_FILE).write_text('{"grammar": {"table_aliases": false}}')
-    assert grammar_options(tmp_path) == GrammarOptions(table_aliases=False)
+    assert adapter_style(tmp_path).grammar == GrammarOptions(table_aliases=False)
+    assert not adapter_style(tmp_path).value_hints

@@ -90,8 +90,10 @@ def test_no_wrong_particle_after_a_korean_noun(generated):
 
 def test_prompts_are_the_evaluation_prompts(generated):
     examples, folder = generated
-    gen = SQLGenerator(complete=lambda prompt, guided: "")  # only its prompt() is used
-    for ex in examples[:: max(1, len(examples) // 12)]:
+    # only its prompt() is used; with the value hints the trained adapter is asked with
+    gen = SQLGenerator(complete=lambda prompt, guided: "", value_hints=True)
+    assert sum(1 for ex in examples if ex.hints) >= 5
+    for ex in examples[:: max(1, len(examples) // 12)] + [ex for ex in examples if ex.hints][:6]:
         source = Source(ex.schema, f"sqlite:///{folder / ex.schema}.sqlite")
         assert ex.prompt() == gen.prompt(source, ex.question)
         source.close()
