@@ -19,6 +19,9 @@ from integrations.text2sql.train_schema import ColumnInfo, TableInfo, column_cat
 from integrations.text2sql.train_templates import Ctx, Made, Template, month_range
 
 TEMPLATES: list[Template] = []
+# The share of text filters phrased by the value alone, as users do ("Computer Science teachers"): the column
+# is then found in the prompt's value hints (value_hints), not in the question's words.
+BARE_VALUES = 0.4
 WEIGHTS: list[float] = []  # how often train_data draws each template, relative to the others of this family
 
 # (SQL, English adjective, Korean word, alias prefix) of the aggregates over a number column.
@@ -104,6 +107,8 @@ def condition(c: Ctx, t: TableInfo, col: ColumnInfo) -> Cond | None:
         return None
     en, ko, name = col.en, col.ko, col.name
     if col.kind in ("enum", "text"):
+        if c.rng.random() < BARE_VALUES:
+            return Cond(f"{name} = {lit(v)}", [f"with '{v}'", f"with {v}"], [f"'{v}'인", f"{v}인"])
         return Cond(f"{name} = {lit(v)}", [f"whose {en} is '{v}'", f"with {en} '{v}'", f"where the {en} is {v}"],
                     [f"{k(ko, '이/가')} '{v}'인", f"{ko} {v}인", f"{k(ko, '이/가')} {v}인"])
     if col.kind in ("fk", "key"):
