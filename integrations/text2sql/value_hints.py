@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from integrations.text2sql.schema import Schema, quote_ident
 
 HEADER = "-- Values from the question:"
-MAX_VALUES_PER_COLUMN = 2000  # distinct values read per text column; a bigger column is sampled
+MAX_VALUES_PER_COLUMN = 2000  # distinct values read per text column (the first ones the database returns)
 MAX_VALUE_CHARS = 64
 MAX_COLUMNS = 6  # lines of hints
 MAX_VALUES = 8  # values on one line
