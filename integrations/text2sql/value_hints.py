@@ -7,7 +7,8 @@ Here the database's own text values that occur in the question are listed after 
 column that holds them::
 
     -- Values from the question:
-    -- teachers.subject = 'Computer Science'
+    -- teachers.subject: 'Computer Science'
+    -- shipments.dest_city: 'Tokyo', 'Singapore'
 
 The list depends on the question, so it goes after the DDL: every question of a source still shares
 the instruction and DDL as a prompt prefix (the engine's prefix cache, the trainer's packing).
