@@ -22,16 +22,21 @@ Design choices that keep a small model on track:
   (``[a-z][a-z0-9_]{0,3}``, like ``cu`` or ``s23``), so ``table.column`` with a real table name is
   typed: only that table's columns can follow it. With ``table_aliases=False`` (the shipped adapter's
   style, :mod:`.table_names`) there are no table aliases at all, so every qualified column is typed.
+* Comparisons are typed by the declared column types (``typed_comparisons``): ``hub_id = '서울'``,
+  ``created_on BETWEEN 3 AND 2024`` and ``AVG(created_on)`` cannot be sampled. SQLite runs each of
+  them without complaint and returns nothing, so only the grammar can stop them.
+* With ``foreign_key_joins`` (and no aliases) each JOIN brings in a table not yet in FROM, on a
+  declared key to a table that is; the grammar keeps one state per set of joined tables.
 """
 
 from __future__ import annotations
 
-import json
 import string
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from integrations.text2sql.ebnf import EBNFRules, alts, ebnf_literal, identifier_excluding, rep
 from integrations.text2sql.schema import Schema, quote_ident
 
 
@@ -67,6 +72,12 @@ class GrammarOptions:
     # orders.customer_id = customers.customer_id``), and there are no comma or CROSS joins; a small
     # model otherwise joins on any two ids (``books.author_id = members.member_id``).
     foreign_key_joins: bool = False
+    # True: comparisons are typed by the schema's column types (:func:`value_sort`): a number column
+    # is compared with numbers, a text or date column with strings, and SUM/AVG take numbers. A small
+    # model otherwise writes ``hub_id = '서울'`` or ``STRFTIME('%Y', d) = 2024``, which run and return
+    # nothing. Columns of unknown type (and ``alias.column``) may go either way.
+    typed_comparisons: bool = True
+    max_join_states: int = 400  # foreign_key_joins: past this many joined-table sets, joins go untracked
     max_string_chars: int | None = None  # None: unbounded (faster masks; see lexical())
 
     @classmethod
@@ -109,45 +120,28 @@ _PORTABLE_FUNCTIONS: tuple[tuple[str, int, int], ...] = (
 )
 _AGGREGATES = ("SUM", "AVG", "MIN", "MAX", "COUNT", "TOTAL")
 _CAST_TYPES = ("INTEGER", "REAL", "TEXT", "NUMERIC")
+# What each function returns, for typed comparisons: "s" text (SQLite's dates are text), "n" a number;
+# unlisted ones (IFNULL, COALESCE, IIF, NULLIF) return what they are given and go either way.
+_FUNCTION_SORTS = {
+    "DATE": "s", "TIME": "s", "DATETIME": "s", "STRFTIME": "s", "SUBSTR": "s", "REPLACE": "s", "TYPEOF": "s",
+    "LOWER": "s", "UPPER": "s", "TRIM": "s",
+    "JULIANDAY": "n", "UNIXEPOCH": "n", "INSTR": "n", "LENGTH": "n", "ABS": "n", "ROUND": "n",
+}
+_TEXT_TYPES = ("CHAR", "CLOB", "TEXT", "STRING", "DATE", "TIME", "UUID", "JSON", "ENUM")
+_NUMBER_TYPES = ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "MONEY", "SERIAL")
 
 
-def ebnf_literal(text: str) -> str:
-    """``text`` as an EBNF string literal (JSON escaping is a subset of what xgrammar accepts)."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-class EBNFRules:
-    """An ordered rule set; the first rule added is emitted first (``root``)."""
-
-    def __init__(self) -> None:
-        self._rules: dict[str, str] = {}
-
-    def add(self, name: str, body: str) -> str:
-        if name not in self._rules:
-            self._rules[name] = body
-        return name
-
-    def has(self, name: str) -> bool:
-        return name in self._rules
-
-    def text(self) -> str:
-        return "\n".join(f"{name} ::= {body}" for name, body in self._rules.items()) + "\n"
-
-
-def _char_class(chars: Iterable[str]) -> str:
-    """A character class with runs written as ranges: [0-9A-Z_a-z]."""
-    chars = set(chars)
-    assert all(c.isalnum() or c == "_" for c in chars), "only identifier characters need no escaping"
-    codes = sorted(ord(c) for c in chars)
-    parts, i = [], 0
-    while i < len(codes):
-        j = i
-        while j + 1 < len(codes) and codes[j + 1] == codes[j] + 1:
-            j += 1
-        lo, hi = chr(codes[i]), chr(codes[j])
-        parts.append(lo if i == j else f"{lo}{hi}" if j == i + 1 else f"{lo}-{hi}")
-        i = j + 1
-    return "[" + "".join(parts) + "]"
+def value_sort(sql_type: str) -> str | None:
+    """``"n"`` for a number column, ``"s"`` for a text or date/time one, None when the declared type
+    does not say (no type, BLOB, BOOLEAN, INTERVAL): the sort a typed comparison checks."""
+    t = sql_type.upper()
+    if not t or "INTERVAL" in t or "BOOL" in t:
+        return None
+    if any(k in t for k in _TEXT_TYPES):
+        return "s"
+    if any(k in t for k in _NUMBER_TYPES):
+        return "n"
+    return None
 
 
 # Words an alias must not be because SQLite would read them as syntax there. The full
@@ -160,62 +154,6 @@ ALIAS_KEYWORDS = frozenset(
 )
 
 
-def identifier_excluding(rules: EBNFRules, name: str, first: str, rest: str, max_len: int,
-                         excluded: Iterable[str]) -> str:
-    """Adds rule ``name``: identifiers ``first rest{0,max_len-1}`` except the ``excluded`` words,
-    compared case-insensitively (SQL keywords). EBNF has no set difference, so this walks a trie of
-    the excluded words: off the trie any character may follow; on it, a word may not end where an
-    excluded word ends."""
-    trie: dict = {}
-    for word in excluded:
-        if 0 < len(word) <= max_len and word[0] in first.lower() + first.upper():
-            node = trie
-            for ch in word.lower():
-                node = node.setdefault(ch, {})
-            node[""] = {}  # end-of-word marker
-
-    def free(remaining: int) -> str:
-        return f"{_char_class(rest)}{{0,{remaining}}}" if remaining > 0 else ""
-
-    def build(node: dict, rule: str, depth: int, alphabet: str) -> str:
-        remaining = max_len - depth - 1  # characters that may follow the next one
-        alts = []
-        on_trie = [c for c in node if c]
-        off = [c for c in alphabet if c.lower() not in on_trie]
-        if off:
-            alts.append(f"{_char_class(off)} {free(remaining)}".strip())
-        for i, ch in enumerate(sorted(on_trie)):
-            cased = sorted({ch, ch.upper()} & set(alphabet))
-            child = node[ch]
-            child_rule = f"{rule}_{i}"
-            ends_ok = "" not in child
-            if remaining > 0 and any(c for c in child):
-                build(child, child_rule, depth + 1, rest)
-                tail = f"{child_rule}{'?' if ends_ok else ''}"
-            elif remaining > 0:  # a leaf: anything may follow, and must if the word is excluded
-                tail = free(remaining) if ends_ok else f"{_char_class(rest)}{{1,{remaining}}}"
-            else:
-                tail = ""
-                if not ends_ok:
-                    continue  # the excluded word itself, and nothing can follow: drop it
-            alts.append(f"{_char_class(cased)} {tail}".strip())
-        rules.add(rule, _alts(alts))
-        return rule
-
-    return build(trie, name, 0, first)
-
-
-def _alts(items: Iterable[str]) -> str:
-    return " | ".join(items)
-
-
-def _rep(item: str, sep: str, most: int) -> str:
-    """``item (sep item){0,most-1}``: at least one, at most ``most`` items."""
-    if most <= 1:
-        return item
-    return f"{item} ({sep} {item}){{0,{most - 1}}}"
-
-
 class _Builder:
     """Emits the rules. Expression rules come in *families* keyed by scope, depth and aggregation:
 
@@ -226,10 +164,18 @@ class _Builder:
     """
 
     def __init__(self, tables: Mapping[str, Sequence[str]], opts: GrammarOptions,
-                 keys: Sequence[tuple[str, str, str, str]] = ()):
+                 keys: Sequence[tuple[str, str, str, str]] = (),
+                 sorts: Mapping[str, Mapping[str, str | None]] | None = None):
         if not tables or not any(tables.values()):
             raise ValueError("a SQL grammar needs at least one table with columns")
         self.tables = {t: list(cols) for t, cols in tables.items() if cols}
+        # A bare column's sort; one several tables share keeps a sort only where they agree on it.
+        self.sorts: dict[tuple[str | None, str], str | None] = {}
+        for t, cols in self.tables.items():
+            for c in cols:
+                sort = (sorts or {}).get(t, {}).get(c)
+                self.sorts[(t, c)] = sort
+                self.sorts[(None, c)] = sort if self.sorts.get((None, c), sort) == sort else None
         self.table_names = sorted(self.tables)
         self.o = opts
         # (child table, its column, parent table, its column) of each one-column foreign key
@@ -247,7 +193,7 @@ class _Builder:
         """A keyword (or multi-word phrase) in upper or lower case."""
         name = "kw_" + word.lower().replace(" ", "_")
         forms = [word, word.lower()] if self.o.lowercase_keywords and word.lower() != word else [word]
-        return self.r.add(name, _alts(ebnf_literal(f) for f in forms))
+        return self.r.add(name, alts(ebnf_literal(f) for f in forms))
 
     def lexical(self) -> None:
         o, r = self.o, self.r
@@ -267,7 +213,7 @@ class _Builder:
         r.add("int", "[0-9]{1,9}")
         r.add(
             "literal",
-            _alts(["string", "number", self.kw("NULL"), self.kw("TRUE"), self.kw("FALSE"),
+            alts(["string", "number", self.kw("NULL"), self.kw("TRUE"), self.kw("FALSE"),
                    self.kw("CURRENT_DATE"), self.kw("CURRENT_TIMESTAMP")]),
         )
         # Aliases are identifiers that are not SQL keywords ("AS and" or "and.name" would not parse).
@@ -277,40 +223,63 @@ class _Builder:
                              o.max_alias_chars, ALIAS_KEYWORDS)
         all_columns = sorted({c for cols in self.tables.values() for c in cols})
         owners = Counter(c for cols in self.tables.values() for c in set(cols))
-        r.add("table_name", _alts(ebnf_literal(quote_ident(t)) for t in self.table_names))
-        r.add("column_name", _alts(ebnf_literal(quote_ident(c)) for c in all_columns))
+        r.add("table_name", alts(ebnf_literal(quote_ident(t)) for t in self.table_names))
+        r.add("column_name", alts(ebnf_literal(quote_ident(c)) for c in all_columns))
         # Bare names in a join must be unambiguous: a column several tables have (ids, name) needs
         # its table or alias there, or SQLite stops with "ambiguous column name".
         unique = [c for c in all_columns if owners[c] == 1] or all_columns
-        r.add("unique_column", _alts(ebnf_literal(quote_ident(c)) for c in unique))
+        r.add("unique_column", alts(ebnf_literal(quote_ident(c)) for c in unique))
         for i, t in enumerate(self.table_names):
-            r.add(f"cols_t{i}", _alts(ebnf_literal(quote_ident(c)) for c in self.tables[t]))
-        r.add("cmp_op", _alts(ebnf_literal(op) for op in ("=", "!=", "<>", "<=", ">=", "<", ">")))
-        r.add("add_op", _alts(ebnf_literal(op) for op in ("+", "||")))  # "-" is apart: see minus_tail
-        r.add("mul_op", _alts(ebnf_literal(op) for op in ("*", "/", "%")))
+            r.add(f"cols_t{i}", alts(ebnf_literal(quote_ident(c)) for c in self.tables[t]))
+        if o.typed_comparisons:
+            # The same name lists cut by sort ("n" numbers, "s" text); a column of unknown sort is in both.
+            for sort in "ns":
+                for i, t in enumerate(self.table_names):
+                    self._sorted_names(f"cols_t{i}_{sort}", self.tables[t], t, sort)
+                self._sorted_names(f"unique_column_{sort}", unique, None, sort)
+                self._sorted_names(f"column_name_{sort}", all_columns, None, sort)
+        r.add("cmp_op", alts(ebnf_literal(op) for op in ("=", "!=", "<>", "<=", ">=", "<", ">")))
+        r.add("add_op", alts(ebnf_literal(op) for op in ("+", "||")))  # "-" is apart: see minus_tail
+        r.add("mul_op", alts(ebnf_literal(op) for op in ("*", "/", "%")))
         r.add("direction", f"sp ({self.kw('ASC')} | {self.kw('DESC')})")
         r.add("limit", f"sp {self.kw('LIMIT')} sp int (sp {self.kw('OFFSET')} sp int)?")
 
-    def column_ref(self, scope: str, depth: int) -> str:
-        """Column references visible in ``scope``: bare, ``table.column`` or ``alias.column``."""
-        name = f"colref_{scope}_{depth}"
+    def _sorted_names(self, name: str, columns: Sequence[str], table: str | None, sort: str) -> None:
+        """Rule ``name``: the ``columns`` whose sort is ``sort`` or unknown; none when there are none."""
+        cols = [c for c in columns if self.sorts[(table, c)] in (sort, None)]
+        if cols:
+            self.r.add(name, alts(ebnf_literal(quote_ident(c)) for c in cols))
+
+    def column_ref(self, scope: str, depth: int, sort: str | None = None) -> str | None:
+        """Column references visible in ``scope``: bare, ``table.column`` or ``alias.column``; with
+        ``sort``, only the columns of that sort (an alias in a join or a subquery may stand for any table,
+        so its columns are any column).
+        None when no column fits."""
+        suffix = f"_{sort}" if sort else ""
+        name = f"colref_{scope}_{depth}{suffix}"
         if self.has(name):
             return name
-        typed = [f"{ebnf_literal(quote_ident(t) + '.')} cols_t{i}" for i, t in enumerate(self.table_names)]
+
+        def names(rule: str) -> str | None:
+            return rule + suffix if not sort or self.has(rule + suffix) else None
+
+        typed = [f"{ebnf_literal(quote_ident(t) + '.')} {names(f'cols_t{i}')}"
+                 for i, t in enumerate(self.table_names) if names(f"cols_t{i}")]
         if scope == "all":
             # With per-table alternatives this scope only serves joins, where bare names must be
             # unambiguous; without them it also serves single-table queries.
-            bare = "unique_column" if self.scoped else "column_name"
-            body = [bare, *typed] + (['alias "." column_name'] if self.o.table_aliases else [])
+            bare = names("unique_column" if self.scoped else "column_name")
+            body = [b for b in [bare, *typed] if b] + (['alias "." column_name'] if self.o.table_aliases else [])
         else:
             i = int(scope[1:])
             t = self.table_names[i]
+            own = names(f"cols_{scope}")
+            body = [own, f"{ebnf_literal(quote_ident(t) + '.')} {own}"] if own else []
             # In a subquery an alias may name the outer query's table (a correlated reference).
-            alias_cols = "column_name" if depth > 0 else f"cols_{scope}"
-            body = [f"cols_{scope}", f"{ebnf_literal(quote_ident(t) + '.')} cols_{scope}"]
-            if self.o.table_aliases:
+            alias_cols = "column_name" if depth > 0 else own
+            if self.o.table_aliases and alias_cols:
                 body.append(f'alias "." {alias_cols}')
-        return self.r.add(name, _alts(body))
+        return self.r.add(name, alts(body)) if body else None
 
     # -- expressions -------------------------------------------------------------------------------
     def expr_family(self, scope: str, depth: int, agg: bool) -> str:
@@ -323,27 +292,18 @@ class _Builder:
         plain = self.expr_family(scope, depth, False) if agg else s  # aggregate arguments: no aggregates
         nested = o.nested_expressions
         # Conditions: OR of ANDs of optionally negated predicates.
-        r.add(f"cond_{s}", _rep(f"conj_{s}", f"sp {kw('OR')} sp", o.max_conditions))
-        r.add(f"conj_{s}", _rep(f"pred_{s}", f"sp {kw('AND')} sp", o.max_conditions))
-        preds = [f"({kw('NOT')} sp)? val_{s} pred_tail_{s}?"]
+        r.add(f"cond_{s}", rep(f"conj_{s}", f"sp {kw('OR')} sp", o.max_conditions))
+        r.add(f"conj_{s}", rep(f"pred_{s}", f"sp {kw('AND')} sp", o.max_conditions))
+        if o.typed_comparisons:  # a number side and a text side; rules in typed_values()
+            preds = [f"({kw('NOT')} sp)? nval_{s} tail_n_{s}?", f"({kw('NOT')} sp)? sval_{s} tail_s_{s}"]
+        else:
+            preds = [f"({kw('NOT')} sp)? val_{s} tail_{s}?"]
+            self.comparison_tail(s, f"val_{s}", depth, like=True)
         if nested:
             preds.append(f"({kw('NOT')} sp)? lp cond_{s} rp")
         if sub:
             preds.append(f"({kw('NOT')} sp)? {kw('EXISTS')} ows lp query_{depth + 1} rp")
-        r.add(f"pred_{s}", _alts(preds))
-        in_items = [_rep(f"val_{s}", "comma", o.max_in_values)]
-        if sub:
-            in_items.append(f"query1_{depth + 1}")
-        r.add(
-            f"pred_tail_{s}",
-            _alts([
-                f"ows cmp_op ows val_{s}",
-                f"sp {kw('IS')} sp ({kw('NOT')} sp)? {kw('NULL')}",
-                f"(sp {kw('NOT')})? sp {kw('IN')} ows lp ({_alts(in_items)}) rp",
-                f"(sp {kw('NOT')})? sp {kw('LIKE')} sp val_{s}",
-                f"(sp {kw('NOT')})? sp {kw('BETWEEN')} sp val_{s} sp {kw('AND')} sp val_{s}",
-            ]),
-        )
+        r.add(f"pred_{s}", alts(preds))
         # Values: sums of products of signed atoms.
         # A binary minus is followed by a space or by an unsigned term: "a--1" would start a comment.
         r.add(f"val_{s}", f"term_{s} (ows add_op ows term_{s} | ows \"-\" sp term_{s} | ows \"-\" uterm_{s})"
@@ -360,33 +320,93 @@ class _Builder:
             atoms.append(f"agg_{s}")
         if sub:
             atoms.append(f"lp query1_{depth + 1} rp")
-        r.add(f"atom_{s}", _alts(atoms))
+        r.add(f"atom_{s}", alts(atoms))
         # Arguments: any value when nesting is on, else flat arithmetic over columns and literals.
         arg = f"val_{s}"
         if not nested:
-            simple = f"({colref} | literal)"
-            arg = r.add(f"arg_{scope}_{depth}", f"\"-\"? {simple} (ows (add_op | mul_op) ows \"-\"? {simple}"
-                                                f" | ows \"-\" (sp \"-\"?)? {simple}){{0,2}}")
-        funcs = []
+            arg = self.flat_arg(f"arg_{scope}_{depth}", f"({colref} | literal)")
+        funcs: dict[str, list[str]] = {"n": [], "s": [], "x": []}
         for name, lo, hi in self.functions:
             args = arg + (f" (comma {arg}){{{lo - 1},{hi - 1}}}" if hi > 1 else "")
-            funcs.append(f"{kw(name)} lp {args} rp")
-        r.add(f"func_{s}", _alts(funcs))
+            funcs[_FUNCTION_SORTS.get(name, "x")].append(f"{kw(name)} lp {args} rp")
+        for sort, items in funcs.items():
+            if items:
+                r.add(f"func_{s}_{sort}", alts(items))
+        r.add(f"func_{s}", alts(f"func_{s}_{sort}" for sort, items in funcs.items() if items))
         if nested:
             r.add(
                 f"case_{s}",
                 f"{kw('CASE')} (sp {kw('WHEN')} sp cond_{s} sp {kw('THEN')} sp val_{s}){{1,4}}"
                 f" (sp {kw('ELSE')} sp val_{s})? sp {kw('END')}",
             )
-            r.add(f"cast_{s}", f"{kw('CAST')} lp val_{s} sp {kw('AS')} sp ({_alts(kw(t) for t in _CAST_TYPES)}) rp")
+            r.add(f"cast_{s}", f"{kw('CAST')} lp val_{s} sp {kw('AS')} sp ({alts(kw(t) for t in _CAST_TYPES)}) rp")
         if agg:
             agg_arg = f"val_{plain}" if nested else arg
+            sum_arg = agg_arg  # SUM, AVG and TOTAL: numbers when comparisons are typed
+            if o.typed_comparisons:
+                nref = self.column_ref(scope, depth, "n")
+                sum_arg = f"nval_{plain}" if nested else self.flat_arg(
+                    f"arg_{scope}_{depth}_n", f"({nref} | number)" if nref else "number")
             distinct = f"({kw('DISTINCT')} sp)?"
             aggs = [f"{kw('COUNT')} lp \"*\" rp"]
-            aggs += [f"{kw(a)} lp {distinct} {agg_arg} rp" for a in _AGGREGATES]
+            aggs += [f"{kw(a)} lp {distinct} {sum_arg if a in ('SUM', 'AVG', 'TOTAL') else agg_arg} rp"
+                     for a in _AGGREGATES]
             aggs.append(f"{kw('GROUP_CONCAT')} lp {agg_arg} (comma string)? rp")
-            r.add(f"agg_{s}", _alts(aggs))
+            r.add(f"agg_{s}", alts(aggs))
+        if o.typed_comparisons:
+            self.typed_values(s, scope, depth, agg, sub)
         return s
+
+    def flat_arg(self, name: str, simple: str) -> str:
+        """A function argument without nesting: flat arithmetic over ``simple`` operands."""
+        return self.r.add(name, f"\"-\"? {simple} (ows (add_op | mul_op) ows \"-\"? {simple}"
+                                f" | ows \"-\" (sp \"-\"?)? {simple}){{0,2}}")
+
+    def comparison_tail(self, s: str, value: str, depth: int, like: bool, sort: str = "") -> None:
+        """``tail_<sort>_<s>``: what follows the left side of a predicate, compared with ``value``s."""
+        kw = self.kw
+        in_items = [rep(value, "comma", self.o.max_in_values)]
+        if depth < self.o.max_depth:
+            in_items.append(f"query1_{depth + 1}")
+        tails = [
+            f"ows cmp_op ows {value}",
+            f"sp {kw('IS')} sp ({kw('NOT')} sp)? {kw('NULL')}",
+            f"(sp {kw('NOT')})? sp {kw('IN')} ows lp ({alts(in_items)}) rp",
+            f"(sp {kw('NOT')})? sp {kw('BETWEEN')} sp {value} sp {kw('AND')} sp {value}",
+        ]
+        if like:
+            tails.append(f"(sp {kw('NOT')})? sp {kw('LIKE')} sp {value}")
+        self.r.add(f"tail_{sort}_{s}" if sort else f"tail_{s}", alts(tails))
+
+    def typed_values(self, s: str, scope: str, depth: int, agg: bool, sub: bool) -> None:
+        """``nval_<s>`` and ``sval_<s>``: values of one sort, for the two sides of a typed comparison.
+
+        A number value is arithmetic over number columns, numbers and number-valued functions; a
+        text value is text columns, strings and text-valued functions, joined by ``||``. What can hold
+        either (CASE, CAST, an aggregate, a subquery, IFNULL...) is in both."""
+        r, kw, nested = self.r, self.kw, self.o.nested_expressions
+        r.add("number_literal", alts(["number", kw("TRUE"), kw("FALSE")]))
+        r.add("text_literal", alts(["string", kw("CURRENT_DATE"), kw("CURRENT_TIMESTAMP")]))
+        either = [f"func_{s}_x"] if self.has(f"func_{s}_x") else []
+        either += [f"case_{s}", f"cast_{s}"] if nested else []
+        either += [f"agg_{s}"] if agg else []
+        either += [f"lp query1_{depth + 1} rp"] if sub else []
+        for sort in "ns":
+            ref = self.column_ref(scope, depth, sort)
+            own = [ref] if ref else []
+            own += ["number_literal" if sort == "n" else "text_literal"]
+            own += [f"func_{s}_{sort}"] if self.has(f"func_{s}_{sort}") else []
+            own += [f"lp {sort}val_{s} rp"] if nested else []
+            r.add(f"{sort}atom_{s}", alts(own + either))
+        product = f"(ows mul_op ows nfactor_{s}){{0,{3 if nested else 1}}}"
+        r.add(f"nval_{s}", f"nterm_{s} (ows \"+\" ows nterm_{s} | ows \"-\" sp nterm_{s} | ows \"-\" nuterm_{s})"
+                           f"{{0,{5 if nested else 2}}}")
+        r.add(f"nterm_{s}", f"nfactor_{s} {product}")
+        r.add(f"nuterm_{s}", f"natom_{s} {product}")
+        r.add(f"nfactor_{s}", f'"-"? natom_{s}')
+        r.add(f"sval_{s}", f'satom_{s} (ows "||" ows satom_{s}){{0,2}}')
+        self.comparison_tail(s, f"nval_{s}", depth, like=False, sort="n")
+        self.comparison_tail(s, f"sval_{s}", depth, like=True, sort="s")
 
     # -- queries ---------------------------------------------------------------------------------
     def clauses(self, scope: str, depth: int) -> tuple[str, str]:
@@ -397,7 +417,7 @@ class _Builder:
             return f"items_{key}", f"tail_{key}"
         a = self.expr_family(scope, depth, True)
         p = self.expr_family(scope, depth, False)
-        r.add(f"items_{key}", _rep(f"item_{key}", "comma", o.max_select_items))
+        r.add(f"items_{key}", rep(f"item_{key}", "comma", o.max_select_items))
         star_of = "(table_name | alias)" if o.table_aliases else "table_name"
         if scope != "all":  # a single-table query can only star its own table
             own = ebnf_literal(quote_ident(self.table_names[int(scope[1:])]))
@@ -407,11 +427,11 @@ class _Builder:
         r.add(f"where_{key}", f"sp {kw('WHERE')} sp cond_{p}")
         r.add(
             f"group_{key}",
-            f"sp {kw('GROUP BY')} sp {_rep(f'group_item_{key}', 'comma', o.max_group_by)}"
+            f"sp {kw('GROUP BY')} sp {rep(f'group_item_{key}', 'comma', o.max_group_by)}"
             f" (sp {kw('HAVING')} sp cond_{a})?",
         )
         r.add(f"group_item_{key}", f"val_{p} | out_alias")
-        r.add(f"order_{key}", f"sp {kw('ORDER BY')} sp {_rep(f'order_item_{key}', 'comma', o.max_order_by)}")
+        r.add(f"order_{key}", f"sp {kw('ORDER BY')} sp {rep(f'order_item_{key}', 'comma', o.max_order_by)}")
         r.add(f"order_item_{key}", f"(val_{a} | out_alias) direction?")
         r.add(f"tail_{key}", f"where_{key}? group_{key}? order_{key}? limit?")
         return f"items_{key}", f"tail_{key}"
@@ -441,37 +461,83 @@ class _Builder:
         ref = r.add(f"table_ref_{d}", f"table_name{as_alias}")
         joins = " | ".join(kw(j) for j in ("JOIN", "INNER JOIN", "LEFT JOIN", "LEFT OUTER JOIN"))
         p = self.expr_family("all", d, False)
+        keyed_from = None
         if o.foreign_key_joins and not o.table_aliases and self.keys:
+            keyed_from = self.keyed_from(d, f"sp ({joins}) sp", f"(sp {kw('AND')} sp conj_{p})?")
             # The joined table is one end of the key it is joined on.
             pairs: dict[str, list[str]] = {}
             for child, col, parent, pk in self.keys:
                 a, b = quote_ident(child) + "." + quote_ident(col), quote_ident(parent) + "." + quote_ident(pk)
                 for t in {child, parent}:
                     pairs.setdefault(t, []).extend([ebnf_literal(f"{a} = {b}"), ebnf_literal(f"{b} = {a}")])
-            keyed = [f"{ebnf_literal(quote_ident(t))} sp {kw('ON')} sp ({_alts(eqs)})"
+            keyed = [f"{ebnf_literal(quote_ident(t))} sp {kw('ON')} sp ({alts(eqs)})"
                      for t, eqs in sorted(pairs.items())]
-            r.add(f"join_{d}", f"sp ({joins}) sp ({_alts(keyed)}) (sp {kw('AND')} sp conj_{p})?")
+            r.add(f"join_{d}", f"sp ({joins}) sp ({alts(keyed)}) (sp {kw('AND')} sp conj_{p})?")
         else:
             r.add(
                 f"join_{d}",
-                _alts([
+                alts([
                     f"sp ({joins}) sp {ref} sp {kw('ON')} sp cond_{p}",
                     f"sp {kw('CROSS JOIN')} sp {ref}",
                     f"comma {ref}",
                 ]),
             )
-        froms = [f"sp {kw('FROM')} sp {ref} join_{d}{{{1 if scoped else 0},{o.max_joins}}}"]
+        froms = keyed_from or [f"sp {kw('FROM')} sp {ref} join_{d}{{{1 if scoped else 0},{o.max_joins}}}"]
         if sub:
             # Without table aliases a derived table goes unnamed (SQLite allows it; its columns are bare).
             derived = f" sp {kw('AS')} sp alias" if o.table_aliases else ""
             froms.append(f"sp {kw('FROM')} sp lp query_{d + 1} rp{derived} join_{d}{{0,{o.max_joins}}}")
-        r.add(f"from_all_{d}", _alts(froms))
+        r.add(f"from_all_{d}", alts(froms))
         many.append(f"{items} from_all_{d} {tail}")
         one.append(f"item1_all_{d} from_all_{d} {tail}")
-        r.add(f"query_{d}", f"{head} ({_alts(many)})")
-        r.add(f"query1_{d}", f"{head} ({_alts(one)})")
+        r.add(f"query_{d}", f"{head} ({alts(many)})")
+        r.add(f"query1_{d}", f"{head} ({alts(one)})")
         if sub:
             self.query(d + 1)
+
+
+    def keyed_from(self, d: int, join: str, extra: str) -> list[str] | None:
+        """FROM alternatives where each JOIN brings a new table on a declared key whose other end is
+        a table already in FROM (a state per set of joined tables); None past ``max_join_states``.
+
+        Without aliases a table joined twice is ambiguous and a key to a table not yet joined is
+        ``no such column``: both were the commonest reasons a 135M model's joins did not run."""
+        links: dict[str, list[tuple[str, str]]] = {}  # table -> (other table, "a = b" literal)
+        for child, col, parent, pk in self.keys:
+            if child == parent:
+                continue  # a self-join needs aliases
+            a, b = quote_ident(child) + "." + quote_ident(col), quote_ident(parent) + "." + quote_ident(pk)
+            for eq in (ebnf_literal(f"{a} = {b}"), ebnf_literal(f"{b} = {a}")):
+                links.setdefault(child, []).append((parent, eq))
+                links.setdefault(parent, []).append((child, eq))
+        bit = {t: 1 << i for i, t in enumerate(self.table_names)}
+        nexts: dict[int, list[tuple[str, list[str]]]] = {}
+        todo = [bit[t] for t in self.table_names]
+        while todo:
+            state = todo.pop()
+            if state in nexts:
+                continue
+            if len(nexts) >= self.o.max_join_states:
+                return None
+            joined = {t for t in self.table_names if state & bit[t]}
+            steps: dict[str, list[str]] = {}
+            if len(joined) <= self.o.max_joins:
+                for t in sorted(joined):
+                    for other, eq in links.get(t, []):
+                        if other not in joined:
+                            steps.setdefault(other, []).append(eq)
+            nexts[state] = sorted(steps.items())
+            todo.extend(state | bit[t] for t in steps)
+        kw, singles = self.kw, set(bit.values())
+        for state, steps in nexts.items():
+            options = [f"{join} {ebnf_literal(quote_ident(t))} sp {kw('ON')} sp ({alts(eqs)}) {extra} "
+                       f"joined_{d}_{state | bit[t]}" for t, eqs in steps]
+            # Scoped grammars serve single-table queries elsewhere, so FROM here needs a join.
+            optional = state not in singles or not self.scoped
+            body = alts(options) if options else '""'
+            self.r.add(f"joined_{d}_{state}", f"({body})?" if optional and options else body)
+        return [f"sp {kw('FROM')} sp {ebnf_literal(quote_ident(t))} joined_{d}_{bit[t]}"
+                for t in self.table_names if nexts[bit[t]] or not self.scoped]
 
 
 def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOptions | None = None) -> str:
@@ -482,16 +548,18 @@ def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOp
     """
     opts = options or GrammarOptions()
     keys: list[tuple[str, str, str, str]] = []
+    sorts: dict[str, dict[str, str | None]] = {}
     if isinstance(schema, Schema):
         tables: Mapping[str, Sequence[str]] = schema.columns_by_table()
         dialect = opts.dialect or schema.dialect
         keys = [(t.name, fk.columns[0], fk.ref_table, fk.ref_columns[0]) for t in schema.tables
                 for fk in t.foreign_keys if len(fk.columns) == 1 and len(fk.ref_columns) == 1]
+        sorts = {t.name: {c.name: value_sort(c.type) for c in t.columns} for t in schema.tables}
     else:
         tables, dialect = schema, opts.dialect or "sqlite"
     opts = replace(opts, dialect=dialect)
-    b = _Builder(tables, opts, keys)
-    b.r.add("root", f"query_0 ({_alts(ebnf_literal(t) for t in opts.terminators)})")
+    b = _Builder(tables, opts, keys, sorts)
+    b.r.add("root", f"query_0 ({alts(ebnf_literal(t) for t in opts.terminators)})")
     b.lexical()
     b.query(0)
     return b.r.text()

@@ -8,13 +8,8 @@ import pytest
 import xgrammar as xgr
 
 from integrations.text2sql.dataset import load_eval, schema_names
-from integrations.text2sql.grammar import (
-    EBNFRules,
-    GrammarOptions,
-    identifier_excluding,
-    matches_grammar,
-    sql_grammar,
-)
+from integrations.text2sql.ebnf import EBNFRules, identifier_excluding
+from integrations.text2sql.grammar import GrammarOptions, matches_grammar, sql_grammar, value_sort
 from integrations.text2sql.sources import demo_source
 
 
@@ -168,3 +163,46 @@ def test_big_schemas_fall_back_to_one_scope():
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
     m = xgr.GrammarMatcher(compiler.compile_grammar(flat), terminate_without_stop_token=True)
     assert m.accept_string("SELECT id, c3 FROM t3 WHERE id = 1;") and m.is_terminated()
+
+
+def test_comparisons_are_typed_by_the_column_types():
+    """A number column is compared with numbers, a text or date column with strings; SUM and AVG take
+    numbers. These are the answers a small model wrote that ran and returned nothing."""
+    schema = demo_source("delivery").schema()
+    typed, untyped = sql_grammar(schema), sql_grammar(schema, GrammarOptions(typed_comparisons=False))
+    compact = sql_grammar(schema, GrammarOptions.compact())
+    wrong = ["SELECT name FROM drivers WHERE hub_id = '서울';",
+             "SELECT name FROM drivers WHERE hub_id IN ('서울', '부산');",
+             "SELECT name FROM drivers WHERE hub_id = ('서울' + rating);",
+             "SELECT name FROM drivers WHERE hired_on BETWEEN 3 AND 2024;",
+             "SELECT name FROM drivers WHERE rating LIKE '%4%';",
+             "SELECT COUNT(*) FROM shipments WHERE STRFTIME('%Y', created_on) = 2024;",
+             "SELECT AVG(created_on) FROM shipments;",
+             "SELECT SUM(drivers.name) FROM drivers;"]
+    for sql in wrong:
+        assert matches_grammar(untyped, sql) and not matches_grammar(typed, sql), sql
+    assert not matches_grammar(compact, wrong[-1])
+    right = ["SELECT name FROM drivers WHERE hub_id = (SELECT hub_id FROM hubs WHERE city = '서울');",
+             "SELECT name FROM drivers WHERE hired_on BETWEEN '2024-01-01' AND '2024-12-31' AND rating >= 4.5;",
+             "SELECT COUNT(*) FROM shipments WHERE STRFTIME('%Y', created_on) = '2024';",
+             "SELECT COUNT(*) FROM shipments WHERE created_on >= DATE('2024-06-30', '-7 days');",
+             "SELECT AVG(JULIANDAY(delivered_on) - JULIANDAY(created_on)) FROM shipments "
+             "WHERE delivered_on IS NOT NULL;",
+             "SELECT dest_city, SUM(fee) FROM shipments GROUP BY dest_city HAVING SUM(fee) > 10000;",
+             "SELECT name FROM drivers WHERE LENGTH(name) > 2 AND LOWER(vehicle_type) = 'van';",
+             "SELECT name FROM drivers WHERE IFNULL(rating, 0) < 4 OR IFNULL(vehicle_type, '') = 'van';",
+             # in a join an alias may stand for any table, so its columns go either way
+             "SELECT s.tracking_no FROM shipments AS s JOIN drivers AS d ON s.driver_id = d.driver_id "
+             "WHERE s.fee = '3000';"]
+    for sql in right:
+        assert matches_grammar(typed, sql), sql
+    assert matches_grammar(compact, "SELECT SUM(fee * 2) FROM shipments;")
+
+
+def test_value_sort_reads_declared_types_of_any_dialect():
+    sorts = {t: value_sort(t) for t in ("INTEGER", "BIGINT", "REAL", "NUMERIC(10, 2)", "DOUBLE PRECISION",
+                                        "TEXT", "VARCHAR(40)", "DATE", "TIMESTAMP WITHOUT TIME ZONE",
+                                        "", "BLOB", "BOOLEAN", "INTERVAL")}
+    assert [t for t, s in sorts.items() if s == "n"] == ["INTEGER", "BIGINT", "REAL", "NUMERIC(10, 2)",
+                                                          "DOUBLE PRECISION"]
+    assert [t for t, s in sorts.items() if s == "s"] == ["TEXT", "VARCHAR(40)", "DATE", "TIMESTAMP WITHOUT TIME ZONE"]

@@ -63,6 +63,23 @@ def test_alias_free_grammar_types_every_qualified_column():
     assert not matches_grammar(keyed, elsewhere)  # the key must have the joined table at one end
 
 
+def test_keyed_joins_bring_each_table_once_on_a_key_to_a_table_already_joined():
+    keyed = demo_source("delivery").grammar(GrammarOptions(table_aliases=False, foreign_key_joins=True))
+    chain = ("SELECT hubs.name, COUNT(*) FROM shipments JOIN drivers ON shipments.driver_id = drivers.driver_id "
+             "JOIN hubs ON drivers.hub_id = hubs.hub_id GROUP BY hubs.hub_id, hubs.name;")
+    assert matches_grammar(keyed, chain)
+    # either key from the joined set may bring hubs in (a shipment's origin hub, or its driver's hub)
+    origin = chain.replace("drivers.hub_id = hubs.hub_id", "shipments.origin_hub_id = hubs.hub_id")
+    assert matches_grammar(keyed, origin)
+    twice = chain.replace(" GROUP BY", " JOIN hubs ON shipments.origin_hub_id = hubs.hub_id GROUP BY")
+    assert not matches_grammar(keyed, twice)  # hubs twice: "ambiguous column name" without aliases
+    unjoined = "SELECT drivers.name FROM ratings JOIN drivers ON shipments.driver_id = drivers.driver_id;"
+    assert not matches_grammar(keyed, unjoined)  # shipments is not in FROM: "no such column"
+    self_key = demo_source("hr").grammar(GrammarOptions(table_aliases=False, foreign_key_joins=True))
+    assert not matches_grammar(self_key, "SELECT COUNT(*) FROM employees JOIN employees ON "
+                                         "employees.manager_id = employees.emp_id;")
+
+
 def test_an_adapter_names_the_grammar_it_was_trained_for(tmp_path):
     assert adapter_style(None).grammar is None and adapter_style(tmp_path).grammar is None
     (tmp_path / STYLE_FILE).write_text('{"grammar": {"table_aliases": false}}')
