@@ -99,6 +99,41 @@ def test_prompts_are_the_evaluation_prompts(generated):
         source.close()
 
 
+def test_gold_queries_fit_the_grammar_the_adapter_is_asked_under(generated):
+    """Training and serving agree: the typed, key-joined, alias-free grammar admits the golds (all but
+    the few that need a table twice, which only aliases can write). No training column is named by a
+    keyword either: the grammar writes those quoted (``"plan"``), the way the model never saw them."""
+    import xgrammar as xgr
+
+    from integrations.text2sql.adapter import SHIPPED, adapter_style
+    from integrations.text2sql.schema import quote_ident
+
+    examples, folder = generated
+    options = adapter_style(SHIPPED).grammar
+    assert options is not None and options.typed_comparisons and options.foreign_key_joins
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
+    compiled, refused = {}, []
+    sample = examples[:: max(1, len(examples) // 80)]
+    for ex in sample:
+        if ex.schema not in compiled:
+            source = Source(ex.schema, f"sqlite:///{folder / ex.schema}.sqlite")
+            compiled[ex.schema] = compiler.compile_grammar(source.grammar(options))
+            source.close()
+        m = xgr.GrammarMatcher(compiled[ex.schema], terminate_without_stop_token=True)
+        if not (m.accept_string(ex.sql + ";") and m.is_terminated()):
+            refused.append(ex.sql)
+    assert all(" AS " in sql.split(" FROM ", 1)[1] for sql in refused), refused
+    assert len(refused) <= len(sample) // 20, refused
+    for db in folder.glob("*.sqlite"):
+        con = sqlite3.connect(db)
+        try:
+            names = [(t, c) for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+                     for c in [row[1] for row in con.execute(f"PRAGMA table_info({t})")]]
+        finally:
+            con.close()
+        assert all(quote_ident(n) == n for pair in names for n in pair), [p for p in names if quote_ident(p[1]) != p[1]]
+
+
 def test_disjoint_from_the_eval_set(generated):
     examples, _ = generated
     schemas, tables, questions = train_data.eval_names()
