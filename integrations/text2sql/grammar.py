@@ -127,16 +127,20 @@ _FUNCTION_SORTS = {
     "LOWER": "s", "UPPER": "s", "TRIM": "s",
     "JULIANDAY": "n", "UNIXEPOCH": "n", "INSTR": "n", "LENGTH": "n", "ABS": "n", "ROUND": "n",
 }
-_TEXT_TYPES = ("CHAR", "CLOB", "TEXT", "STRING", "DATE", "TIME", "UUID", "JSON", "ENUM")
+_TEXT_TYPES = ("CHAR", "CLOB", "TEXT", "STRING", "UUID", "JSON", "ENUM")
 _NUMBER_TYPES = ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "MONEY", "SERIAL")
 
 
-def value_sort(sql_type: str) -> str | None:
-    """``"n"`` for a number column, ``"s"`` for a text or date/time one, None when the declared type
-    does not say (no type, BLOB, BOOLEAN, INTERVAL): the sort a typed comparison checks."""
+def value_sort(sql_type: str, dialect: str = "sqlite") -> str | None:
+    """``"n"`` for a number column, ``"s"`` for a text one, None when the declared type does not say
+    (no type, BLOB, BOOLEAN, INTERVAL): the sort a typed comparison checks. Dates and times are text
+    in SQLite (``'2024-06-01'``, and ``d - 7`` is nonsense there); other dialects do arithmetic on them
+    (``CURRENT_DATE - 7``), so there they go either way."""
     t = sql_type.upper()
     if not t or "INTERVAL" in t or "BOOL" in t:
         return None
+    if "DATE" in t or "TIME" in t:
+        return "s" if dialect == "sqlite" else None
     if any(k in t for k in _TEXT_TYPES):
         return "s"
     if any(k in t for k in _NUMBER_TYPES):
@@ -385,8 +389,9 @@ class _Builder:
         text value is text columns, strings and text-valued functions, joined by ``||``. What can hold
         either (CASE, CAST, an aggregate, a subquery, IFNULL...) is in both."""
         r, kw, nested = self.r, self.kw, self.o.nested_expressions
-        r.add("number_literal", alts(["number", kw("TRUE"), kw("FALSE")]))
-        r.add("text_literal", alts(["string", kw("CURRENT_DATE"), kw("CURRENT_TIMESTAMP")]))
+        now = [kw("CURRENT_DATE"), kw("CURRENT_TIMESTAMP")]  # text in SQLite; dates elsewhere (value_sort)
+        r.add("number_literal", alts(["number", kw("TRUE"), kw("FALSE")] + (now if self.o.dialect != "sqlite" else [])))
+        r.add("text_literal", alts(["string", *now]))
         either = [f"func_{s}_x"] if self.has(f"func_{s}_x") else []
         either += [f"case_{s}", f"cast_{s}"] if nested else []
         either += [f"agg_{s}"] if agg else []
@@ -554,7 +559,7 @@ def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOp
         dialect = opts.dialect or schema.dialect
         keys = [(t.name, fk.columns[0], fk.ref_table, fk.ref_columns[0]) for t in schema.tables
                 for fk in t.foreign_keys if len(fk.columns) == 1 and len(fk.ref_columns) == 1]
-        sorts = {t.name: {c.name: value_sort(c.type) for c in t.columns} for t in schema.tables}
+        sorts = {t.name: {c.name: value_sort(c.type, dialect) for c in t.columns} for t in schema.tables}
     else:
         tables, dialect = schema, opts.dialect or "sqlite"
     opts = replace(opts, dialect=dialect)

@@ -10,6 +10,7 @@ import xgrammar as xgr
 from integrations.text2sql.dataset import load_eval, schema_names
 from integrations.text2sql.ebnf import EBNFRules, identifier_excluding
 from integrations.text2sql.grammar import GrammarOptions, matches_grammar, sql_grammar, value_sort
+from integrations.text2sql.schema import Column, Schema, Table
 from integrations.text2sql.sources import demo_source
 
 
@@ -206,3 +207,11 @@ def test_value_sort_reads_declared_types_of_any_dialect():
     assert [t for t, s in sorts.items() if s == "n"] == ["INTEGER", "BIGINT", "REAL", "NUMERIC(10, 2)",
                                                           "DOUBLE PRECISION"]
     assert [t for t, s in sorts.items() if s == "s"] == ["TEXT", "VARCHAR(40)", "DATE", "TIMESTAMP WITHOUT TIME ZONE"]
+    # PostgreSQL computes with dates (CURRENT_DATE - 7, d2 - d1 > 3): there they go either way
+    assert value_sort("DATE", "postgresql") is None and value_sort("TIMESTAMP", "postgresql") is None
+    assert value_sort("VARCHAR(40)", "postgresql") == "s" and value_sort("BIGINT", "postgresql") == "n"
+    pg = Schema((Table("orders", (Column("id", "INTEGER"), Column("placed_on", "DATE"), Column("note", "TEXT"))),),
+                dialect="postgresql")
+    grammar = sql_grammar(pg)
+    assert matches_grammar(grammar, "SELECT id FROM orders WHERE placed_on > CURRENT_DATE - 7 AND note LIKE '%x%';")
+    assert not matches_grammar(grammar, "SELECT id FROM orders WHERE id = 'x';")
