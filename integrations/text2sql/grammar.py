@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from integrations.text2sql.ebnf import EBNFRules, alts, ebnf_literal, identifier_excluding, rep
-from integrations.text2sql.schema import Schema, quote_ident
+from integrations.text2sql.schema import Schema, quote_ident, value_sort
 
 
 @dataclass(frozen=True)
@@ -127,25 +127,6 @@ _FUNCTION_SORTS = {
     "LOWER": "s", "UPPER": "s", "TRIM": "s",
     "JULIANDAY": "n", "UNIXEPOCH": "n", "INSTR": "n", "LENGTH": "n", "ABS": "n", "ROUND": "n",
 }
-_TEXT_TYPES = ("CHAR", "CLOB", "TEXT", "STRING", "UUID", "JSON", "ENUM")
-_NUMBER_TYPES = ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "MONEY", "SERIAL")
-
-
-def value_sort(sql_type: str, dialect: str = "sqlite") -> str | None:
-    """``"n"`` for a number column, ``"s"`` for a text one, None when the declared type does not say
-    (no type, BLOB, BOOLEAN, INTERVAL): the sort a typed comparison checks. Dates and times are text
-    in SQLite (``'2024-06-01'``, and ``d - 7`` is nonsense there); other dialects do arithmetic on them
-    (``CURRENT_DATE - 7``), so there they go either way."""
-    t = sql_type.upper()
-    if not t or "INTERVAL" in t or "BOOL" in t:
-        return None
-    if "DATE" in t or "TIME" in t:
-        return "s" if dialect == "sqlite" else None
-    if any(k in t for k in _TEXT_TYPES):
-        return "s"
-    if any(k in t for k in _NUMBER_TYPES):
-        return "n"
-    return None
 
 
 # Words an alias must not be because SQLite would read them as syntax there. The full
@@ -240,8 +221,9 @@ class _Builder:
             for sort in "ns":
                 for i, t in enumerate(self.table_names):
                     self._sorted_names(f"cols_t{i}_{sort}", self.tables[t], t, sort)
-                self._sorted_names(f"unique_column_{sort}", unique, None, sort)
-                self._sorted_names(f"column_name_{sort}", all_columns, None, sort)
+                # the bare names column_ref uses: unambiguous ones beside per-table scopes, else all
+                bare, names = ("unique_column", unique) if self.scoped else ("column_name", all_columns)
+                self._sorted_names(f"{bare}_{sort}", names, None, sort)
         r.add("cmp_op", alts(ebnf_literal(op) for op in ("=", "!=", "<>", "<=", ">=", "<", ">")))
         r.add("add_op", alts(ebnf_literal(op) for op in ("+", "||")))  # "-" is apart: see minus_tail
         r.add("mul_op", alts(ebnf_literal(op) for op in ("*", "/", "%")))
@@ -299,9 +281,9 @@ class _Builder:
         r.add(f"cond_{s}", rep(f"conj_{s}", f"sp {kw('OR')} sp", o.max_conditions))
         r.add(f"conj_{s}", rep(f"pred_{s}", f"sp {kw('AND')} sp", o.max_conditions))
         if o.typed_comparisons:  # a number side and a text side; rules in typed_values()
-            preds = [f"({kw('NOT')} sp)? nval_{s} tail_n_{s}?", f"({kw('NOT')} sp)? sval_{s} tail_s_{s}"]
+            preds = [f"({kw('NOT')} sp)? nval_{s} pred_tail_n_{s}?", f"({kw('NOT')} sp)? sval_{s} pred_tail_s_{s}"]
         else:
-            preds = [f"({kw('NOT')} sp)? val_{s} tail_{s}?"]
+            preds = [f"({kw('NOT')} sp)? val_{s} pred_tail_{s}?"]
             self.comparison_tail(s, f"val_{s}", depth, like=True)
         if nested:
             preds.append(f"({kw('NOT')} sp)? lp cond_{s} rp")
@@ -367,7 +349,7 @@ class _Builder:
                                 f" | ows \"-\" (sp \"-\"?)? {simple}){{0,2}}")
 
     def comparison_tail(self, s: str, value: str, depth: int, like: bool, sort: str = "") -> None:
-        """``tail_<sort>_<s>``: what follows the left side of a predicate, compared with ``value``s."""
+        """``pred_tail_<sort>_<s>``: what follows the left side of a predicate, compared with ``value``s."""
         kw = self.kw
         in_items = [rep(value, "comma", self.o.max_in_values)]
         if depth < self.o.max_depth:
@@ -380,7 +362,7 @@ class _Builder:
         ]
         if like:
             tails.append(f"(sp {kw('NOT')})? sp {kw('LIKE')} sp {value}")
-        self.r.add(f"tail_{sort}_{s}" if sort else f"tail_{s}", alts(tails))
+        self.r.add(f"pred_tail_{sort}_{s}" if sort else f"pred_tail_{s}", alts(tails))
 
     def typed_values(self, s: str, scope: str, depth: int, agg: bool, sub: bool) -> None:
         """``nval_<s>`` and ``sval_<s>``: values of one sort, for the two sides of a typed comparison.

@@ -38,6 +38,34 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+# Words in a declared type that make a column text; dates and times are judged apart (value_sort).
+_TEXT_TYPES = ("CHAR", "CLOB", "TEXT", "STRING")
+_NUMBER_TYPES = ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "MONEY", "SERIAL")
+
+
+def is_text_type(sql_type: str) -> bool:
+    """Whether a declared type holds free text (CHAR, VARCHAR, TEXT, CLOB...), in any dialect."""
+    t = (sql_type or "").upper()
+    return any(k in t for k in _TEXT_TYPES)
+
+
+def value_sort(sql_type: str, dialect: str = "sqlite") -> str | None:
+    """``"n"`` for a number column, ``"s"`` for a text one, None when the declared type does not say
+    (no type, BLOB, BOOLEAN, INTERVAL): the sort a typed comparison checks (:mod:`.grammar`). Dates and
+    times are text in SQLite (``'2024-06-01'``, and ``d - 7`` is nonsense there); other dialects do
+    arithmetic on them (``CURRENT_DATE - 7``), so there they go either way."""
+    t = sql_type.upper()
+    if not t or "INTERVAL" in t or "BOOL" in t:
+        return None
+    if "DATE" in t or "TIME" in t:
+        return "s" if dialect == "sqlite" else None
+    if is_text_type(t) or any(k in t for k in ("UUID", "JSON", "ENUM")):
+        return "s"
+    if any(k in t for k in _NUMBER_TYPES):
+        return "n"
+    return None
+
+
 @dataclass(frozen=True)
 class Column:
     name: str

@@ -26,14 +26,13 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from integrations.text2sql.schema import Schema, quote_ident
+from integrations.text2sql.schema import Schema, is_text_type, quote_ident
 
 HEADER = "-- Values from the question:"
 MAX_VALUES_PER_COLUMN = 2000  # distinct values read per text column (the first ones the database returns)
 MAX_VALUE_CHARS = 64
 MAX_COLUMNS = 6  # lines of hints
 MAX_VALUES = 8  # values on one line
-_TEXT_TYPES = ("CHAR", "CLOB", "TEXT", "STRING")
 _SKIP = re.compile(r"^(?:\d{4}-\d{2}-\d{2}.*|[-+]?\d+(?:\.\d+)?)$")  # dates and numbers: literals already
 
 
@@ -81,7 +80,7 @@ class ValueIndex:
         with engine.connect() as con:
             for table in schema.tables:
                 for col in table.columns:
-                    if not any(t in (col.type or "").upper() for t in _TEXT_TYPES):
+                    if not is_text_type(col.type):
                         continue
                     c = sa.column(col.name)
                     query = (sa.select(c).select_from(sa.table(table.name, schema=db_schema)).where(c.is_not(None))

@@ -9,8 +9,8 @@ import xgrammar as xgr
 
 from integrations.text2sql.dataset import load_eval, schema_names
 from integrations.text2sql.ebnf import EBNFRules, identifier_excluding
-from integrations.text2sql.grammar import GrammarOptions, matches_grammar, sql_grammar, value_sort
-from integrations.text2sql.schema import Column, Schema, Table
+from integrations.text2sql.grammar import GrammarOptions, matches_grammar, sql_grammar
+from integrations.text2sql.schema import Column, Schema, Table, value_sort
 from integrations.text2sql.sources import demo_source
 
 
