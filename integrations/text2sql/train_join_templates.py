@@ -99,12 +99,13 @@ def top_people_by_headers(c: Ctx) -> Made:
                 [f"{h.ko} 건수가 가장 많은 {p.ko} {n}명의 이름과 건수를 알려 주세요.",
                  f"{k(h.ko, '이/가')} 많은 순으로 {p.ko} 상위 {n}명은?"],
                 f"SELECT {b}.name, COUNT(*) AS {h.table}_count {frm} {group} ORDER BY {h.table}_count DESC LIMIT {n}")
-    m = c.rng.randint(2, 5)
-    return ([f"Which {p.en_pl} have at least {m} {h.en_pl}? Give name and count.",
-             f"List {p.en_pl} with {m} or more {h.en_pl}, with how many."],
-            [f"{h.ko} 건수가 {m}건 이상인 {p.ko}의 이름과 건수를 보여 주세요.",
-             f"{k(h.ko, '을/를')} {m}번 이상 한 {k(p.ko, '은/는')} 누구인가요? 건수도 알려 주세요."],
-            f"SELECT {b}.name, COUNT(*) AS {h.table}_count {frm} {group} HAVING COUNT(*) >= {m}")
+    m, th = c.rng.randint(2, 5), c.threshold()
+    return ([f"Which {p.en_pl} have {th.en.format(n=m)} {h.en_pl}? Give name and count.",
+             f"List {p.en_pl} with {th.en_after.format(n=m)} {h.en_pl}, with how many."],
+            [f"{h.ko} 건수가 {th.ko.format(n=f'{m}건')} {p.ko}의 이름과 건수를 보여 주세요.",
+             f"{k(h.ko, '을/를')} {th.ko_adverb.format(n=f'{m}번')} 한 {k(p.ko, '은/는')} 누구인가요? "
+             "건수도 알려 주세요."],
+            f"SELECT {b}.name, COUNT(*) AS {h.table}_count {frm} {group} HAVING COUNT(*) {th.op} {m}")
 
 
 @template
@@ -287,27 +288,28 @@ def rating_queries(c: Ctx) -> Made | None:
                 f"SELECT {pa}.name, AVG({ra}.{stars}) AS avg_{stars} FROM {c.src('rating')}"
                 f"{c.join('header', 'rating', 'header')}{c.join('people', 'header', 'people')} "
                 f"GROUP BY {pa}.{p.key}, {pa}.name")
-    s, x = c.lay.d.staff, c.rng.choice((3, 3.5, 4))
+    s, x, th = c.lay.d.staff, c.rng.choice((3, 3.5, 4)), c.threshold()
     sa = c.a("staff")
-    return ([f"Which {s.en_pl} have an average {c.en('stars')} of at least {x}? Show name and average.",
-             f"{s.en_pl.capitalize()} whose {h.en_pl} average {x} {c.en('stars')} or more."],
-            [f"평균 {k(c.ko('stars'), '이/가')} {x} 이상인 {s.ko}의 이름과 평균을 알려 주세요.",
-             f"{c.ko('stars')} 평균 {x}점 이상인 {k(s.ko, '은/는')} 누구인가요?"],
+    return ([f"Which {s.en_pl} have an average {c.en('stars')} of {th.en.format(n=x)}? Show name and average.",
+             f"{s.en_pl.capitalize()} whose {h.en_pl} average {th.en_after.format(n=x)} {c.en('stars')}."],
+            [f"평균 {k(c.ko('stars'), '이/가')} {th.ko.format(n=x)} {s.ko}의 이름과 평균을 알려 주세요.",
+             f"{c.ko('stars')} 평균 {th.ko.format(n=f'{x}점')} {k(s.ko, '은/는')} 누구인가요?"],
             f"SELECT {sa}.name, AVG({ra}.{stars}) AS avg_{stars} FROM "
             f"{c.src('rating')}{c.join('header', 'rating', 'header')}"
-            f"{c.join('staff', 'header', 'staff')} GROUP BY {sa}.{s.key}, {sa}.name HAVING AVG({ra}.{stars}) >= {x}")
+            f"{c.join('staff', 'header', 'staff')} GROUP BY {sa}.{s.key}, {sa}.name "
+            f"HAVING AVG({ra}.{stars}) {th.op} {x}")
 
 
 @template
 def busy_places(c: Ctx) -> Made:
     p, pl = c.lay.d.people, c.lay.place
-    b, n = c.a("place"), c.rng.randint(2, 6)
-    return ([f"Which {pl.en_pl} have at least {n} {p.en_pl}? Show name and count.",
-             f"List {pl.en_pl} with {n} or more {p.en_pl}, with the number."],
-            [f"{k(p.ko, '이/가')} {n}명 이상인 {pl.ko}의 이름과 인원수를 알려 주세요.",
-             f"{p.ko} 수가 {n} 이상인 {k(pl.ko, '을/를')} {p.ko} 수와 함께 보여 주세요."],
+    b, n, th = c.a("place"), c.rng.randint(2, 6), c.threshold()
+    return ([f"Which {pl.en_pl} have {th.en.format(n=n)} {p.en_pl}? Show name and count.",
+             f"List {pl.en_pl} with {th.en_after.format(n=n)} {p.en_pl}, with the number."],
+            [f"{k(p.ko, '이/가')} {th.ko.format(n=f'{n}명')} {pl.ko}의 이름과 인원수를 알려 주세요.",
+             f"{p.ko} 수가 {th.ko.format(n=n)} {k(pl.ko, '을/를')} {p.ko} 수와 함께 보여 주세요."],
             f"SELECT {b}.name, COUNT(*) AS {p.table}_count FROM {c.src('people')}{c.join('place', 'people', 'place')}"
-            f" GROUP BY {b}.{pl.key}, {b}.name HAVING COUNT(*) >= {n}")
+            f" GROUP BY {b}.{pl.key}, {b}.name HAVING COUNT(*) {th.op} {n}")
 
 
 @template
@@ -354,13 +356,13 @@ def big_sellers(c: Ctx) -> Made:
     cat = c.lay.d.catalog
     b = c.a("catalog")
     krw = c.rng.choice((100000, 200000, 500000, 1000000)) if c.lay.d.price.values[1] > 50000 else 50000
-    x = krw // c.lay.currency[2]
-    return ([f"Which {cat.en_pl} have revenue of at least {x}? Show name and revenue.",
-             f"{cat.en_pl.capitalize()} whose total sales reach {x} or more, with the amount."],
-            [f"매출이 {x} 이상인 {cat.ko}의 이름과 매출을 알려 주세요.",
-             f"총매출 {x} 이상을 올린 {k(cat.ko, '은/는')} 무엇인가요?"],
+    x, th = krw // c.lay.currency[2], c.threshold()
+    return ([f"Which {cat.en_pl} have revenue of {th.en.format(n=x)}? Show name and revenue.",
+             f"{cat.en_pl.capitalize()} whose total sales are {th.en_after.format(n=x)}, with the amount."],
+            [f"매출이 {th.ko.format(n=x)} {cat.ko}의 이름과 매출을 알려 주세요.",
+             f"총매출이 {th.ko.format(n=x)} {k(cat.ko, '은/는')} 무엇인가요?"],
             f"SELECT {b}.name, {revenue(c)} AS revenue FROM {c.src('line')}{c.join('catalog', 'line', 'catalog')} "
-            f"GROUP BY {b}.{cat.key}, {b}.name HAVING {revenue(c)} >= {x}")
+            f"GROUP BY {b}.{cat.key}, {b}.name HAVING {revenue(c)} {th.op} {x}")
 
 
 @template

@@ -251,12 +251,12 @@ def per_group(c: Ctx) -> Made | None:
     if roll < 0.3:
         counts = [n for (n,) in c.con.execute(f"SELECT COUNT(*) FROM {t.table} GROUP BY {g.name}")]
         n = c.rng.choice(sorted(counts)[: max(1, len(counts) - 1)])
-        some = f"{n} {t.en_pl if n > 1 else t.en}"
-        return ([f"Which {g.en} values have more than {some}? Show each with its count.",
-                 f"List every {g.en} with over {some}, and how many."],
-                [f"{k(t.ko, '이/가')} {n}{t.counter_ko}보다 많은 {k(g.ko, '과/와')} 그 수를 보여주세요.",
-                 f"{t.ko} 수가 {n}{t.counter_ko} 초과인 {k(g.ko, '과/와')} 그 {t.ko} 수를 알려 주세요."],
-                f"{sql} HAVING COUNT(*) > {n}")
+        some, th = f"{n} {t.en_pl if n > 1 else t.en}", c.threshold()
+        return ([f"Which {g.en} values have {th.en.format(n=some)}? Show each with its count.",
+                 f"List every {g.en} with {th.en_after.format(n=some)}, and how many."],
+                [f"{k(t.ko, '이/가')} {th.ko.format(n=f'{n}{t.counter_ko}')} {k(g.ko, '과/와')} 그 수를 보여주세요.",
+                 f"{t.ko} 수가 {th.ko.format(n=f'{n}{t.counter_ko}')} {k(g.ko, '과/와')} 그 {t.ko} 수를 알려 주세요."],
+                f"{sql} HAVING COUNT(*) {th.op} {n}")
     desc = roll < 0.6
     tail = ", most first" if desc else ""
     en = [f"How many {t.en_pl} are there per {g.en}{tail}?", f"Count the {t.en_pl} for each {g.en}{tail}.",

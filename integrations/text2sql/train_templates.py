@@ -59,6 +59,9 @@ class Ctx:
     def has(self, role: str) -> bool:
         return role in self.lay.order
 
+    def threshold(self) -> Threshold:
+        return self.rng.choice(THRESHOLDS)
+
 
 Template = Callable[[Ctx], Made | None]
 TEMPLATES: list[Template] = []
@@ -67,6 +70,24 @@ TEMPLATES: list[Template] = []
 def template(fn: Template) -> Template:
     TEMPLATES.append(fn)
     return fn
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A HAVING threshold: its operator and how questions say it ({n} is the number, counter included).
+
+    Both kinds are drawn: when every group template said "at least", the adapter wrote ``>=`` for "more
+    than" too."""
+
+    op: str
+    en: str  # "at least {n}"
+    en_after: str  # "{n} or more"
+    ko: str  # "{n} 이상인"
+    ko_adverb: str  # "{n} 이상" ("5번 이상 한")
+
+
+THRESHOLDS = (Threshold(">=", "at least {n}", "{n} or more", "{n} 이상인", "{n} 이상"),
+              Threshold(">", "more than {n}", "over {n}", "{n} 초과인", "{n} 넘게"))
 
 
 def month_range(day: str) -> tuple[str, str, int, int]:

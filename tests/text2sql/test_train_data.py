@@ -63,6 +63,18 @@ def test_about_half_each_language_and_most_joining(generated):
     assert max(joins) >= 3  # people -> header -> line -> catalog
 
 
+def test_having_thresholds_say_more_than_for_greater_and_at_least_for_greater_or_equal(generated):
+    """Every group threshold once said "at least", and the adapter wrote ``>=`` for "more than" too."""
+    examples, _ = generated
+    having = [e for e in examples if " HAVING " in e.sql]
+    ops = {re.search(r"HAVING .*? (>=|>) ", e.sql).group(1) for e in having}
+    assert ops == {">", ">="}
+    for e in having:
+        strict = re.search(r"HAVING .*? > ", e.sql) is not None
+        words = ("more than", "over ", "초과", "넘게") if strict else ("at least", "or more", "이상")
+        assert any(w in e.question for w in words), (e.question, e.sql)
+
+
 def test_korean_particles_follow_the_final_consonant():
     assert [attach(w, "은/는") for w in ("회원", "요금제", "Seoul", "3")] == ["회원은", "요금제는", "Seoul은", "3은"]
     assert [attach(w, "이/가") for w in ("요금제", "상태", "'gold'", "2")] == ["요금제가", "상태가", "'gold'가", "2가"]
