@@ -3,8 +3,9 @@
 For each mode every prompt goes to the model in one batch (continuous batching makes that far
 faster than asking one by one), then each output is validated and run on its demo database and its
 rows are compared with the gold query's rows: as multisets, or as lists when the gold query has a
-top-level ORDER BY (row order is then part of the answer). Column names are not compared, values are
-(floats rounded, so ``AVG`` computed in another order still matches).
+top-level ORDER BY (row order is then part of the answer, up to rows that tie on its keys:
+``gold_order.py``). Column names are not compared, values are (floats rounded, so ``AVG`` computed in
+another order still matches).
 
 Rates reported:
 
@@ -26,6 +27,7 @@ from integrations.text2sql.ask import ask, run_sql
 from integrations.text2sql.dataset import EvalItem
 from integrations.text2sql.execute import run_query
 from integrations.text2sql.generate import SQLGenerator
+from integrations.text2sql.gold_order import GoldOrder, gold_order, normalise
 from integrations.text2sql.selection import ask_selected, choose
 from integrations.text2sql.sources import Source, demo_source
 from integrations.text2sql.validate import validate_sql
@@ -37,16 +39,10 @@ EVAL_MAX_ROWS = 10_000
 EVAL_TIMEOUT_S = 5.0
 
 
-def _normalise(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 4)
-    return value
-
-
 def results_match(pred: Sequence[Sequence[Any]], gold: Sequence[Sequence[Any]], ordered: bool) -> bool:
     """Execution match: same rows (as tuples of normalised values), in order when ``ordered``."""
-    p = [tuple(_normalise(v) for v in row) for row in pred]
-    g = [tuple(_normalise(v) for v in row) for row in gold]
+    p = [tuple(normalise(v) for v in row) for row in pred]
+    g = [tuple(normalise(v) for v in row) for row in gold]
     return p == g if ordered else Counter(p) == Counter(g)
 
 
@@ -127,15 +123,28 @@ class EvalReport:
 
 
 class _Gold:
-    """Gold result sets, computed once per item."""
+    """Gold result sets and their row order, computed once per item."""
 
     def __init__(self) -> None:
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
+        self._order: dict[str, GoldOrder | None] = {}
 
     def rows(self, item: EvalItem, source: Source) -> list[tuple[Any, ...]]:
         if item.id not in self._rows:
             self._rows[item.id] = run_query(source, item.sql, max_rows=EVAL_MAX_ROWS, timeout_s=30).rows
         return self._rows[item.id]
+
+    def matches(self, item: EvalItem, source: Source, pred: Sequence[Sequence[Any]]) -> bool:
+        """Execution match; with an ORDER BY, rows tied on its keys may come in any order."""
+        gold = self.rows(item, source)
+        if not validate_sql(item.sql, source.dialect).ordered:
+            return results_match(pred, gold, ordered=False)
+        if item.id not in self._order:
+            self._order[item.id] = gold_order(
+                item.sql, gold, lambda sql: run_query(source, sql, max_rows=EVAL_MAX_ROWS, timeout_s=30).rows,
+                source.dialect)
+        order = self._order[item.id]
+        return order.matches(pred) if order is not None else results_match(pred, gold, ordered=True)
 
 
 def evaluate(
@@ -186,7 +195,7 @@ def evaluate(
             chosen = cands[results.index(res)]
             valid = res.validation.ok
             executable = res.ok and res.executed
-            match = executable and results_match(res.rows, gold.rows(item, source), _gold_ordered(item, source))
+            match = executable and gold.matches(item, source, res.rows)
             report.valid += valid
             report.executable += executable
             report.matched += match
@@ -213,7 +222,3 @@ def evaluate(
         reports.append(report)
         say(report.summary())  # a long run stopped in a later mode still leaves this one's numbers
     return EvalReport(reports, records, time.perf_counter() - t0)
-
-
-def _gold_ordered(item: EvalItem, source: Source) -> bool:
-    return validate_sql(item.sql, source.dialect).ordered

@@ -1,0 +1,103 @@
+"""The row order a gold query fixes: rows that tie on its ORDER BY keys may come in any order.
+
+A gold query with a top-level ORDER BY makes row order part of the answer, but only as far as its keys
+go: ``ORDER BY order_count DESC`` says nothing about two cities with the same count, and SQLite returns
+such ties in whatever order its plan gives. A prediction that groups by ``city_id, name`` instead of
+``name`` gets the same rows with the ties the other way round, and is right. So the gold query is run
+once more with its sort keys added as extra columns (and without its LIMIT, since a tie across the
+cut lets either row in): a prediction matches when, run by run of equal keys, its rows are rows of
+that run. Where the keys cannot be added safely (DISTINCT, a set operation, OFFSET, a star), the
+comparison stays strict.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+Row = tuple[Any, ...]
+
+
+def normalise(value: Any) -> Any:
+    """Floats rounded, so ``AVG`` computed in another order still compares equal."""
+    return round(value, 4) if isinstance(value, float) else value
+
+
+def _row(row: Sequence[Any]) -> Row:
+    return tuple(normalise(v) for v in row)
+
+
+def keyed_sql(sql: str, dialect: str = "sqlite") -> tuple[str, list[int]] | None:
+    """(the query with its ORDER BY keys as extra columns and no LIMIT, where each key sits in a row).
+
+    Key positions point at an output column when the key names one (by alias, name or number), else
+    at an added column. None when the query has no ORDER BY or the keys cannot be added safely."""
+    try:
+        tree = sqlglot.parse_one(sql, read=dialect)
+    except sqlglot.errors.ParseError:
+        return None
+    order = tree.args.get("order")
+    if not isinstance(tree, exp.Select) or order is None or tree.args.get("distinct") or tree.args.get("offset"):
+        return None
+    outputs = tree.expressions
+    if any(isinstance(e, exp.Star) or isinstance(e, exp.Column) and isinstance(e.this, exp.Star) for e in outputs):
+        return None
+    names = [e.alias_or_name for e in outputs]
+    keyed, positions = tree.copy(), []
+    keyed.set("limit", None)
+    for ordered in order.expressions:
+        key = ordered.this
+        if isinstance(key, exp.Literal) and key.is_int and 1 <= int(key.name) <= len(outputs):
+            positions.append(int(key.name) - 1)
+        elif isinstance(key, exp.Column) and not key.table and key.name in names:
+            positions.append(names.index(key.name))
+        else:
+            positions.append(len(keyed.expressions))
+            keyed.select(exp.alias_(key.copy(), f"sort_key_{len(positions)}"), copy=False)
+    return keyed.sql(dialect=dialect), positions
+
+
+@dataclass
+class GoldOrder:
+    """Every gold row with its sort key (the limit lifted), and how many rows the gold query returns."""
+
+    keyed: list[tuple[Row, Row]]  # (output row, sort key), in gold order, without the LIMIT
+    n: int  # rows the gold query itself returns
+
+    def matches(self, pred: Sequence[Sequence[Any]]) -> bool:
+        rows = [_row(r) for r in pred]
+        if len(rows) != self.n:
+            return False
+        i = 0
+        while i < self.n:
+            key = self.keyed[i][1]
+            j = i
+            while j < self.n and self.keyed[j][1] == key:
+                j += 1
+            tied = Counter(row for row, k in self.keyed if k == key)
+            if Counter(rows[i:j]) - tied:  # a predicted row that is no row of this run of ties
+                return False
+            i = j
+        return True
+
+
+def gold_order(sql: str, gold_rows: Sequence[Sequence[Any]], run: Callable[[str], Sequence[Sequence[Any]]],
+               dialect: str = "sqlite") -> GoldOrder | None:
+    """The tie structure of an ordered gold query (``run`` executes SQL), or None to compare strictly."""
+    plan = keyed_sql(sql, dialect)
+    if plan is None or not gold_rows:
+        return None
+    text, positions = plan
+    width = len(gold_rows[0])
+    try:
+        full = [_row(r) for r in run(text)]
+    except Exception:  # noqa: BLE001 - a key that will not run as a column: strict comparison still works
+        return None
+    keyed = [(r[:width], tuple(r[p] for p in positions)) for r in full]
+    order = GoldOrder(keyed, len(gold_rows))
+    return order if order.matches(gold_rows) else None  # the keyed run disagrees with the gold's: stay strict
