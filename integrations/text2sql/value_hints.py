@@ -16,7 +16,8 @@ the instruction and DDL as a prompt prefix (the engine's prefix cache, the train
 Matching is on casefolded text, at alphanumeric boundaries for the value's ends (``art`` does not match
 "department"; ``서울`` matches "서울에", since Korean particles follow without a space). ISO dates, numbers
 and one-character values are not indexed: they are read from the question as literals. A value inside a
-longer matched value (``Science`` in ``Computer Science``) is left out.
+longer matched value (``Science`` in ``Computer Science``) is left out. A snake_case value is also found
+spelled with spaces ("in transit" names ``'in_transit'``), the way people write it.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ class ValueIndex:
         for (table, column), stored in values.items():
             for v in stored:
                 if _indexable(v):
-                    self._places.setdefault(v.strip().casefold(), []).append((table, column, v))
+                    key = v.strip().casefold()
+                    for spelled in {key, key.replace("_", " ")}:  # 'in_transit' is asked as "in transit"
+                        self._places.setdefault(spelled, []).append((table, column, v))
         self._keys = sorted(self._places, key=lambda k: (-len(k), k))  # longest first: see match()
 
     @classmethod

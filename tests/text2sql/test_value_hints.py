@@ -24,6 +24,7 @@ def _index() -> ValueIndex:
         ("branches", "city"): ["서울"],
         ("orders", "placed_on"): ["2024-06-01"],
         ("codes", "code"): ["7", "x", "42.5"],
+        ("shipments", "status"): ["in_transit", "delivered"],
     })
 
 
@@ -42,6 +43,9 @@ def test_values_match_at_word_edges_longest_first_grouped_by_column():
     text = render_hints(idx.match("Science or Art teachers in 부산"))
     assert text == f"{HEADER}\n-- teachers.subject: 'Science', 'Art'\n-- students.city: '부산'"
     assert render_hints([Hint("t", "name", ("O'Brien",))]).endswith("-- t.name: 'O''Brien'")
+    # a snake_case value is found as people write it, and hinted as it is stored
+    assert idx.match("Which shipments are still in transit?") == [Hint("shipments", "status", ("in_transit",))]
+    assert idx.match("status in_transit or delivered") == [Hint("shipments", "status", ("in_transit", "delivered"))]
 
 
 def test_prompts_carry_the_hints_after_the_ddl_only_when_asked():
