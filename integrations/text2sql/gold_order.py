@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sqlglot
@@ -33,10 +33,10 @@ def _row(row: Sequence[Any]) -> Row:
 
 
 def keyed_sql(sql: str, dialect: str = "sqlite") -> tuple[str, list[int]] | None:
-    """(the query with its ORDER BY keys as extra columns and no LIMIT, where each key sits in a row).
+    """(SQL, key positions): the query with its ORDER BY keys as extra columns and no LIMIT.
 
-    Key positions point at an output column when the key names one (by alias, name or number), else
-    at an added column. None when the query has no ORDER BY or the keys cannot be added safely."""
+    A key's position is that of the output column it names (by alias, name or number), else that of
+    the column added for it. None when the query has no ORDER BY or the keys cannot be added safely."""
     try:
         tree = sqlglot.parse_one(sql, read=dialect)
     except sqlglot.errors.ParseError:
@@ -68,6 +68,12 @@ class GoldOrder:
 
     keyed: list[tuple[Row, Row]]  # (output row, sort key), in gold order, without the LIMIT
     n: int  # rows the gold query itself returns
+    _tied: dict[Row, Counter] = field(init=False, repr=False)  # sort key -> the rows that have it
+
+    def __post_init__(self) -> None:
+        self._tied = {}
+        for row, key in self.keyed:
+            self._tied.setdefault(key, Counter())[row] += 1
 
     def matches(self, pred: Sequence[Sequence[Any]]) -> bool:
         rows = [_row(r) for r in pred]
@@ -79,8 +85,7 @@ class GoldOrder:
             j = i
             while j < self.n and self.keyed[j][1] == key:
                 j += 1
-            tied = Counter(row for row, k in self.keyed if k == key)
-            if Counter(rows[i:j]) - tied:  # a predicted row that is no row of this run of ties
+            if Counter(rows[i:j]) - self._tied[key]:  # a predicted row that is no row of this run of ties
                 return False
             i = j
         return True
