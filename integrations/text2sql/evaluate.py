@@ -27,7 +27,7 @@ from integrations.text2sql.ask import ask, run_sql
 from integrations.text2sql.dataset import EvalItem
 from integrations.text2sql.execute import run_query
 from integrations.text2sql.generate import SQLGenerator
-from integrations.text2sql.gold_order import GoldOrder, gold_order, normalise
+from integrations.text2sql.gold_order import GoldOrder, gold_order, normalise_row
 from integrations.text2sql.selection import ask_selected, choose
 from integrations.text2sql.sources import Source, demo_source
 from integrations.text2sql.validate import validate_sql
@@ -41,8 +41,8 @@ EVAL_TIMEOUT_S = 5.0
 
 def results_match(pred: Sequence[Sequence[Any]], gold: Sequence[Sequence[Any]], ordered: bool) -> bool:
     """Execution match: same rows (as tuples of normalised values), in order when ``ordered``."""
-    p = [tuple(normalise(v) for v in row) for row in pred]
-    g = [tuple(normalise(v) for v in row) for row in gold]
+    p = [normalise_row(row) for row in pred]
+    g = [normalise_row(row) for row in gold]
     return p == g if ordered else Counter(p) == Counter(g)
 
 

@@ -28,7 +28,8 @@ def normalise(value: Any) -> Any:
     return round(value, 4) if isinstance(value, float) else value
 
 
-def _row(row: Sequence[Any]) -> Row:
+def normalise_row(row: Sequence[Any]) -> Row:
+    """A row as results are compared: by the evaluation here, and by selection's votes."""
     return tuple(normalise(v) for v in row)
 
 
@@ -76,7 +77,7 @@ class GoldOrder:
             self._tied.setdefault(key, Counter())[row] += 1
 
     def matches(self, pred: Sequence[Sequence[Any]]) -> bool:
-        rows = [_row(r) for r in pred]
+        rows = [normalise_row(r) for r in pred]
         if len(rows) != self.n:
             return False
         i = 0
@@ -100,7 +101,7 @@ def gold_order(sql: str, gold_rows: Sequence[Sequence[Any]], run: Callable[[str]
     text, positions = plan
     width = len(gold_rows[0])
     try:
-        full = [_row(r) for r in run(text)]
+        full = [normalise_row(r) for r in run(text)]
     except Exception:  # noqa: BLE001 - a key that will not run as a column: strict comparison still works
         return None
     keyed = [(r[:width], tuple(r[p] for p in positions)) for r in full]

@@ -23,6 +23,7 @@ from typing import Any
 from integrations.text2sql.ask import AskResult, run_sql
 from integrations.text2sql.execute import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
 from integrations.text2sql.generate import Generation, SQLGenerator
+from integrations.text2sql.gold_order import normalise_row
 from integrations.text2sql.sources import Source
 
 MAX_CANDIDATES = 16
@@ -33,7 +34,7 @@ def result_key(result: AskResult) -> Any:
     """What two candidates must share to agree: their rows as a multiset (None when it did not run)."""
     if not (result.ok and result.executed):
         return None
-    rows = Counter(tuple(round(v, 4) if isinstance(v, float) else v for v in row) for row in result.rows)
+    rows = Counter(normalise_row(row) for row in result.rows)
     return frozenset(rows.items())
 
 
