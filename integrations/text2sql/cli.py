@@ -67,8 +67,9 @@ def _adapter(value: str, model: str) -> Path | None:
         raise typer.BadParameter(str(exc), param_hint="--text2sql-adapter") from None
 
 
-def _generators(llm, adapter: Path | None, max_tokens: int, temperature: float):
-    """(greedy, sampling) generators, through the adapter when there is one."""
+def _generators(llm, adapter: Path | None, max_tokens: int, temperature: float, seed: int | None = None):
+    """(greedy, sampling) generators, through the adapter when there is one; ``seed`` seeds the sampler's
+    batches (request n of a batch: ``seed + n``)."""
     from integrations.text2sql.adapter import LORA_NAME, adapter_style
     from integrations.text2sql.generate import SQLGenerator, llm_complete, llm_complete_batch
 
@@ -78,7 +79,7 @@ def _generators(llm, adapter: Path | None, max_tokens: int, temperature: float):
                           complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, lora=lora), **style)
     sampler = SQLGenerator(llm_complete(llm, max_tokens=max_tokens, temperature=temperature, lora=lora),
                            complete_batch=llm_complete_batch(llm, max_tokens=max_tokens, temperature=temperature,
-                                                             lora=lora), **style)
+                                                             lora=lora, seed=seed), **style)
     return greedy, sampler
 
 
@@ -250,6 +251,8 @@ def eval_cmd(
     text2sql_adapter: str = ADAPTER_OPT,
     candidates: int = typer.Option(5, "--candidates", "-k", min=1, max=16, help="Candidates of adapter+select"),
     temperature: float = TEMPERATURE_OPT,
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of adapter+select's sampled candidates (request n of "
+                                                       "the batch samples with seed + n), so a run repeats"),
 ):
     """Valid-SQL rate and execution accuracy per decoding mode (base model, adapter, adapter + selection)."""
     from integrations.text2sql.dataset import load_eval
@@ -266,7 +269,7 @@ def eval_cmd(
                     else None)
     load_s = time.perf_counter() - start
     gen, _ = _generators(llm, None, max_tokens, temperature)
-    with_adapter, sampler = _generators(llm, adapter, max_tokens, temperature) if adapter else (None, None)
+    with_adapter, sampler = _generators(llm, adapter, max_tokens, temperature, seed) if adapter else (None, None)
     try:
         report = evaluate(gen, items, mode_list, latency_samples=latency_samples,
                           progress=lambda m: typer.echo(m, err=True), adapter=with_adapter, sampler=sampler,

@@ -224,12 +224,13 @@ def _generation_error(exc: Exception) -> Exception:
 
 # -- model-call factories ------------------------------------------------------------------------
 
-def sampling_params(guided: Guided, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0):
+def sampling_params(guided: Guided, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
+                    seed: int | None = None):
     """The engine's SamplingParams for one text-to-SQL call (free decoding gets stop strings)."""
     from engine import SamplingParams
 
     stop = [] if guided else list(UNCONSTRAINED_STOP)
-    return SamplingParams(temperature=temperature, max_tokens=max_tokens, guided=guided, stop=stop)
+    return SamplingParams(temperature=temperature, max_tokens=max_tokens, guided=guided, stop=stop, seed=seed)
 
 
 def llm_complete(llm: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
@@ -244,12 +245,17 @@ def llm_complete(llm: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: fl
 
 
 def llm_complete_batch(llm: Any, max_tokens: int = DEFAULT_MAX_TOKENS, temperature: float = 0.0,
-                       lora: str | None = None) -> CompleteBatch:
-    """A :data:`CompleteBatch`: every prompt goes to ``LLM.generate`` at once."""
+                       lora: str | None = None, seed: int | None = None) -> CompleteBatch:
+    """A :data:`CompleteBatch`: every prompt goes to ``LLM.generate`` at once.
+
+    With ``seed``, request n of a call samples with seed ``seed + n``: the same batch draws the same
+    candidates in every run (an evaluation of sampled candidates repeats), and no two requests of a
+    batch share their draws."""
 
     def complete_batch(requests: Sequence[tuple[str, Guided]]) -> list[str]:
         prompts = [p for p, _ in requests]
-        params = [sampling_params(g, max_tokens, temperature) for _, g in requests]
+        params = [sampling_params(g, max_tokens, temperature, None if seed is None else seed + n)
+                  for n, (_, g) in enumerate(requests)]
         return [out.outputs[0].text for out in llm.generate(prompts, params, use_tqdm=False, lora_request=lora)]
 
     return complete_batch

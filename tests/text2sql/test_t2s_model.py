@@ -109,3 +109,19 @@ def test_cli_ask_and_eval(llm, monkeypatch, tmp_path):
     assert "constrained: valid 100.0%, executable" in out.output  # the mode's line, printed as it finished
     data = json.loads(report.read_text())
     assert data["modes"][0]["n"] == 2 and data["modes"][0]["valid"] == 2
+
+
+def test_a_seeded_sampler_draws_the_same_candidates_in_every_run(llm, shop):
+    """``sllm text2sql eval --seed``: request n of a batch samples with seed + n, so selection's score
+    repeats from run to run, while the candidates of one question still differ from each other."""
+    source, _ = shop
+    requests = [(source, "How many orders were placed in June 2024?")] * 4
+
+    def draw(seed):
+        gen = SQLGenerator(complete_batch=llm_complete_batch(llm, max_tokens=24, temperature=1.0, seed=seed))
+        return [g.raw for g in gen.generate_many(requests)]
+
+    first = draw(11)
+    assert draw(11) == first
+    assert len(set(first)) > 1  # four seeds, not one seed four times
+    assert draw(12) != first
