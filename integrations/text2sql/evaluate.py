@@ -127,7 +127,7 @@ class _Gold:
 
     def __init__(self) -> None:
         self._rows: dict[str, list[tuple[Any, ...]]] = {}
-        self._order: dict[str, GoldOrder | None] = {}
+        self._order: dict[str, tuple[bool, GoldOrder | None]] = {}  # (ordered, its ties when they are known)
 
     def rows(self, item: EvalItem, source: Source) -> list[tuple[Any, ...]]:
         if item.id not in self._rows:
@@ -137,14 +137,14 @@ class _Gold:
     def matches(self, item: EvalItem, source: Source, pred: Sequence[Sequence[Any]]) -> bool:
         """Execution match; with an ORDER BY, rows tied on its keys may come in any order."""
         gold = self.rows(item, source)
-        if not validate_sql(item.sql, source.dialect).ordered:
-            return results_match(pred, gold, ordered=False)
         if item.id not in self._order:
-            self._order[item.id] = gold_order(
-                item.sql, gold, lambda sql: run_query(source, sql, max_rows=EVAL_MAX_ROWS, timeout_s=30).rows,
-                source.dialect)
-        order = self._order[item.id]
-        return order.matches(pred) if order is not None else results_match(pred, gold, ordered=True)
+            ordered = validate_sql(item.sql, source.dialect).ordered
+            ties = gold_order(item.sql, gold, lambda sql: run_query(source, sql, max_rows=EVAL_MAX_ROWS,
+                                                                     timeout_s=30).rows,
+                              source.dialect) if ordered else None
+            self._order[item.id] = ordered, ties
+        ordered, order = self._order[item.id]
+        return order.matches(pred) if order is not None else results_match(pred, gold, ordered)
 
 
 def evaluate(

@@ -15,22 +15,21 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
 
+from integrations.text2sql.validate import sqlglot_dialect
+
 Row = tuple[Any, ...]
 
 
-def normalise(value: Any) -> Any:
-    """Floats rounded, so ``AVG`` computed in another order still compares equal."""
-    return round(value, 4) if isinstance(value, float) else value
-
-
 def normalise_row(row: Sequence[Any]) -> Row:
-    """A row as results are compared: by the evaluation here, and by selection's votes."""
-    return tuple(normalise(v) for v in row)
+    """A row as results are compared, by the evaluation here and by selection's votes: floats rounded, so
+    ``AVG`` computed in another order still compares equal."""
+    return tuple(round(v, 4) if isinstance(v, float) else v for v in row)
 
 
 def keyed_sql(sql: str, dialect: str = "sqlite") -> tuple[str, list[int]] | None:
@@ -38,8 +37,9 @@ def keyed_sql(sql: str, dialect: str = "sqlite") -> tuple[str, list[int]] | None
 
     A key's position is that of the output column it names (by alias, name or number), else that of
     the column added for it. None when the query has no ORDER BY or the keys cannot be added safely."""
+    glot = sqlglot_dialect(dialect)
     try:
-        tree = sqlglot.parse_one(sql, read=dialect)
+        tree = sqlglot.parse_one(sql, read=glot)
     except sqlglot.errors.ParseError:
         return None
     order = tree.args.get("order")
@@ -60,7 +60,7 @@ def keyed_sql(sql: str, dialect: str = "sqlite") -> tuple[str, list[int]] | None
         else:
             positions.append(len(keyed.expressions))
             keyed.select(exp.alias_(key.copy(), f"sort_key_{len(positions)}"), copy=False)
-    return keyed.sql(dialect=dialect), positions
+    return keyed.sql(dialect=glot), positions
 
 
 @dataclass
@@ -80,16 +80,9 @@ class GoldOrder:
         rows = [normalise_row(r) for r in pred]
         if len(rows) != self.n:
             return False
-        i = 0
-        while i < self.n:
-            key = self.keyed[i][1]
-            j = i
-            while j < self.n and self.keyed[j][1] == key:
-                j += 1
-            if Counter(rows[i:j]) - self._tied[key]:  # a predicted row that is no row of this run of ties
-                return False
-            i = j
-        return True
+        runs = groupby(range(self.n), key=lambda i: self.keyed[i][1])  # positions, run by run of equal keys
+        # every predicted row of a run must be a row of that run's key
+        return not any(Counter(rows[i] for i in run) - self._tied[key] for key, run in runs)
 
 
 def gold_order(sql: str, gold_rows: Sequence[Sequence[Any]], run: Callable[[str], Sequence[Sequence[Any]]],
