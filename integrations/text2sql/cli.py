@@ -310,6 +310,10 @@ def train(
     device: str = typer.Option("auto", help="auto (cuda when available, else cpu), cpu or cuda"),
     init: Path | None = typer.Option(None, help="Continue training this PEFT adapter folder (its rank, alpha, "
                                                "layers and target modules replace the options above)"),
+    extend_layers: bool = typer.Option(False, "--extend-layers",
+                                       help="With --init: LoRA also on the --layers the adapter lacks (from zero)"),
+    precision: str = typer.Option("auto", help="auto (bfloat16 autocast on CUDA, float32 on the CPU), fp32 or bf16 "
+                                               "(bf16 also on a CPU: faster where it has AVX512-BF16 or AMX)"),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write loss.png beside the adapter (needs matplotlib)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="tqdm progress bar"),
 ):
@@ -318,6 +322,10 @@ def train(
     from integrations.text2sql.train import TrainConfig, pack_examples, plot_losses
     from integrations.text2sql.train import train as train_fn
 
+    if precision not in ("auto", "fp32", "bf16"):
+        raise typer.BadParameter("auto, fp32 or bf16", param_hint="--precision")
+    if extend_layers and init is None:
+        raise typer.BadParameter("needs --init (the adapter to extend)", param_hint="--extend-layers")
     if data is not None:
         examples = train_data.read(data)
     else:
@@ -327,6 +335,7 @@ def train(
     cfg = TrainConfig(base=base, rank=rank, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
                       max_steps=max_steps, max_len=max_len, seed=seed, device=device, pack=pack, layers=layers or None,
                       warmup=warmup, save_every=save_every, init=str(init) if init else None,
+                      extend_layers=extend_layers, precision=precision,
                       value_hints=any(ex.hints for ex in examples))
     result = train_fn(pack_examples(examples, pack), out, cfg, show_bar=progress)
     if result.too_long:

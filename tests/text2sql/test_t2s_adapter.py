@@ -59,6 +59,45 @@ def test_train_writes_an_adapter_peft_and_the_engine_load(tmp_path):
     after = load_file(str(more / "adapter_model.safetensors"))
     assert after.keys() == weights.keys() and any(not torch.equal(after[k], weights[k]) for k in weights)
 
+    wide = tmp_path / "wide"  # --extend-layers: LoRA on every layer now, layer 1 going on from `out`
+    res = CliRunner().invoke(cli.app, ["train", str(wide), "--data", str(data), "--base", str(base), "--max-steps",
+                                       "1", "--pack", "3", "--init", str(out), "--extend-layers", "--layers", "0",
+                                       "--precision", "bf16", "--lr", "1e-2", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((wide / "adapter_config.json").read_text())["layers_to_transform"] == [0, 1]
+    assert json.loads((wide / "training.json").read_text())["config"]["precision"] == "bf16"
+    widened = load_file(str(wide / "adapter_model.safetensors"))
+    assert weights.keys() < widened.keys() and any(".layers.0." in k for k in widened)
+    res = CliRunner().invoke(cli.app, ["train", str(wide), "--data", str(data), "--base", str(base),
+                                       "--extend-layers", "--no-progress"])
+    assert res.exit_code != 0 and "--init" in res.output
+
+
+def test_extended_adapter_starts_as_its_init(tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaForCausalLM
+
+    from integrations.text2sql.train import _extended
+
+    base = make_tiny_llama(tmp_path / "tiny", resolve_model("default"), layers=3)
+    torch.manual_seed(0)
+    init = get_peft_model(LlamaForCausalLM.from_pretrained(base),
+                          LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "down_proj"],
+                                     layers_to_transform=[2], task_type="CAUSAL_LM"))
+    for name, p in init.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p)  # as if trained: the adapter changes the model
+    init.save_pretrained(tmp_path / "init")
+    ids = torch.tensor([[1, 5, 9, 14, 3]])
+    with torch.no_grad():
+        expected = init(input_ids=ids).logits
+        model = _extended(LlamaForCausalLM.from_pretrained(base), str(tmp_path / "init"), [0, 1], seed=1)
+        assert model.peft_config["default"].layers_to_transform == [0, 1, 2]
+        assert model.peft_config["default"].r == 4
+        torch.testing.assert_close(model(input_ids=ids).logits, expected)
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert any(".layers.0." in n and "lora_A" in n for n in trainable)
+
 
 def test_adapter_setting():
     assert resolve_adapter("default", "default") == SHIPPED
