@@ -3,8 +3,9 @@
 Each schema is one domain of :mod:`.train_domains` laid out by :mod:`.train_schema` (a place lookup,
 people, a catalog, a header and a line table, often staff and ratings), with its column names, comments,
 table order and rows varied by a seeded RNG. Questions come from the bilingual templates of
-:mod:`.train_templates` (one table), :mod:`.train_join_templates` (two to five tables) and
-:mod:`.train_table_templates` (any table, any column, by its own words), several phrasings each,
+:mod:`.train_templates` (one table), :mod:`.train_join_templates` (two to five tables),
+:mod:`.train_table_templates` (any table, any column, by its own words) and :mod:`.train_edge_templates`
+(any foreign key: a child table and its parent, by their own words), several phrasings each,
 with values read back from the generated rows. Every gold query is executed on its database and
 dropped unless it runs and returns rows; it is stored in the style the adapter is trained to write,
 columns qualified by table names instead of aliases (:mod:`.table_names`), checked to return the same
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from integrations.text2sql import train_join_templates, train_table_templates, train_templates
+from integrations.text2sql import train_edge_templates, train_join_templates, train_table_templates, train_templates
 from integrations.text2sql.dataset import load_eval, render_prompt, schema_ddl, schema_names
 from integrations.text2sql.table_names import drop_table_aliases
 from integrations.text2sql.train_domains import DOMAINS
@@ -39,10 +40,12 @@ from integrations.text2sql.value_hints import prompt_ddl, render_hints
 
 ROLE_TEMPLATES = train_templates.TEMPLATES + train_join_templates.TEMPLATES
 TABLE_TEMPLATES = train_table_templates.TEMPLATES
-TEMPLATES = ROLE_TEMPLATES + TABLE_TEMPLATES
-# The schema-agnostic family's share of the draws: enough that a column is found by reading the DDL,
-# not by the role templates' habits, while the role templates keep the joins (about a third of the data).
-TABLE_SHARE = 0.4
+EDGE_TEMPLATES = train_edge_templates.TEMPLATES
+TEMPLATES = ROLE_TEMPLATES + TABLE_TEMPLATES + EDGE_TEMPLATES
+# The schema-agnostic families' shares of the draws: enough that a column and a join are found by reading
+# the DDL, not by the role templates' habits, while the role templates keep the longer joins.
+TABLE_SHARE = 0.3
+EDGE_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -119,13 +122,16 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
             values = source.values()
             ctx = Ctx(lay, con, lay.rng)
             seen: set[str] = set()
-            # Both languages about equally often; TABLE_SHARE of the draws from the schema-agnostic family
-            # (by its weights), the rest spread evenly over the role templates.
+            # Both languages about equally often; TABLE_SHARE and EDGE_SHARE of the draws from the
+            # schema-agnostic families (by their weights), the rest spread evenly over the role templates.
             for attempt in range(per_schema * 3):
                 if len(seen) >= per_schema:
                     break
-                if rng.random() < TABLE_SHARE:
+                roll = rng.random()
+                if roll < TABLE_SHARE:
                     make = rng.choices(TABLE_TEMPLATES, train_table_templates.WEIGHTS)[0]
+                elif roll < TABLE_SHARE + EDGE_SHARE:
+                    make = rng.choices(EDGE_TEMPLATES, train_edge_templates.WEIGHTS)[0]
                 else:
                     make = rng.choice(ROLE_TEMPLATES)
                 made = make(ctx)

@@ -1,0 +1,202 @@
+"""Schema-agnostic question templates over one foreign key: any child table, the parent its key names.
+
+The role join templates (:mod:`.train_join_templates`) ask about fixed pairs (people in a place, revenue
+per place), so a model trained on them picks the tables a question usually means, not the ones its words
+name: asked "how many employees work in the Sales department", it counted employees by name. These pick a
+random edge of :func:`~.train_schema.column_catalog` (a child's ``fk`` column and the table whose key it
+is) and a random column of the kind they need, and name both tables by their own words, so the join is
+found by reading the DDL. The shapes are the ones one-join questions are made of: counts of children of
+one parent, children listed with their parent's name, counts, aggregates and top-k per parent, and
+per-group counts over a parent's column. Same contract as :mod:`.train_templates`; golds name columns by
+table, as the adapter is asked to write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from integrations.text2sql.korean_particles import attach as k
+from integrations.text2sql.train_schema import ColumnInfo, TableInfo, column_catalog
+from integrations.text2sql.train_table_templates import AGGREGATES, and_en, and_ko, condition, count_of, filterable
+from integrations.text2sql.train_templates import Ctx, Made, Template
+
+TEMPLATES: list[Template] = []
+WEIGHTS: list[float] = []  # how often train_data draws each template, relative to the others of this family
+
+
+def template(weight: float) -> Callable[[Template], Template]:
+    def register(fn: Template) -> Template:
+        TEMPLATES.append(fn)
+        WEIGHTS.append(weight)
+        return fn
+
+    return register
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A child table, the key column it joins on, and the parent table that key belongs to."""
+
+    child: TableInfo
+    key: str
+    parent: TableInfo
+
+    def join(self) -> str:
+        c, p = self.child.table, self.parent.table
+        return f"FROM {c} JOIN {p} ON {c}.{self.key} = {p}.{self.key}"
+
+    def label(self) -> ColumnInfo | None:
+        """The column a question names a parent row by: its name."""
+        return next((col for col in self.parent.columns if col.name == "name"), None)
+
+
+def edges(c: Ctx) -> list[Edge]:
+    tables = column_catalog(c.lay)
+    by_key = {col.name: t for t in tables for col in t.of("key")}
+    return [Edge(t, col.name, by_key[col.name]) for t in tables for col in t.of("fk") if col.name in by_key]
+
+
+def pick_edge(c: Ctx, need) -> Edge | None:
+    found = [e for e in edges(c) if need(e)]
+    return c.rng.choice(found) if found else None
+
+
+def named(e: Edge) -> bool:
+    return e.label() is not None
+
+
+@template(2)
+def count_children_of(c: Ctx) -> Made | None:
+    """How many children one parent has, the parent found by its name or another of its columns."""
+    e = pick_edge(c, lambda e: [x for x in e.parent.of("text", "enum") if x.name != "email"])
+    if e is None:
+        return None
+    col = c.rng.choice([x for x in e.parent.of("text", "enum") if x.name != "email"])
+    ch, pa = e.child, e.parent
+    v = c.one(f"SELECT {pa.table}.{col.name} {e.join()}")  # a parent that has children
+    if v is None:
+        return None
+    sql = f"SELECT COUNT(*) {e.join()} WHERE {pa.table}.{col.name} = '{v}'"
+    if col.name == "name":
+        return ([f"How many {ch.en_pl} does the {pa.en} {v} have?", f"How many {ch.en_pl} belong to {v}?",
+                 f"Count the {ch.en_pl} of {pa.en} '{v}'.", f"What is the number of {ch.en_pl} for {v}?"],
+                [f"{v} {pa.ko}의 {k(ch.ko, '은/는')} 몇 {ch.counter_ko}인가요?",
+                 f"{pa.ko} {v}에 속한 {ch.ko} 수를 알려주세요.", f"{v}의 {ch.ko} 수를 구해 주세요."],
+                sql)
+    return ([f"How many {ch.en_pl} have a {pa.en} whose {col.en} is '{v}'?",
+             f"Count the {ch.en_pl} whose {pa.en} has {col.en} {v}."],
+            [f"{pa.ko} {k(col.ko, '이/가')} '{v}'인 {k(ch.ko, '은/는')} 몇 {ch.counter_ko}인가요?",
+             f"{pa.ko}의 {k(col.ko, '이/가')} {v}인 {ch.ko} 수를 알려주세요."],
+            sql)
+
+
+@template(2)
+def children_with_parent(c: Ctx) -> Made | None:
+    """Children listed with their parent's name, often under a filter on the child."""
+    e = pick_edge(c, named)
+    if e is None:
+        return None
+    ch, pa = e.child, e.parent
+    own = [x for x in ch.columns if x.kind not in ("key", "fk")]
+    if not own:
+        return None
+    cols = c.rng.sample(own, min(len(own), c.rng.choice((1, 1, 2))))
+    select = ", ".join(f"{ch.table}.{x.name}" for x in cols) + f", {pa.table}.name"
+    where, en_f, ko_f = "", "", ""
+    others = filterable(ch, lookup=False)
+    if others and c.rng.random() < 0.6:
+        cond = condition(c, ch, c.rng.choice(others))
+        if cond:
+            where = f" WHERE {ch.table}.{cond.sql}"
+            en_f, ko_f = " " + c.rng.choice(cond.en), c.rng.choice(cond.ko) + " "
+    return ([f"List the {and_en(cols)} of the {ch.en_pl}{en_f}, with the name of their {pa.en}.",
+             f"Show each {ch.en}'s {and_en(cols)} and its {pa.en} name{(',' + en_f) if en_f else ''}.",
+             f"Which {ch.en_pl}{en_f}? Give the {and_en(cols)} and the {pa.en}."],
+            [f"{ko_f}{ch.ko}의 {and_ko(cols, '과/와')} {pa.ko} 이름을 보여주세요.",
+             f"{ko_f}{ch.ko} 목록을 {pa.ko} 이름과 함께 알려 주세요. {', '.join(x.ko for x in cols)}도요."],
+            f"SELECT {select} {e.join()}{where}")
+
+
+@template(2.5)
+def count_per_parent(c: Ctx) -> Made | None:
+    """Children counted per parent name: all of them, most first, the top k, or over a threshold."""
+    e = pick_edge(c, named)
+    if e is None:
+        return None
+    ch, pa = e.child, e.parent
+    alias = count_of(ch)
+    sql = (f"SELECT {pa.table}.name, COUNT(*) AS {alias} {e.join()} "
+           f"GROUP BY {pa.table}.{e.key}, {pa.table}.name")
+    roll = c.rng.random()
+    if roll < 0.3:
+        n = c.rng.randint(1, 5)
+        some, amount = (f"{n} {pa.en_pl}" if n > 1 else pa.en), f"{n}{pa.counter_ko}"
+        return ([f"Which {some} {'have' if n > 1 else 'has'} the most {ch.en_pl}? Show the count too.",
+                 f"Top {some} by number of {ch.en_pl}, with the count."],
+                [f"{k(ch.ko, '이/가')} 가장 많은 {pa.ko} {amount}의 이름과 {ch.ko} 수를 알려주세요.",
+                 f"{ch.ko} 수가 많은 상위 {amount} {k(pa.ko, '을/를')} 보여 주세요."],
+                f"{sql} ORDER BY {alias} DESC LIMIT {n}")
+    if roll < 0.5:
+        counts = [m for (m,) in c.con.execute(
+            f"SELECT COUNT(*) {e.join()} GROUP BY {pa.table}.{e.key}")]
+        if not counts:
+            return None
+        n, th = c.rng.choice(sorted(counts)[: max(1, len(counts) - 1)]), c.threshold()
+        some, amount = f"{n} {ch.en_pl if n > 1 else ch.en}", f"{n}{ch.counter_ko}"
+        return ([f"Which {pa.en_pl} have {th.en.format(n=some)}? Show the name and the count.",
+                 f"List the {pa.en_pl} with {th.en_after.format(n=some)}, and how many."],
+                [f"{k(ch.ko, '이/가')} {th.ko.format(n=amount)} {pa.ko}의 이름과 {ch.ko} 수를 보여주세요.",
+                 f"{ch.ko} 수가 {th.ko.format(n=amount)} {k(pa.ko, '을/를')} 알려 주세요."],
+                f"{sql} HAVING COUNT(*) {th.op} {n}")
+    desc = roll < 0.75
+    tail, ko_tail = (", most first", " 많은 순서로") if desc else ("", "")
+    return ([f"How many {ch.en_pl} does each {pa.en} have{tail}?", f"Number of {ch.en_pl} per {pa.en}{tail}.",
+             f"Count the {ch.en_pl} of every {pa.en}{tail}."],
+            [f"{pa.ko}별 {ch.ko} 수를{ko_tail} 구해주세요.",
+             f"{pa.ko}마다 {k(ch.ko, '이/가')} 몇 {ch.counter_ko}인지{ko_tail} 알려 주세요."],
+            f"{sql} ORDER BY {alias} DESC" if desc else sql)
+
+
+@template(1.5)
+def aggregate_per_parent(c: Ctx) -> Made | None:
+    """A child's number column aggregated per parent name, sometimes sorted and cut."""
+    e = pick_edge(c, lambda e: named(e) and e.child.of("number"))
+    if e is None:
+        return None
+    ch, pa = e.child, e.parent
+    x = c.rng.choice(ch.of("number"))
+    fn, en_a, ko_a, prefix = c.rng.choice(AGGREGATES)
+    alias = f"{prefix}_{x.name}"
+    sql = (f"SELECT {pa.table}.name, {fn}({ch.table}.{x.name}) AS {alias} {e.join()} "
+           f"GROUP BY {pa.table}.{e.key}, {pa.table}.name")
+    if c.rng.random() < 0.4:
+        n = c.rng.randint(1, 3)
+        amount = f"{n}{pa.counter_ko}"
+        some = f"{n} {pa.en_pl}" if n > 1 else pa.en
+        return ([f"Which {some} {'have' if n > 1 else 'has'} the highest {en_a} {x.en} of their {ch.en_pl}?",
+                 f"Top {some} by {en_a} {ch.en} {x.en}."],
+                [f"{ch.ko} {x.ko} {k(ko_a, '이/가')} 가장 큰 {pa.ko} {amount}의 이름과 {k(ko_a, '을/를')} 알려주세요.",
+                 f"{ch.ko}의 {x.ko} {ko_a} 기준 상위 {amount} {k(pa.ko, '을/를')} 보여 주세요."],
+                f"{sql} ORDER BY {alias} DESC LIMIT {n}")
+    return ([f"What is the {en_a} {x.en} of the {ch.en_pl} for each {pa.en}?",
+             f"{en_a.capitalize()} {ch.en} {x.en} per {pa.en}."],
+            [f"{pa.ko}별 {ch.ko}의 {x.ko} {k(ko_a, '을/를')} 구해주세요.",
+             f"{pa.ko}마다 {ch.ko} {x.ko} {k(ko_a, '은/는')} 얼마인가요?"],
+            sql)
+
+
+@template(1)
+def count_per_parent_column(c: Ctx) -> Made | None:
+    """Children counted per value of a parent's column (per country of the author, per status of the order)."""
+    e = pick_edge(c, lambda e: e.parent.of("enum"))
+    if e is None:
+        return None
+    ch, pa = e.child, e.parent
+    g = c.rng.choice(pa.of("enum"))
+    alias = count_of(ch)
+    return ([f"How many {ch.en_pl} are there per {pa.en} {g.en}?",
+             f"Count the {ch.en_pl} by the {g.en} of their {pa.en}."],
+            [f"{pa.ko} {g.ko}별 {ch.ko} 수를 구해주세요.",
+             f"{pa.ko}의 {g.ko}마다 {k(ch.ko, '이/가')} 몇 {ch.counter_ko}인지 알려 주세요."],
+            f"SELECT {pa.table}.{g.name}, COUNT(*) AS {alias} {e.join()} GROUP BY {pa.table}.{g.name}")
