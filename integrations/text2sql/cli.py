@@ -313,7 +313,8 @@ def train(
     extend_layers: bool = typer.Option(False, "--extend-layers",
                                        help="With --init: LoRA also on the --layers the adapter lacks (from zero)"),
     precision: str = typer.Option("auto", help="auto (bfloat16 autocast on CUDA, float32 on the CPU), fp32 or bf16 "
-                                               "(bf16 also on a CPU: faster where it has AVX512-BF16 or AMX)"),
+                                               "(bf16 on a CPU is faster on some, slower on others: time a few "
+                                               "--max-steps first)"),
     plot: bool = typer.Option(True, "--plot/--no-plot", help="Write loss.png beside the adapter (needs matplotlib)"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="tqdm progress bar"),
 ):

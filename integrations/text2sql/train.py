@@ -10,8 +10,9 @@ Built to train on a small shared CPU, where a step costs seconds:
 
 The base is an HF ``LlamaForCausalLM`` folder (``default`` is the embedded default model, its GGUF
 dequantized to float32 by ``engine.loader``, the same weights the engine serves). Training runs in
-float32 on the CPU, or under bfloat16 autocast on CUDA when one is present (``precision``; bfloat16 on a
-CPU with AVX512-BF16 or AMX takes about 0.7x the time of a float32 step); the seed fixes the data
+float32 on the CPU, or under bfloat16 autocast on CUDA when one is present (``precision``: bfloat16 on
+the CPU took 0.7x the time of a float32 step on a 2-core EPYC with AVX512-BF16, but was slower on a Xeon
+that has the same flag, so it is asked for, never assumed); the seed fixes the data
 order, the LoRA init and dropout, so one command gives one adapter on one kind of host. The adapter is saved in float16
 (PEFT format, a few MB); the engine reads it back in float32.
 """
@@ -118,12 +119,20 @@ def encode(tokenizer, pack: Sequence, max_len: int) -> Encoded | None:
     return out if len(out.ids) <= max_len else None
 
 
-def _loss(model, ids, labels, positions, mask):
-    """Next-token cross-entropy with the output head applied at labelled positions only."""
+def _loss(model, ids, labels, positions, segments):
+    """Next-token cross-entropy with the output head applied at labelled positions only. One sequence at
+    a time goes through :mod:`.packed_attention` when the model was set to it; a padded batch through a
+    dense mask."""
     import torch.nn.functional as F
 
+    from integrations.text2sql.packed_attention import NAME, PackedLayout
+
     inner = model.get_base_model()
-    hidden = inner.model(input_ids=ids, attention_mask=mask, position_ids=positions).last_hidden_state
+    if ids.shape[0] == 1 and inner.config._attn_implementation == NAME:
+        out = inner.model(input_ids=ids, position_ids=positions, packed_layout=PackedLayout.of(segments[0].cpu()))
+    else:
+        out = inner.model(input_ids=ids, attention_mask=attention_mask(segments), position_ids=positions)
+    hidden = out.last_hidden_state
     target = labels[:, 1:]
     keep = target != -100
     logits = inner.lm_head(hidden[:, :-1][keep])
@@ -162,7 +171,7 @@ def _batches(encoded: list[Encoded], batch_size: int, rng: random.Random, pad_id
             labels[row, :n] = torch.tensor(e.labels)
             positions[row, :n] = torch.tensor(e.positions)
             segments[row, :n] = torch.tensor(e.segments)
-        yield ids, labels, positions, attention_mask(segments)
+        yield ids, labels, positions, segments
 
 
 def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
@@ -186,6 +195,11 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
         raise ValueError("no training example fits max_len")
     model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
     model.config.use_cache = False
+    if cfg.batch_size == 1:  # one packed sequence a step: attention over what its mask keeps only
+        from integrations.text2sql import packed_attention
+
+        packed_attention.register()
+        model.set_attn_implementation(packed_attention.NAME)
     n_layers = model.config.num_hidden_layers
     layers = list(range(max(0, n_layers - cfg.layers), n_layers)) if cfg.layers else None
     if cfg.init and cfg.extend_layers:

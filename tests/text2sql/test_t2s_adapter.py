@@ -62,7 +62,8 @@ def test_train_writes_an_adapter_peft_and_the_engine_load(tmp_path):
     wide = tmp_path / "wide"  # --extend-layers: LoRA on every layer now, layer 1 going on from `out`
     res = CliRunner().invoke(cli.app, ["train", str(wide), "--data", str(data), "--base", str(base), "--max-steps",
                                        "1", "--pack", "3", "--init", str(out), "--extend-layers", "--layers", "0",
-                                       "--precision", "bf16", "--lr", "1e-2", "--no-progress"])
+                                       "--precision", "bf16", "--batch-size", "1", "--lr", "1e-2",
+                                       "--no-progress"])  # one sequence a step: packed attention
     assert res.exit_code == 0, res.output
     assert json.loads((wide / "adapter_config.json").read_text())["layers_to_transform"] == [0, 1]
     assert json.loads((wide / "training.json").read_text())["config"]["precision"] == "bf16"
