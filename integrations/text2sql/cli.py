@@ -253,12 +253,24 @@ def eval_cmd(
     temperature: float = TEMPERATURE_OPT,
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of adapter+select's sampled candidates (request n of "
                                                        "the batch samples with seed + n), so a run repeats"),
+    generated: int = typer.Option(0, "--generated", min=0,
+                                  help="Instead of the shipped set: N fresh schemas of the training data's generator "
+                                       "(12 questions each), to compare with (0: the shipped set)"),
+    generated_seed: int = typer.Option(1000, "--generated-seed", help="Seed of the --generated schemas"),
 ):
     """Valid-SQL rate and execution accuracy per decoding mode (base model, adapter, adapter + selection)."""
+    import tempfile
+
     from integrations.text2sql.dataset import load_eval
     from integrations.text2sql.evaluate import evaluate
+    from integrations.text2sql.train_data import held_out
 
-    items = load_eval()
+    sources = None
+    if generated:
+        tmp = tempfile.TemporaryDirectory(prefix="sllm-held-out-")
+        items, sources = held_out(generated, 12, generated_seed, Path(tmp.name))
+    else:
+        items = load_eval()
     if limit is not None:
         items = items[:limit]
     adapter = _adapter(text2sql_adapter, model)
@@ -273,7 +285,7 @@ def eval_cmd(
     try:
         report = evaluate(gen, items, mode_list, latency_samples=latency_samples,
                           progress=lambda m: typer.echo(m, err=True), adapter=with_adapter, sampler=sampler,
-                          k=candidates)
+                          k=candidates, sources=sources)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     typer.echo(f"model {model}: {len(items)} questions, model load {load_s:.1f} s, eval {report.total_s:.1f} s")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -157,8 +157,10 @@ def evaluate(
     adapter: SQLGenerator | None = None,
     sampler: SQLGenerator | None = None,
     k: int = 5,
+    sources: Mapping[str, Source] | None = None,
 ) -> EvalReport:
-    """Runs every mode over ``items``; ``progress(msg)`` is called between phases when given.
+    """Runs every mode over ``items``; ``progress(msg)`` is called between phases when given. The items'
+    schemas are the shipped demo databases unless ``sources`` maps them.
 
     ``adapter`` is the generator through the adapter (modes ``adapter``, ``adapter+select``) and
     ``sampler`` its sampling twin for the ``k - 1`` extra candidates of ``adapter+select``."""
@@ -170,7 +172,7 @@ def evaluate(
         if mode == "adapter+select" and sampler is None:
             raise ValueError("mode 'adapter+select' needs a sampler")
     say = progress or (lambda _msg: None)
-    sources = {name: demo_source(name) for name in sorted({i.schema for i in items})}
+    sources = sources or {name: demo_source(name) for name in sorted({i.schema for i in items})}
     gold = _Gold()
     reports, records = [], []
     t0 = time.perf_counter()

@@ -29,14 +29,18 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from integrations.text2sql import train_edge_templates, train_join_templates, train_table_templates, train_templates
-from integrations.text2sql.dataset import load_eval, render_prompt, schema_ddl, schema_names
+from integrations.text2sql.dataset import EvalItem, load_eval, render_prompt, schema_ddl, schema_names
 from integrations.text2sql.table_names import drop_table_aliases
 from integrations.text2sql.train_domains import DOMAINS
 from integrations.text2sql.train_schema import Layout, create
 from integrations.text2sql.train_templates import Ctx
 from integrations.text2sql.value_hints import prompt_ddl, render_hints
+
+if TYPE_CHECKING:
+    from integrations.text2sql.sources import Source
 
 ROLE_TEMPLATES = train_templates.TEMPLATES + train_join_templates.TEMPLATES
 TABLE_TEMPLATES = train_table_templates.TEMPLATES
@@ -159,6 +163,17 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
             source.close()
     check_disjoint(out)
     return out
+
+
+def held_out(n_schemas: int, per_schema: int, seed: int, db_dir: Path) -> tuple[list[EvalItem], dict[str, Source]]:
+    """Questions on fresh generated schemas, as eval items with their databases (kept in ``db_dir``): how
+    well a model answers what its training data looks like, to set beside the shipped eval set's score."""
+    from integrations.text2sql.sources import Source
+
+    examples = generate(n_schemas, per_schema, seed, db_dir)
+    items = [EvalItem(f"{ex.schema}-{n:03d}", ex.schema, ex.lang, ex.question, ex.sql)
+             for n, ex in enumerate(examples)]
+    return items, {name: Source(name, f"sqlite:///{db_dir / name}.sqlite") for name in {ex.schema for ex in examples}}
 
 
 def write(examples: Iterable[Example], path: Path) -> int:

@@ -214,3 +214,23 @@ def test_evaluation_machinery_scores_gold_sql_perfectly():
     assert (mode.valid, mode.executable, mode.matched) == (12, 12, 0)
     with pytest.raises(ValueError):
         evaluate(wrong, items, ["beam"])
+
+
+def test_evaluation_on_held_out_generated_schemas(tmp_path):
+    """`eval --generated`: fresh schemas of the training generator, scored against their own databases."""
+    from integrations.text2sql.evaluate import evaluate
+    from integrations.text2sql.train_data import held_out
+
+    items, sources = held_out(2, 6, seed=11, db_dir=tmp_path)
+    assert len(items) == 12 and set(sources) == {i.schema for i in items}
+    assert len({i.id for i in items}) == 12 and {i.lang for i in items} == {"ko", "en"}
+
+    def answer(prompt, guided):  # the gold of the question this prompt asks, like a perfect model
+        schemas = {name for name, src in sources.items() if src.ddl() in prompt}
+        (item,) = [i for i in items if i.schema in schemas and f"### Question:\n{i.question}\n" in prompt]
+        return item.sql + ";"
+
+    mode = evaluate(SQLGenerator(answer), items, ["constrained"], latency_samples=0, sources=sources).modes[0]
+    assert (mode.valid, mode.executable, mode.matched) == (12, 12, 12)
+    wrong = SQLGenerator(lambda prompt, guided: "SELECT 'no such answer';")
+    assert evaluate(wrong, items, ["constrained"], latency_samples=0, sources=sources).modes[0].matched == 0
