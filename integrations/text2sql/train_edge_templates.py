@@ -13,25 +13,18 @@ table, as the adapter is asked to write them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from integrations.text2sql.korean_particles import attach as k
-from integrations.text2sql.train_schema import ColumnInfo, TableInfo, column_catalog
+from integrations.text2sql.train_schema import TableInfo, column_catalog
 from integrations.text2sql.train_table_templates import AGGREGATES, and_en, and_ko, condition, count_of, filterable
-from integrations.text2sql.train_templates import Ctx, Made, Template
+from integrations.text2sql.train_templates import Ctx, Made, Template, weighted_registry
 
 TEMPLATES: list[Template] = []
 WEIGHTS: list[float] = []  # how often train_data draws each template, relative to the others of this family
 
 
-def template(weight: float) -> Callable[[Template], Template]:
-    def register(fn: Template) -> Template:
-        TEMPLATES.append(fn)
-        WEIGHTS.append(weight)
-        return fn
-
-    return register
+template = weighted_registry(TEMPLATES, WEIGHTS)
 
 
 @dataclass(frozen=True)
@@ -46,10 +39,6 @@ class Edge:
         c, p = self.child.table, self.parent.table
         return f"FROM {c} JOIN {p} ON {c}.{self.key} = {p}.{self.key}"
 
-    def label(self) -> ColumnInfo | None:
-        """The column a question names a parent row by: its name."""
-        return next((col for col in self.parent.columns if col.name == "name"), None)
-
 
 def edges(c: Ctx) -> list[Edge]:
     tables = column_catalog(c.lay)
@@ -63,7 +52,8 @@ def pick_edge(c: Ctx, need) -> Edge | None:
 
 
 def named(e: Edge) -> bool:
-    return e.label() is not None
+    """The parent has a name to list and group by."""
+    return any(col.name == "name" for col in e.parent.columns)
 
 
 @template(2)
@@ -138,11 +128,9 @@ def count_per_parent(c: Ctx) -> Made | None:
                  f"{ch.ko} 수가 많은 상위 {amount} {k(pa.ko, '을/를')} 보여 주세요."],
                 f"{sql} ORDER BY {alias} DESC LIMIT {n}")
     if roll < 0.5:
-        counts = [m for (m,) in c.con.execute(
-            f"SELECT COUNT(*) {e.join()} GROUP BY {pa.table}.{e.key}")]
-        if not counts:
+        n, th = c.group_count(f"SELECT COUNT(*) {e.join()} GROUP BY {pa.table}.{e.key}"), c.threshold()
+        if n is None:
             return None
-        n, th = c.rng.choice(sorted(counts)[: max(1, len(counts) - 1)]), c.threshold()
         some, amount = f"{n} {ch.en_pl if n > 1 else ch.en}", f"{n}{ch.counter_ko}"
         return ([f"Which {pa.en_pl} have {th.en.format(n=some)}? Show the name and the count.",
                  f"List the {pa.en_pl} with {th.en_after.format(n=some)}, and how many."],

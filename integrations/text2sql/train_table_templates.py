@@ -11,12 +11,11 @@ Korean phrasings and the gold SQL in the eval's style (no alias on one table), o
 from __future__ import annotations
 
 import calendar
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from integrations.text2sql.korean_particles import attach as k
 from integrations.text2sql.train_schema import ColumnInfo, TableInfo, column_catalog
-from integrations.text2sql.train_templates import Ctx, Made, Template, month_range
+from integrations.text2sql.train_templates import Ctx, Made, Template, month_range, weighted_registry
 
 TEMPLATES: list[Template] = []
 # The share of text filters phrased by the value alone, as users do ("Computer Science teachers"): the column
@@ -29,16 +28,9 @@ AGGREGATES = (("AVG", "average", "평균", "avg"), ("SUM", "total", "합계", "t
               ("MAX", "highest", "최댓값", "max"), ("MIN", "lowest", "최솟값", "min"))
 
 
-def template(weight: float) -> Callable[[Template], Template]:
-    """Registers a template. The filters, lists and groups the eval's one-table questions are made of weigh
-    most; IS NULL, DISTINCT and date gaps are rarer in questions and would crowd the header table."""
-
-    def register(fn: Template) -> Template:
-        TEMPLATES.append(fn)
-        WEIGHTS.append(weight)
-        return fn
-
-    return register
+# The filters, lists and groups the eval's one-table questions are made of weigh most; IS NULL, DISTINCT
+# and date gaps are rarer in questions and would crowd the header table.
+template = weighted_registry(TEMPLATES, WEIGHTS)
 
 
 @dataclass
@@ -249,8 +241,7 @@ def per_group(c: Ctx) -> Made | None:
     sql = f"SELECT {g.name}, COUNT(*) AS {alias} FROM {t.table} GROUP BY {g.name}"
     roll = c.rng.random()
     if roll < 0.3:
-        counts = [n for (n,) in c.con.execute(f"SELECT COUNT(*) FROM {t.table} GROUP BY {g.name}")]
-        n = c.rng.choice(sorted(counts)[: max(1, len(counts) - 1)])
+        n = c.group_count(f"SELECT COUNT(*) FROM {t.table} GROUP BY {g.name}")
         some, th = f"{n} {t.en_pl if n > 1 else t.en}", c.threshold()
         return ([f"Which {g.en} values have {th.en.format(n=some)}? Show each with its count.",
                  f"List every {g.en} with {th.en_after.format(n=some)}, and how many."],

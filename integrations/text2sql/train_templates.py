@@ -62,6 +62,12 @@ class Ctx:
     def threshold(self) -> Threshold:
         return self.rng.choice(THRESHOLDS)
 
+    def group_count(self, sql: str) -> int | None:
+        """A count for a HAVING threshold: one of the group sizes ``sql`` returns, never the largest alone
+        (so some group is left out), or None when there are no groups."""
+        counts = sorted(n for (n,) in self.con.execute(sql))
+        return self.rng.choice(counts[: max(1, len(counts) - 1)]) if counts else None
+
 
 Template = Callable[[Ctx], Made | None]
 TEMPLATES: list[Template] = []
@@ -70,6 +76,21 @@ TEMPLATES: list[Template] = []
 def template(fn: Template) -> Template:
     TEMPLATES.append(fn)
     return fn
+
+
+def weighted_registry(templates: list[Template],
+                      weights: list[float]) -> Callable[[float], Callable[[Template], Template]]:
+    """``@template(weight)`` for a family drawn by weight: registers into ``templates`` and ``weights``."""
+
+    def template(weight: float) -> Callable[[Template], Template]:
+        def register(fn: Template) -> Template:
+            templates.append(fn)
+            weights.append(weight)
+            return fn
+
+        return register
+
+    return template
 
 
 @dataclass(frozen=True)
