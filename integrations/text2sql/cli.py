@@ -311,11 +311,15 @@ def train(
     epochs: float = typer.Option(1.0, min=0.01),
     batch_size: int = typer.Option(8, min=1),
     max_steps: int | None = typer.Option(None, min=1, help="Stop after this many steps (overrides --epochs)"),
+    max_minutes: float | None = typer.Option(None, min=0.01,
+                                             help="Train for this long (a GPU lease): the learning-rate schedule "
+                                                  "follows the elapsed share of it; --max-steps then only caps"),
     max_len: int = typer.Option(1024, help="Drop packed sequences longer than this many tokens"),
     warmup: float = typer.Option(0.05, min=0.0, max=0.5,
                                  help="Fraction of the steps spent warming up the learning rate"),
     save_every: int = typer.Option(0, min=0,
                                    help="Also write the adapter to OUT/step-N every N steps (0: only at the end)"),
+    save_every_minutes: float = typer.Option(0.0, min=0.0, help="Also write OUT/step-N every so many minutes"),
     pack: int = typer.Option(8, min=1, help="Questions of one schema packed into one training sequence"),
     layers: int = typer.Option(12, min=0, help="LoRA on the last N decoder layers (0: all)"),
     seed: int = typer.Option(0),
@@ -346,7 +350,8 @@ def train(
         examples = train_data.generate(schemas, per_schema, seed)
     train_data.check_disjoint(examples)
     cfg = TrainConfig(base=base, rank=rank, alpha=alpha, lr=lr, epochs=epochs, batch_size=batch_size,
-                      max_steps=max_steps, max_len=max_len, seed=seed, device=device, pack=pack, layers=layers or None,
+                      max_steps=max_steps, max_minutes=max_minutes, save_every_minutes=save_every_minutes,
+                      max_len=max_len, seed=seed, device=device, pack=pack, layers=layers or None,
                       warmup=warmup, save_every=save_every, init=str(init) if init else None,
                       extend_layers=extend_layers, precision=precision,
                       value_hints=any(ex.hints for ex in examples))

@@ -45,6 +45,7 @@ class TrainConfig:
     epochs: float = 1.0
     batch_size: int = 8
     max_steps: int | None = None
+    max_minutes: float | None = None  # a time budget: the schedule follows the elapsed share of it (GPU leases)
     warmup: float = 0.05  # fraction of the steps spent warming up (linear), before the cosine decay
     max_len: int = 1024
     seed: int = 0
@@ -52,6 +53,7 @@ class TrainConfig:
     pack: int = 8  # questions of one schema per training sequence
     layers: int | None = 12  # LoRA on the last N decoder layers (None: all)
     save_every: int = 0  # also write the adapter to OUT/step-N every N steps (0: only at the end)
+    save_every_minutes: float = 0.0  # likewise every so many minutes of training (0: never)
     init: str | None = None  # continue training this PEFT adapter (its rank, alpha, layers and targets win)
     extend_layers: bool = False  # with init: LoRA also on the layers of ``layers`` it lacks, starting at zero
     precision: str = "auto"  # auto (bfloat16 autocast on CUDA, float32 on the CPU), fp32 or bf16
@@ -105,12 +107,34 @@ class Encoded:
 def encode(tokenizer, pack: Sequence, max_len: int) -> Encoded | None:
     """Each prompt tokenized whole, as the engine tokenizes it, and its SQL alone, as the engine then
     generates it; None when the sequence would exceed ``max_len``."""
-    prompts = [tokenizer(ex.prompt(), add_special_tokens=False).input_ids for ex in pack]
+    return encode_all(tokenizer, [pack], max_len)[0]
+
+
+def encode_all(tokenizer, packs: Sequence[Sequence], max_len: int) -> list[Encoded | None]:
+    """:func:`encode` over many packs, the texts tokenized in large batches (the fast tokenizer spreads a
+    batch over the cores: a GPU lease should not wait minutes on one core)."""
+    prompts = _tokenize(tokenizer, [ex.prompt() for pack in packs for ex in pack])
+    answers = _tokenize(tokenizer, [_answer(ex.sql) for pack in packs for ex in pack])
+    out, i = [], 0
+    for pack in packs:
+        out.append(_assemble(prompts[i:i + len(pack)], answers[i:i + len(pack)], tokenizer.eos_token_id, max_len))
+        i += len(pack)
+    return out
+
+
+def _tokenize(tokenizer, texts: list[str], chunk: int = 4096) -> list[list[int]]:
+    ids: list[list[int]] = []
+    for start in range(0, len(texts), chunk):
+        ids += tokenizer(texts[start:start + chunk], add_special_tokens=False).input_ids
+    return ids
+
+
+def _assemble(prompts: list[list[int]], answers: list[list[int]], eos: int, max_len: int) -> Encoded | None:
     shared = len(os.path.commonprefix(prompts))  # works on token lists too
     shared = min(shared, min(len(p) for p in prompts) - 1)  # every segment keeps a prompt token of its own
     out = Encoded(prompts[0][:shared], [-100] * shared, list(range(shared)), [0] * shared)
-    for k, (ex, prompt) in enumerate(zip(pack, prompts, strict=True), start=1):
-        answer = tokenizer(_answer(ex.sql), add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+    for k, (prompt, sql) in enumerate(zip(prompts, answers, strict=True), start=1):
+        answer = sql + [eos]
         tail = prompt[shared:]
         out.ids += tail + answer
         out.labels += [-100] * len(tail) + answer
@@ -145,10 +169,10 @@ def attention_mask(segments):
     import torch
 
     q, k = segments[:, :, None], segments[:, None, :]
-    n = segments.shape[1]
-    causal = torch.ones(n, n, dtype=torch.bool).tril()
+    n, device = segments.shape[1], segments.device
+    causal = torch.ones(n, n, dtype=torch.bool, device=device).tril()
     allowed = causal & (k >= 0) & ((k == 0) | (k == q))
-    return (allowed | torch.eye(n, dtype=torch.bool))[:, None]
+    return (allowed | torch.eye(n, dtype=torch.bool, device=device))[:, None]
 
 
 def _batches(encoded: list[Encoded], batch_size: int, rng: random.Random, pad_id: int):
@@ -189,7 +213,7 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
     folder = resolve_base(cfg.base)
     tok = AutoTokenizer.from_pretrained(folder)
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    all_encoded = [encode(tok, seq, cfg.max_len) for seq in sequences]
+    all_encoded = encode_all(tok, sequences, cfg.max_len)
     encoded = [e for e in all_encoded if e is not None]
     if not encoded:
         raise ValueError("no training example fits max_len")
@@ -215,24 +239,30 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     per_epoch = math.ceil(len(encoded) / cfg.batch_size)
-    total = cfg.max_steps or max(1, math.ceil(per_epoch * cfg.epochs))
-    warm = max(1, round(cfg.warmup * total))
+    budget = cfg.max_minutes * 60 if cfg.max_minutes else None
+    # With a time budget the step count is unknown up front: max_steps (if any) only caps it.
+    total = cfg.max_steps or (None if budget else max(1, math.ceil(per_epoch * cfg.epochs)))
+    warm = max(1, round(cfg.warmup * total)) if total else 1
 
     def lr_at(step: int) -> float:  # linear warm-up, cosine decay to a tenth
         if step < warm:
             return (step + 1) / warm
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    sched = None if budget else torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     rng = random.Random(cfg.seed)
     result = TrainResult(0, len(encoded), 0.0, device=device.type, too_long=len(all_encoded) - len(encoded))
     start = time.perf_counter()
     model.train()
     bar = tqdm(total=total, desc="train", unit="step", disable=not show_bar)
     autocast = _autocast(cfg.precision, device)
-    while result.steps < total:
+    saved_at = 0  # the last time checkpoint, in units of save_every_minutes
+    while not _done(result.steps, total, budget, time.perf_counter() - start):
         for batch in _batches(encoded, cfg.batch_size, rng, pad_id):
             batch = [t.to(device) for t in batch]
+            if budget:
+                for group in opt.param_groups:
+                    group["lr"] = cfg.lr * lr_share((time.perf_counter() - start) / budget, cfg.warmup)
             if autocast is not None:
                 with autocast:
                     loss = _loss(model, *batch)
@@ -241,23 +271,41 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
-            sched.step()
+            if sched:
+                sched.step()
             opt.zero_grad(set_to_none=True)
             result.steps += 1
             result.losses.append(loss.item())
             bar.update(1)
             bar.set_postfix(loss=f"{result.losses[-1]:.3f}")
             if progress:
-                progress(result.steps, total, result.losses[-1])
-            if cfg.save_every and result.steps % cfg.save_every == 0 and result.steps < total:
-                result.seconds = time.perf_counter() - start
+                progress(result.steps, total or 0, result.losses[-1])
+            elapsed = time.perf_counter() - start
+            done = _done(result.steps, total, budget, elapsed)
+            due = int(elapsed / (cfg.save_every_minutes * 60)) if cfg.save_every_minutes else 0
+            if not done and ((cfg.save_every and result.steps % cfg.save_every == 0) or due > saved_at):
+                saved_at = max(saved_at, due)
+                result.seconds = elapsed
                 save(model, out / f"step-{result.steps}", cfg, result)
-            if result.steps >= total:
+            if done:
                 break
     bar.close()
     result.seconds = time.perf_counter() - start
     save(model, out, cfg, result)
     return result
+
+
+def _done(steps: int, total: int | None, budget: float | None, elapsed: float) -> bool:
+    return (total is not None and steps >= total) or (budget is not None and elapsed >= budget)
+
+
+def lr_share(progress: float, warmup: float) -> float:
+    """The learning rate's share of its peak when ``progress`` (0..1) of a time budget is spent: the step
+    schedule's shape (linear warm-up, cosine decay to a tenth) over time instead of steps."""
+    if progress < warmup:
+        return max(progress / warmup, 0.01)
+    span = max(1e-9, 1 - warmup)
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (progress - warmup) / span)))
 
 
 def _autocast(precision: str, device):
@@ -309,7 +357,8 @@ def save(model, out: Path, cfg: TrainConfig, result: TrainResult) -> None:
     meta = {"config": {**asdict(cfg), "target_modules": list(cfg.target_modules)}, "steps": result.steps,
             "sequences": result.sequences, "too_long": result.too_long, "seconds": round(result.seconds, 1),
             "device": result.device,
-            "final_loss": round(sum(result.losses[-20:]) / max(1, len(result.losses[-20:])), 4)}
+            "final_loss": round(sum(result.losses[-20:]) / max(1, len(result.losses[-20:])), 4),
+            "losses": [round(x, 4) for x in result.losses]}  # the curve, for a run whose log is gone
     (out / "training.json").write_text(json.dumps(meta, indent=2) + "\n")
     # The generated golds name columns by table and join on declared keys (train_data), so the adapter is
     # asked under a grammar that allows only that, and with value hints when it learnt from them.

@@ -27,7 +27,8 @@ def test_train_writes_an_adapter_peft_and_the_engine_load(tmp_path):
     train_data.write(train_data.generate(2, per_schema=6, seed=3), data)
     out = tmp_path / "adapter"
     res = CliRunner().invoke(cli.app, ["train", str(out), "--data", str(data), "--base", str(base), "--max-steps", "2",
-                                       "--pack", "3", "--layers", "1", "--lr", "1e-2", "--no-progress"])
+                                       "--pack", "3", "--layers", "1", "--lr", "1e-2", "--max-len", "4096",
+                                       "--no-progress"])
     assert res.exit_code == 0, res.output
     config = json.loads((out / "adapter_config.json").read_text())
     assert config["r"] == 8 and config["layers_to_transform"] == [1]
@@ -72,6 +73,41 @@ def test_train_writes_an_adapter_peft_and_the_engine_load(tmp_path):
     res = CliRunner().invoke(cli.app, ["train", str(wide), "--data", str(data), "--base", str(base),
                                        "--extend-layers", "--no-progress"])
     assert res.exit_code != 0 and "--init" in res.output
+
+
+def test_a_time_budget_ends_training_and_writes_checkpoints_by_the_clock(tmp_path):
+    """--max-minutes (a GPU lease): training stops when the budget is spent, whatever the step count, and
+    --save-every-minutes leaves checkpoints on the way."""
+    base = make_tiny_llama(tmp_path / "tiny", resolve_model("default"), layers=2)
+    data = tmp_path / "train.jsonl.gz"
+    train_data.write(train_data.generate(2, per_schema=6, seed=3), data)
+    out = tmp_path / "timed"
+    res = CliRunner().invoke(cli.app, ["train", str(out), "--data", str(data), "--base", str(base), "--max-minutes",
+                                       "0.05", "--save-every-minutes", "0.01", "--pack", "3", "--layers", "1",
+                                       "--batch-size", "2", "--no-progress"])
+    assert res.exit_code == 0, res.output
+    meta = json.loads((out / "training.json").read_text())
+    assert meta["seconds"] >= 3 and meta["steps"] > 1  # more steps than one pass: the clock, not the data, ends it
+    steps = sorted(int(p.name.split("-")[1]) for p in out.glob("step-*"))
+    assert steps and steps[-1] < meta["steps"]
+    assert all((out / f"step-{n}" / "adapter_model.safetensors").exists() for n in steps)
+
+
+def test_the_time_schedule_warms_up_then_decays_to_a_tenth():
+    from integrations.text2sql.train import lr_share
+
+    assert lr_share(0.0, 0.1) == 0.01 and lr_share(0.05, 0.1) == pytest.approx(0.5)
+    assert lr_share(0.1, 0.1) == pytest.approx(1.0)
+    shares = [lr_share(p / 100, 0.1) for p in range(10, 101)]
+    assert all(a >= b for a, b in zip(shares, shares[1:], strict=False))
+    assert lr_share(1.0, 0.1) == pytest.approx(0.1) and lr_share(1.5, 0.1) == pytest.approx(0.1)
+
+
+def test_the_dense_mask_is_built_where_the_segments_are():
+    from integrations.text2sql.train import attention_mask
+
+    segments = torch.tensor([[0, 1, 1, -1]], device="meta")
+    assert attention_mask(segments).device.type == "meta"
 
 
 def test_extended_adapter_starts_as_its_init(tmp_path):
