@@ -4,8 +4,10 @@ Each schema is one domain of :mod:`.train_domains` laid out by :mod:`.train_sche
 people, a catalog, a header and a line table, often staff and ratings), with its column names, comments,
 table order and rows varied by a seeded RNG. Questions come from the bilingual templates of
 :mod:`.train_templates` (one table), :mod:`.train_join_templates` (two to five tables),
-:mod:`.train_table_templates` (any table, any column, by its own words) and :mod:`.train_edge_templates`
-(any foreign key: a child table and its parent, by their own words), several phrasings each,
+:mod:`.train_table_templates` (any table, any column, by its own words), :mod:`.train_edge_templates`
+(any foreign key: a child table and its parent, by their own words), :mod:`.train_path_templates` (two
+keys in a row, the table between them unnamed) and :mod:`.train_history_templates` (current values of
+periods whose end is NULL), several phrasings each,
 with values read back from the generated rows. Every gold query is executed on its database and
 dropped unless it runs and returns rows; it is stored in the style the adapter is trained to write,
 columns qualified by table names instead of aliases (:mod:`.table_names`), checked to return the same
@@ -31,7 +33,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from integrations.text2sql import train_edge_templates, train_join_templates, train_table_templates, train_templates
+from integrations.text2sql import (
+    train_edge_templates,
+    train_history_templates,
+    train_join_templates,
+    train_path_templates,
+    train_table_templates,
+    train_templates,
+)
 from integrations.text2sql.dataset import EvalItem, load_eval, render_prompt, schema_ddl, schema_names
 from integrations.text2sql.table_names import drop_table_aliases
 from integrations.text2sql.train_domains import DOMAINS
@@ -45,11 +54,19 @@ if TYPE_CHECKING:
 ROLE_TEMPLATES = train_templates.TEMPLATES + train_join_templates.TEMPLATES
 TABLE_TEMPLATES = train_table_templates.TEMPLATES
 EDGE_TEMPLATES = train_edge_templates.TEMPLATES
-TEMPLATES = ROLE_TEMPLATES + TABLE_TEMPLATES + EDGE_TEMPLATES
+PATH_TEMPLATES = train_path_templates.TEMPLATES
+HISTORY_TEMPLATES = train_history_templates.TEMPLATES
+TEMPLATES = ROLE_TEMPLATES + TABLE_TEMPLATES + EDGE_TEMPLATES + PATH_TEMPLATES + HISTORY_TEMPLATES
 # The schema-agnostic families' shares of the draws: enough that a column and a join are found by reading
 # the DDL, not by the role templates' habits, while the role templates keep the longer joins.
-TABLE_SHARE = 0.3
-EDGE_SHARE = 0.25
+TABLE_SHARE = 0.28
+EDGE_SHARE = 0.22
+PATH_SHARE = 0.1
+HISTORY_SHARE = 0.07  # of every schema's draws; only the schemas with a history table answer them
+FAMILIES = ((TABLE_SHARE, TABLE_TEMPLATES, train_table_templates.WEIGHTS),
+            (EDGE_SHARE, EDGE_TEMPLATES, train_edge_templates.WEIGHTS),
+            (PATH_SHARE, PATH_TEMPLATES, train_path_templates.WEIGHTS),
+            (HISTORY_SHARE, HISTORY_TEMPLATES, train_history_templates.WEIGHTS))
 
 
 @dataclass(frozen=True)
@@ -89,10 +106,21 @@ def check_disjoint(examples: Iterable[Example]) -> None:
 
 # -- generation --------------------------------------------------------------------------------------
 
-def _layouts(n: int, rng: random.Random) -> Iterator[Layout]:
-    for k in range(n):
+def _layouts(n: int, rng: random.Random, start: int = 0) -> Iterator[Layout]:
+    for k in range(start, start + n):
         d = DOMAINS[k % len(DOMAINS)]
         yield Layout(f"{d.name}_{k}", d, random.Random(rng.random()))
+
+
+def _draw(rng: random.Random):
+    """A template: each schema-agnostic family its share of the draws (by its own weights), the rest spread
+    evenly over the role templates."""
+    roll = rng.random()
+    for share, family, weights in FAMILIES:
+        if roll < share:
+            return rng.choices(family, weights)[0]
+        roll -= share
+    return rng.choice(ROLE_TEMPLATES)
 
 
 def _trivial(rows: list[tuple]) -> bool:
@@ -100,10 +128,13 @@ def _trivial(rows: list[tuple]) -> bool:
     return not rows or rows == [(None,)] or rows == [(0,)]
 
 
-def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path | None = None) -> list[Example]:
+def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path | None = None,
+             start: int = 0) -> list[Example]:
     """``per_schema`` checked examples (at most; duplicates are dropped) for each of ``n_schemas`` schemas.
 
-    The SQLite files are kept in ``db_dir`` (as ``<schema>.sqlite``) when given, else thrown away."""
+    The SQLite files are kept in ``db_dir`` (as ``<schema>.sqlite``) when given, else thrown away. Schemas
+    are numbered from ``start``, so shards made in parallel (another seed, another start) join into one
+    file without two schemas of one name."""
     from integrations.text2sql.sources import Source
 
     rng = random.Random(seed)
@@ -112,7 +143,7 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(db_dir or tmp_dir)
         tmp.mkdir(parents=True, exist_ok=True)
-        for lay in _layouts(n_schemas, rng):
+        for lay in _layouts(n_schemas, rng, start):
             if lay.tables() & eval_tables:
                 raise ValueError(f"domain {lay.d.name} reuses an eval table name")
             path = tmp / f"{lay.name}.sqlite"
@@ -126,18 +157,11 @@ def generate(n_schemas: int, per_schema: int = 40, seed: int = 0, db_dir: Path |
             values = source.values()
             ctx = Ctx(lay, con, lay.rng)
             seen: set[str] = set()
-            # Both languages about equally often; TABLE_SHARE and EDGE_SHARE of the draws from the
-            # schema-agnostic families (by their weights), the rest spread evenly over the role templates.
+            # Both languages about equally often.
             for attempt in range(per_schema * 3):
                 if len(seen) >= per_schema:
                     break
-                roll = rng.random()
-                if roll < TABLE_SHARE:
-                    make = rng.choices(TABLE_TEMPLATES, train_table_templates.WEIGHTS)[0]
-                elif roll < TABLE_SHARE + EDGE_SHARE:
-                    make = rng.choices(EDGE_TEMPLATES, train_edge_templates.WEIGHTS)[0]
-                else:
-                    make = rng.choice(ROLE_TEMPLATES)
+                make = _draw(rng)
                 made = make(ctx)
                 if made is None:
                     continue
@@ -195,8 +219,8 @@ def read(path: Path) -> list[Example]:
 if __name__ == "__main__":
     import typer
 
-    def main(out: Path, schemas: int = 240, per_schema: int = 40, seed: int = 0) -> None:
-        n = write(generate(schemas, per_schema, seed), out)
+    def main(out: Path, schemas: int = 240, per_schema: int = 40, seed: int = 0, start: int = 0) -> None:
+        n = write(generate(schemas, per_schema, seed, start=start), out)
         typer.echo(f"wrote {n} examples over {schemas} schemas to {out}")
 
     typer.run(main)

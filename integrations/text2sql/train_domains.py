@@ -70,6 +70,15 @@ PLACE_CODES: tuple[Column, ...] = (
     _c("country_code", "country code", "국가 코드", ("KR", "JP", "US", "GB", "VN")),
     _c("region_code", "region code", "지역 코드", ("CAP", "SOU", "EST", "WST", "NTH")),
 )
+# A staff member's pay over time, one row per period, the current one open-ended (its end date NULL):
+# (the table, the amount's English and Korean words). None is an eval table ("salaries" is).
+HISTORIES: tuple[tuple[Noun, str, str], ...] = (
+    (_n("pay_history", "pay record", "pay records", "급여 이력", "pay_record_id"), "pay", "급여"),
+    (_n("wage_rates", "wage rate", "wage rates", "임금 이력", "wage_rate_id"), "wage", "임금"),
+    (_n("salary_history", "salary record", "salary records", "연봉 이력", "salary_record_id"), "salary", "연봉"),
+    (_n("compensation_history", "compensation record", "compensation records", "보수 이력", "record_id"),
+     "compensation", "보수"),
+)
 CITY_NAMES = ("서울", "부산", "대구", "인천", "광주", "대전", "제주", "수원", "Tokyo", "Osaka", "Berlin", "Paris",
               "London", "Chicago", "Toronto", "Sydney", "Hanoi", "Busan Port")
 CITY_CODES = {"서울": "KR", "부산": "KR", "대구": "KR", "인천": "KR", "광주": "KR", "대전": "KR", "제주": "KR",

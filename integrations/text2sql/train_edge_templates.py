@@ -21,6 +21,7 @@ from integrations.text2sql.train_table_templates import AGGREGATES, and_en, and_
 from integrations.text2sql.train_templates import Ctx, Made, Template, weighted_registry
 
 TEMPLATES: list[Template] = []
+CHILD_FILTERS = 0.4  # the share of per-parent questions that count or sum only some children ("delivered ones")
 WEIGHTS: list[float] = []  # how often train_data draws each template, relative to the others of this family
 
 
@@ -49,6 +50,16 @@ def edges(c: Ctx) -> list[Edge]:
 def pick_edge(c: Ctx, need) -> Edge | None:
     found = [e for e in edges(c) if need(e)]
     return c.rng.choice(found) if found else None
+
+
+def child_filter(c: Ctx, ch: TableInfo, share: float = CHILD_FILTERS, avoid: str = "") -> tuple[str, str, str]:
+    """Sometimes a condition on the child's own column: (`` WHERE child.col ...``, English words after the
+    child's noun, Korean words before it), else three empty strings."""
+    cols = [x for x in filterable(ch, lookup=False) if x.kind != "fk" and x.name != avoid]
+    cond = condition(c, ch, c.rng.choice(cols)) if cols and c.rng.random() < share else None
+    if cond is None:
+        return "", "", ""
+    return f" WHERE {ch.table}.{cond.sql}", " " + c.rng.choice(cond.en), c.rng.choice(cond.ko) + " "
 
 
 def named(e: Edge) -> bool:
@@ -93,13 +104,7 @@ def children_with_parent(c: Ctx) -> Made | None:
         return None
     cols = c.rng.sample(own, min(len(own), c.rng.choice((1, 1, 2))))
     select = ", ".join(f"{ch.table}.{x.name}" for x in cols) + f", {pa.table}.name"
-    where, en_f, ko_f = "", "", ""
-    others = filterable(ch, lookup=False)
-    if others and c.rng.random() < 0.6:
-        cond = condition(c, ch, c.rng.choice(others))
-        if cond:
-            where = f" WHERE {ch.table}.{cond.sql}"
-            en_f, ko_f = " " + c.rng.choice(cond.en), c.rng.choice(cond.ko) + " "
+    where, en_f, ko_f = child_filter(c, ch, share=0.6)
     return ([f"List the {and_en(cols)} of the {ch.en_pl}{en_f}, with the name of their {pa.en}.",
              f"Show each {ch.en}'s {and_en(cols)} and its {pa.en} name{(',' + en_f) if en_f else ''}.",
              f"Which {ch.en_pl}{en_f}? Give the {and_en(cols)} and the {pa.en}."],
@@ -116,33 +121,35 @@ def count_per_parent(c: Ctx) -> Made | None:
         return None
     ch, pa = e.child, e.parent
     alias = count_of(ch)
-    sql = (f"SELECT {pa.table}.name, COUNT(*) AS {alias} {e.join()} "
+    where, en_f, ko_f = child_filter(c, ch)
+    sql = (f"SELECT {pa.table}.name, COUNT(*) AS {alias} {e.join()}{where} "
            f"GROUP BY {pa.table}.{e.key}, {pa.table}.name")
+    chs, ch_ko = f"{ch.en_pl}{en_f}", f"{ko_f}{ch.ko}"  # the children counted, with their filter
     roll = c.rng.random()
     if roll < 0.3:
         n = c.rng.randint(1, 5)
         some, amount = (f"{n} {pa.en_pl}" if n > 1 else pa.en), f"{n}{pa.counter_ko}"
-        return ([f"Which {some} {'have' if n > 1 else 'has'} the most {ch.en_pl}? Show the count too.",
-                 f"Top {some} by number of {ch.en_pl}, with the count."],
-                [f"{k(ch.ko, '이/가')} 가장 많은 {pa.ko} {amount}의 이름과 {ch.ko} 수를 알려주세요.",
-                 f"{ch.ko} 수가 많은 상위 {amount} {k(pa.ko, '을/를')} 보여 주세요."],
+        return ([f"Which {some} {'have' if n > 1 else 'has'} the most {chs}? Show the count too.",
+                 f"Top {some} by number of {chs}, with the count."],
+                [f"{k(ch_ko, '이/가')} 가장 많은 {pa.ko} {amount}의 이름과 {ch.ko} 수를 알려주세요.",
+                 f"{ch_ko} 수가 많은 상위 {amount} {k(pa.ko, '을/를')} 보여 주세요."],
                 f"{sql} ORDER BY {alias} DESC LIMIT {n}")
     if roll < 0.5:
-        n, th = c.group_count(f"SELECT COUNT(*) {e.join()} GROUP BY {pa.table}.{e.key}"), c.threshold()
+        n, th = c.group_count(f"SELECT COUNT(*) {e.join()}{where} GROUP BY {pa.table}.{e.key}"), c.threshold()
         if n is None:
             return None
-        some, amount = f"{n} {ch.en_pl if n > 1 else ch.en}", f"{n}{ch.counter_ko}"
+        some, amount = f"{n} {ch.en_pl if n > 1 else ch.en}{en_f}", f"{n}{ch.counter_ko}"
         return ([f"Which {pa.en_pl} have {th.en.format(n=some)}? Show the name and the count.",
                  f"List the {pa.en_pl} with {th.en_after.format(n=some)}, and how many."],
-                [f"{k(ch.ko, '이/가')} {th.ko.format(n=amount)} {pa.ko}의 이름과 {ch.ko} 수를 보여주세요.",
-                 f"{ch.ko} 수가 {th.ko.format(n=amount)} {k(pa.ko, '을/를')} 알려 주세요."],
+                [f"{k(ch_ko, '이/가')} {th.ko.format(n=amount)} {pa.ko}의 이름과 {ch.ko} 수를 보여주세요.",
+                 f"{ch_ko} 수가 {th.ko.format(n=amount)} {k(pa.ko, '을/를')} 알려 주세요."],
                 f"{sql} HAVING COUNT(*) {th.op} {n}")
     desc = roll < 0.75
     tail, ko_tail = (", most first", " 많은 순서로") if desc else ("", "")
-    return ([f"How many {ch.en_pl} does each {pa.en} have{tail}?", f"Number of {ch.en_pl} per {pa.en}{tail}.",
-             f"Count the {ch.en_pl} of every {pa.en}{tail}."],
-            [f"{pa.ko}별 {ch.ko} 수를{ko_tail} 구해주세요.",
-             f"{pa.ko}마다 {k(ch.ko, '이/가')} 몇 {ch.counter_ko}인지{ko_tail} 알려 주세요."],
+    return ([f"How many {chs} does each {pa.en} have{tail}?", f"Number of {chs} per {pa.en}{tail}.",
+             f"Count the {chs} of every {pa.en}{tail}."],
+            [f"{pa.ko}별 {ch_ko} 수를{ko_tail} 구해주세요.",
+             f"{pa.ko}마다 {k(ch_ko, '이/가')} 몇 {ch.counter_ko}인지{ko_tail} 알려 주세요."],
             f"{sql} ORDER BY {alias} DESC" if desc else sql)
 
 
@@ -156,21 +163,23 @@ def aggregate_per_parent(c: Ctx) -> Made | None:
     x = c.rng.choice(ch.of("number"))
     fn, en_a, ko_a, prefix = c.rng.choice(AGGREGATES)
     alias = f"{prefix}_{x.name}"
-    sql = (f"SELECT {pa.table}.name, {fn}({ch.table}.{x.name}) AS {alias} {e.join()} "
+    where, en_f, ko_f = child_filter(c, ch, avoid=x.name)
+    sql = (f"SELECT {pa.table}.name, {fn}({ch.table}.{x.name}) AS {alias} {e.join()}{where} "
            f"GROUP BY {pa.table}.{e.key}, {pa.table}.name")
     if c.rng.random() < 0.4:
         n = c.rng.randint(1, 3)
         amount = f"{n}{pa.counter_ko}"
         some = f"{n} {pa.en_pl}" if n > 1 else pa.en
-        return ([f"Which {some} {'have' if n > 1 else 'has'} the highest {en_a} {x.en} of their {ch.en_pl}?",
-                 f"Top {some} by {en_a} {ch.en} {x.en}."],
-                [f"{ch.ko} {x.ko} {k(ko_a, '이/가')} 가장 큰 {pa.ko} {amount}의 이름과 {k(ko_a, '을/를')} 알려주세요.",
-                 f"{ch.ko}의 {x.ko} {ko_a} 기준 상위 {amount} {k(pa.ko, '을/를')} 보여 주세요."],
+        return ([f"Which {some} {'rank' if n > 1 else 'ranks'} first by {en_a} {x.en} of their {ch.en_pl}{en_f}?",
+                 f"Top {some} by {en_a} {x.en} of {ch.en_pl}{en_f}."],
+                [f"{ko_f}{ch.ko} {x.ko} {k(ko_a, '이/가')} 가장 큰 {pa.ko} {amount}의 이름과 "
+                 f"{k(ko_a, '을/를')} 알려주세요.",
+                 f"{ko_f}{ch.ko}의 {x.ko} {ko_a} 기준 상위 {amount} {k(pa.ko, '을/를')} 보여 주세요."],
                 f"{sql} ORDER BY {alias} DESC LIMIT {n}")
-    return ([f"What is the {en_a} {x.en} of the {ch.en_pl} for each {pa.en}?",
-             f"{en_a.capitalize()} {ch.en} {x.en} per {pa.en}."],
-            [f"{pa.ko}별 {ch.ko}의 {x.ko} {k(ko_a, '을/를')} 구해주세요.",
-             f"{pa.ko}마다 {ch.ko} {x.ko} {k(ko_a, '은/는')} 얼마인가요?"],
+    return ([f"What is the {en_a} {x.en} of the {ch.en_pl}{en_f} for each {pa.en}?",
+             f"{en_a.capitalize()} {x.en} of {ch.en_pl}{en_f}, per {pa.en}."],
+            [f"{pa.ko}별 {ko_f}{ch.ko}의 {x.ko} {k(ko_a, '을/를')} 구해주세요.",
+             f"{pa.ko}마다 {ko_f}{ch.ko} {x.ko} {k(ko_a, '은/는')} 얼마인가요?"],
             sql)
 
 
@@ -183,8 +192,37 @@ def count_per_parent_column(c: Ctx) -> Made | None:
     ch, pa = e.child, e.parent
     g = c.rng.choice(pa.of("enum"))
     alias = count_of(ch)
-    return ([f"How many {ch.en_pl} are there per {pa.en} {g.en}?",
-             f"Count the {ch.en_pl} by the {g.en} of their {pa.en}."],
-            [f"{pa.ko} {g.ko}별 {ch.ko} 수를 구해주세요.",
-             f"{pa.ko}의 {g.ko}마다 {k(ch.ko, '이/가')} 몇 {ch.counter_ko}인지 알려 주세요."],
-            f"SELECT {pa.table}.{g.name}, COUNT(*) AS {alias} {e.join()} GROUP BY {pa.table}.{g.name}")
+    where, en_f, ko_f = child_filter(c, ch)
+    return ([f"How many {ch.en_pl}{en_f} are there per {pa.en} {g.en}?",
+             f"Count the {ch.en_pl}{en_f} by the {g.en} of their {pa.en}."],
+            [f"{pa.ko} {g.ko}별 {ko_f}{ch.ko} 수를 구해주세요.",
+             f"{pa.ko}의 {g.ko}마다 {k(ko_f + ch.ko, '이/가')} 몇 {ch.counter_ko}인지 알려 주세요."],
+            f"SELECT {pa.table}.{g.name}, COUNT(*) AS {alias} {e.join()}{where} GROUP BY {pa.table}.{g.name}")
+
+
+@template(1)
+def aggregate_of_parent(c: Ctx) -> Made | None:
+    """A child's number aggregated over the children of one parent, found by its name or another column."""
+    e = pick_edge(c, lambda e: e.child.of("number") and [x for x in e.parent.of("text", "enum") if not x.name
+                                                         == "email"])
+    if e is None:
+        return None
+    ch, pa = e.child, e.parent
+    col = c.rng.choice([x for x in pa.of("text", "enum") if x.name != "email"])
+    x = c.rng.choice(ch.of("number"))
+    fn, en_a, ko_a, _ = c.rng.choice(AGGREGATES)
+    v = c.one(f"SELECT {pa.table}.{col.name} {e.join()}")
+    if v is None:
+        return None
+    sql = f"SELECT {fn}({ch.table}.{x.name}) {e.join()} WHERE {pa.table}.{col.name} = '{v}'"
+    if col.name == "name":
+        return ([f"What is the {en_a} {x.en} of the {ch.en_pl} of {pa.en} {v}?",
+                 f"{en_a.capitalize()} {x.en} over {v}'s {ch.en_pl}."],
+                [f"{v} {pa.ko}의 {ch.ko} {x.ko} {k(ko_a, '은/는')} 얼마인가요?",
+                 f"{pa.ko} {v}에 속한 {ch.ko}의 {x.ko} {k(ko_a, '을/를')} 구해주세요."],
+                sql)
+    return ([f"What is the {en_a} {x.en} of the {ch.en_pl} whose {pa.en} has {col.en} '{v}'?",
+             f"{en_a.capitalize()} {ch.en} {x.en} where the {pa.en}'s {col.en} is {v}."],
+            [f"{pa.ko} {k(col.ko, '이/가')} '{v}'인 {ch.ko}의 {x.ko} {k(ko_a, '은/는')} 얼마인가요?",
+             f"{pa.ko}의 {k(col.ko, '이/가')} {v}인 {ch.ko} {x.ko} {k(ko_a, '을/를')} 알려주세요."],
+            sql)

@@ -14,9 +14,20 @@ import sqlite3
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
-from integrations.text2sql.train_domains import CITY_CODES, CITY_NAMES, PLACE_CODES, PLACES, Column, Domain, Noun
+from integrations.text2sql import train_columns
+from integrations.text2sql.train_columns import Drawn
+from integrations.text2sql.train_domains import (
+    CITY_CODES,
+    CITY_NAMES,
+    HISTORIES,
+    PLACE_CODES,
+    PLACES,
+    Column,
+    Domain,
+    Noun,
+)
 
-ROLES = ("place", "people", "catalog", "staff", "header", "line", "rating")
+ROLES = ("place", "people", "catalog", "staff", "header", "line", "rating", "history")
 SURNAMES = "김이박최정강조윤장임한오서신권황"
 GIVEN = ("민준", "서연", "도윤", "지우", "하준", "서윤", "시우", "지민", "예은", "현우", "수아", "준서", "다은", "유진")
 FIRST_EN = ("Alice", "Brian", "Chloe", "Daniel", "Emma", "Felix", "Grace", "Henry", "Iris", "Jack", "Lena", "Mason")
@@ -44,6 +55,9 @@ class Layout:
     currency: tuple[str, str, int] = field(init=False)
     order: list[str] = field(init=False)
     alias: dict[str, str] = field(init=False)
+    extras: dict[str, list[Drawn]] = field(init=False)  # role -> the attribute columns added after its own
+    history: Noun = field(init=False)  # the staff's pay periods (in ``order`` only with staff, and not always)
+    pay_words: tuple[str, str] = field(init=False)  # (English, Korean) for the history's amount
 
     def __post_init__(self) -> None:
         r, d = self.rng, self.d
@@ -68,10 +82,21 @@ class Layout:
         if r.random() < 0.4:
             r.shuffle(head)  # SQLite accepts a REFERENCES to a table created later
         self.order = head + ["header", "line"] + (["rating"] if self.has_rating else [])
+        self.history, *words = r.choice(HISTORIES)
+        self.pay_words = tuple(words)
+        since, until = r.choice((("from_date", "to_date"), ("start_date", "end_date"), ("valid_from", "valid_to")))
+        self.cols |= {"pay": r.choice(("amount", "amount", self.pay_words[0])), "from": since, "to": until}
+        if self.has_staff and r.random() < 0.5:
+            self.order.append("history")
         self.alias = _aliases([self.noun(role).table for role in ROLES])
+        self.extras = {}
+        for t in column_catalog(self):
+            # A person's or a staff member's city beside a place table worded the same would be two answers.
+            words = {col.ko for col in t.columns} | ({self.place.ko} if t.role in ("people", "staff") else set())
+            self.extras[t.role] = train_columns.draw(r, t.role, {col.name for col in t.columns}, words)
 
     def noun(self, role: str) -> Noun:
-        return self.place if role == "place" else getattr(self.d, role)
+        return {"place": self.place, "history": self.history}.get(role) or getattr(self.d, role)
 
     def col(self, logical: str) -> str:
         return self.cols[logical]
@@ -122,7 +147,7 @@ class TableInfo:
 
 
 _COUNTERS = {"place": "곳", "people": "명", "staff": "명", "header": "건", "line": "개", "rating": "개",
-             "catalog": "개"}
+             "catalog": "개", "history": "건"}
 
 
 def column_catalog(lay: Layout) -> list[TableInfo]:
@@ -150,7 +175,7 @@ def column_catalog(lay: Layout) -> list[TableInfo]:
     # "date" alone is ambiguous beside the completion date: the header's own date is named by its noun.
     event_date = ColumnInfo(lay.col("h_date"), "date", f"{d.header.en} date", f"{d.header.ko} 날짜")
     cols: dict[str, list[ColumnInfo]] = {
-        "place": [key("place"), name, domain(lay.code, "enum")],
+        "place": [key("place"), name, _place_code(lay)],
         "people": [key("people"), name] + email
         + [key("place", "fk"), named("p_date", "date"), named("tier", "enum", values=d.tier.values)],
         "catalog": [key("catalog"), name, domain(d.category, "enum"), domain(d.price, "number", money),
@@ -163,9 +188,64 @@ def column_catalog(lay: Layout) -> list[TableInfo]:
                  named("unit_price", "number", unit_en=money[0], unit_ko=money[1])],
         "rating": [key("rating"), key("header", "fk"), named("stars", "number", unit_ko="점"),
                    named("comment", "text", nullable=True)],
+        "history": [key("history"), key("staff", "fk"),
+                    ColumnInfo(lay.col("pay"), "number", *lay.pay_words, unit_en=money[0], unit_ko=money[1]),
+                    ColumnInfo(lay.col("from"), "date", "start date", "시작일"),
+                    ColumnInfo(lay.col("to"), "date", "end date", "종료일", nullable=True)],
     }
     return [TableInfo(role, lay.noun(role).table, lay.noun(role).en, lay.noun(role).en_pl, lay.noun(role).ko,
-                      _COUNTERS[role], tuple(cols[role])) for role in lay.order]
+                      _COUNTERS[role], tuple(cols[role] + [_extra_info(lay, x) for x in lay.extras.get(role, ())]))
+            for role in lay.order]
+
+
+def _place_code(lay: Layout) -> ColumnInfo:
+    """A country column holds each city's real country (``create``), more than the few the code lists."""
+    code = lay.code
+    values = tuple(sorted(set(CITY_CODES.values()))) if "country" in code.name else code.values
+    return ColumnInfo(code.name, "enum", code.en, code.ko, values)
+
+
+def _extra_info(lay: Layout, x: Drawn) -> ColumnInfo:
+    e = x.spec
+    if e.kind == "city":  # free text in the DDL; its values are cities, found through the value hints
+        return ColumnInfo(x.name, "enum", e.en, e.ko, CITY_NAMES)
+    if e.kind == "text":
+        return ColumnInfo(x.name, "text", e.en, e.ko, unique=True)
+    units = lay.currency[:2] if e.money else (e.unit_en, e.unit_ko)
+    return ColumnInfo(x.name, e.kind, e.en, e.ko, e.values if e.kind == "enum" else (), *units)
+
+
+def _extra_ddl(lay: Layout, x: Drawn, last: bool) -> str:
+    e, comma = x.spec, "" if last else ","
+    if e.kind == "enum":
+        return _enum(lay, x.name, e.values, last)
+    sql_type = {"city": "TEXT NOT NULL", "text": "TEXT NOT NULL UNIQUE", "date": "TEXT NOT NULL"}.get(e.kind,
+                                                                                                    "INTEGER NOT NULL")
+    note = f"{e.note or e.en} in {lay.currency[0]}" if e.money else e.note
+    return f"  {x.name} {sql_type}{comma}" + (f" -- {note}" if note else "")
+
+
+def _extra_value(lay: Layout, x: Drawn, key: int, cities: list[str]) -> object:
+    e, r = x.spec, lay.rng
+    if e.kind == "enum":
+        return r.choice(e.values)
+    if e.kind == "city":
+        return r.choice(cities)
+    if e.kind == "text":
+        return f"{x.name[:1].upper()}{100000 + key * 7}"
+    if e.kind == "date":
+        return _day(r)
+    low, high = e.values
+    if e.money:
+        low, high = max(1, low // lay.currency[2]), max(2, high // lay.currency[2])
+        return r.randrange(low, high + 1, 100 if high > 10000 else 1)
+    return r.randint(low, high)
+
+
+def _with_comma(line: str) -> str:
+    """A table's last column line, now followed by another: the comma goes before its comment."""
+    head, sep, note = line.partition(" -- ")
+    return (head if head.endswith(",") else head + ",") + (f" -- {note}" if sep else "")
 
 
 _KEYWORDS = {"as", "by", "do", "if", "in", "is", "no", "of", "on", "or", "to", "and", "asc", "end", "not", "set"}
@@ -223,7 +303,13 @@ def ddl(lay: Layout) -> str:
         "rating": [pk["rating"], fk["header"],
                    f"  {c('stars')} INTEGER NOT NULL CHECK ({c('stars')} BETWEEN 1 AND 5),",
                    f"  {c('comment')} TEXT"],
+        "history": [pk["history"], fk["staff"], f"  {c('pay')} INTEGER NOT NULL, -- {lay.pay_words[0]} in {unit}",
+                    f"  {c('from')} TEXT NOT NULL,{iso}", f"  {c('to')} TEXT{iso}, NULL for the current one"],
     }
+    for role, drawn in lay.extras.items():
+        if drawn:
+            parts[role][-1] = _with_comma(parts[role][-1])
+            parts[role] += [_extra_ddl(lay, x, last=i == len(drawn) - 1) for i, x in enumerate(drawn)]
     return "\n\n".join(_table(lay.noun(role).table, parts[role]) for role in lay.order)
 
 
@@ -245,9 +331,28 @@ def _day(rng: random.Random) -> str:
     return (FIRST_DAY + timedelta(days=rng.randrange(DAYS))).isoformat()
 
 
-def _insert(con: sqlite3.Connection, table: str, rows: list[tuple]) -> None:
+def _insert(con: sqlite3.Connection, lay: Layout, role: str, rows: list[tuple], own_cities: list[str]) -> None:
+    """The role's rows, each followed by its drawn extra columns' values."""
+    table = lay.noun(role).table
+    rows = [row + tuple(_extra_value(lay, x, row[0], own_cities) for x in lay.extras.get(role, ())) for row in rows]
     if rows:
         con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+
+
+def _pay_periods(lay: Layout, n_staff: int) -> list[tuple]:
+    """One to four consecutive pay periods per staff member, each higher than the last; the last is open
+    (no end date) unless the member has left."""
+    r, rows = lay.rng, []
+    for member in range(1, n_staff + 1):
+        start = FIRST_DAY - timedelta(days=r.randint(0, 900))
+        pay = r.randrange(2_500_000, 8_000_000, 10_000) // lay.currency[2]
+        periods = r.randint(1, 4)
+        for p in range(periods):
+            end = start + timedelta(days=r.randint(150, 400))
+            still_open = p == periods - 1 and r.random() < 0.85
+            rows.append((len(rows) + 1, member, pay, start.isoformat(), None if still_open else end.isoformat()))
+            start, pay = end + timedelta(days=1), pay + pay * r.randint(2, 12) // 100
+    return rows
 
 
 def create(con: sqlite3.Connection, lay: Layout) -> None:
@@ -256,24 +361,30 @@ def create(con: sqlite3.Connection, lay: Layout) -> None:
     r, d = lay.rng, lay.d
     ko_share = r.choice((0.3, 0.5, 0.7))
     cities = r.sample(CITY_NAMES, r.randint(4, 7))
+    # The free-text city columns hold other cities than the place table, so the value hints tell a question
+    # about a member's own city from one about the place a member belongs to.
+    own_cities = r.sample([city for city in CITY_NAMES if city not in cities], r.randint(3, 6))
     codes = lay.code.values
-    _insert(con, lay.place.table, [(k + 1, city, CITY_CODES[city] if "country" in lay.code.name else r.choice(codes))
-                                   for k, city in enumerate(cities)])
+    _insert(con, lay, "place", [(k + 1, city, CITY_CODES[city] if "country" in lay.code.name else r.choice(codes))
+                                for k, city in enumerate(cities)], own_cities)
     # The last place is often left without people, so zero counts and anti-joins have something to find.
     n_home = len(cities) - (1 if r.random() < 0.6 else 0)
     people = _names(r, r.randint(14, 30), ko_share)
-    _insert(con, d.people.table, [
+    _insert(con, lay, "people", [
         (k + 1, name) + ((f"user{k + 1}@{r.choice(('mail.kr', 'example.com', 'shop.io'))}",) if lay.has_email else ())
-        + (r.randint(1, n_home), _day(r), r.choice(d.tier.values)) for k, name in enumerate(people)])
+        + (r.randint(1, n_home), _day(r), r.choice(d.tier.values)) for k, name in enumerate(people)], own_cities)
     words = list(d.words) + [f"{w} Special" for w in d.words[:3]]
     items = r.sample(words, r.randint(min(7, len(words)), len(words)))
     low, high = (max(1, v // lay.currency[2]) for v in d.price.values)
     prices = [r.randrange(low, high + 1, 100 if high > 10000 else 1) for _ in items]
-    _insert(con, d.catalog.table, [(k + 1, w, r.choice(d.category.values), prices[k], r.randint(*d.size.values))
-                                   for k, w in enumerate(items)])
+    _insert(con, lay, "catalog", [(k + 1, w, r.choice(d.category.values), prices[k], r.randint(*d.size.values))
+                                  for k, w in enumerate(items)], own_cities)
     staff = _names(r, r.randint(3, 6), ko_share)
     if lay.has_staff:
-        _insert(con, d.staff.table, [(k + 1, n, r.randint(1, len(cities)), _day(r)) for k, n in enumerate(staff)])
+        _insert(con, lay, "staff", [(k + 1, n, r.randint(1, len(cities)), _day(r)) for k, n in enumerate(staff)],
+                own_cities)
+    if "history" in lay.order:
+        _insert(con, lay, "history", _pay_periods(lay, len(staff)), own_cities)
     buyers = r.sample(range(1, len(people) + 1), max(2, len(people) - r.randint(1, 4)))
     sold = r.sample(range(1, len(items) + 1), max(2, len(items) - r.randint(0, 2)))
     weights = [1.0] * (len(d.statuses) - 1) + [0.4]  # 'cancelled' is last and rarer
@@ -290,8 +401,8 @@ def create(con: sqlite3.Connection, lay: Layout) -> None:
             lines.append((len(lines) + 1, h, item, r.randint(1, 5), price))
         if status != "cancelled" and r.random() < 0.6:
             ratings.append((len(ratings) + 1, h, r.randint(1, 5), r.choice(COMMENTS + (None,))))
-    _insert(con, d.header.table, headers)
-    _insert(con, d.line.table, lines)
+    _insert(con, lay, "header", headers, own_cities)
+    _insert(con, lay, "line", lines, own_cities)
     if lay.has_rating:
-        _insert(con, d.rating.table, ratings)
+        _insert(con, lay, "rating", ratings, own_cities)
     con.commit()

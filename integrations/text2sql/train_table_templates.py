@@ -13,6 +13,7 @@ from __future__ import annotations
 import calendar
 from dataclasses import dataclass
 
+from integrations.text2sql.grammar import GrammarOptions
 from integrations.text2sql.korean_particles import attach as k
 from integrations.text2sql.train_schema import ColumnInfo, TableInfo, column_catalog
 from integrations.text2sql.train_templates import Ctx, Made, Template, month_range, weighted_registry
@@ -21,6 +22,7 @@ TEMPLATES: list[Template] = []
 # The share of text filters phrased by the value alone, as users do ("Computer Science teachers"): the column
 # is then found in the prompt's value hints (value_hints), not in the question's words.
 BARE_VALUES = 0.4
+IN_LISTS = 0.15  # the share of value filters that name two or three values ("in Tokyo, Osaka or Paris")
 WEIGHTS: list[float] = []  # how often train_data draws each template, relative to the others of this family
 
 # (SQL, English adjective, Korean word, alias prefix) of the aggregates over a number column.
@@ -47,8 +49,12 @@ def lit(value: object) -> str:
 
 
 def count_of(t: TableInfo) -> str:
-    """The eval's name for a row count: ``COUNT(*) AS teacher_count`` on ``teachers``."""
-    return f"{t.en.replace(' ', '_')}_count"
+    """The eval's name for a row count: ``COUNT(*) AS teacher_count`` on ``teachers``; a long noun loses its
+    first words (``ticket_line_count``), since the grammar bounds an output alias (``max_alias_chars``)."""
+    words = t.en.split()
+    while len(words) > 1 and len("_".join(words)) + len("_count") > GrammarOptions.max_alias_chars:
+        words = words[1:]
+    return "_".join(words) + "_count"
 
 
 def pick_table(c: Ctx, *kinds: str) -> tuple[TableInfo, ColumnInfo] | None:
@@ -98,6 +104,8 @@ def condition(c: Ctx, t: TableInfo, col: ColumnInfo) -> Cond | None:
     if v is None:
         return None
     en, ko, name = col.en, col.ko, col.name
+    if col.kind in ("enum", "text") and not col.unique and c.rng.random() < IN_LISTS:
+        return in_list(c, t, col)
     if col.kind in ("enum", "text"):
         if c.rng.random() < BARE_VALUES:
             return Cond(f"{name} = {lit(v)}", [f"with '{v}'", f"with {v}"], [f"'{v}'인", f"{v}인"])
@@ -111,10 +119,51 @@ def condition(c: Ctx, t: TableInfo, col: ColumnInfo) -> Cond | None:
     return date_condition(c, col, v)
 
 
+def in_list(c: Ctx, t: TableInfo, col: ColumnInfo) -> Cond | None:
+    """``col IN (...)`` over two or three of its stored values, listed as people list them."""
+    values = sorted({v for (v,) in c.con.execute(f"SELECT DISTINCT {col.name} FROM {t.table} WHERE {col.name} "
+                                                 "IS NOT NULL")})
+    if len(values) < 3:
+        return None
+    picked = c.rng.sample(values, c.rng.choice((2, 3)))
+    sql = f"{col.name} IN ({', '.join(lit(v) for v in picked)})"
+    en_list = " or ".join(picked) if len(picked) == 2 else f"{picked[0]}, {picked[1]} or {picked[2]}"
+    ko_list = ", ".join(picked)
+    return Cond(sql, [f"whose {col.en} is {en_list}", f"in {en_list}", f"with {col.en} {en_list}"],
+                [f"{k(col.ko, '이/가')} {ko_list} 중 하나인", f"{' 또는 '.join(picked)}인", f"{col.ko} {ko_list}인"])
+
+
+def nice(x: int) -> int:
+    """A round threshold near ``x`` (two significant digits), as a person would say it."""
+    if x < 100:
+        return x
+    step = 10 ** (len(str(x)) - 2)
+    return max(step, round(x / step) * step)
+
+
+def korean_amount(x: int) -> str | None:
+    """``x`` in Korean myriads (2000000000 -> 20억, 35000 -> 3만 5천), or None when it reads no shorter."""
+    eok, rest = divmod(x, 100_000_000)
+    man, rest = divmod(rest, 10_000)
+    cheon, rest = divmod(rest, 1000)
+    if rest or (not eok and not man):
+        return None
+    parts = [f"{eok}억"] * bool(eok) + [f"{man}만"] * bool(man) + [f"{cheon}천"] * bool(cheon)
+    return " ".join(parts)
+
+
 def number_condition(c: Ctx, t: TableInfo, col: ColumnInfo, x: int) -> Cond:
     en, ko = col.en, col.ko
+    op = c.rng.choice((">", "<", ">=", "<=", "BETWEEN", "="))
+    if op in (">", "<", ">=", "<=") and c.rng.random() < 0.5:
+        x = nice(x)
     xe, xk = number_text(c, x, col.unit_en, True), number_text(c, x, col.unit_ko, False)
-    op = c.rng.choice((">", "<", ">=", "<=", "BETWEEN"))
+    myriads = korean_amount(x)
+    if myriads and c.rng.random() < 0.6:
+        xk = f"{myriads}{' ' + col.unit_ko if col.unit_ko else ''}"
+    if op == "=":
+        return Cond(f"{col.name} = {x}", [f"whose {en} is exactly {xe}", f"with a {en} of {xe}"],
+                    [f"{k(ko, '이/가')} {xk}인", f"{ko} {xk}인"])
     if op == "BETWEEN":
         lo, hi = sorted((x, c.one(f"SELECT {col.name} FROM {t.table}")))
         return Cond(f"{col.name} BETWEEN {lo} AND {hi}", [f"whose {en} is between {lo} and {hi}",
@@ -390,3 +439,29 @@ def days_between(c: Ctx) -> Made | None:
             [f"{s_ko}부터 {end.ko}까지 {n}일보다 오래 걸린 {k(t.ko, '은/는')} 몇 {t.counter_ko}인가요?",
              f"{k(end.ko, '이/가')} {s_ko}보다 {n}일 넘게 늦은 {t.ko} 수를 구해주세요."],
             f"SELECT COUNT(*) FROM {t.table} WHERE {gap} > {n}")
+
+
+@template(0.5)
+def dates_compared(c: Ctx) -> Made | None:
+    """Rows whose one date falls after (or before) another of their own: ``returned_on > due_on``."""
+    tables = [t for t in column_catalog(c.lay) if len(t.of("date")) >= 2]
+    if not tables:
+        return None
+    t = c.rng.choice(tables)
+    a, b = c.rng.sample(t.of("date"), 2)
+    later = c.rng.random() < 0.6
+    op, en_w, ko_w = (">", "after", "늦은") if later else ("<", "before", "이른")
+    where = f"{a.name} {op} {b.name}"
+    if c.rng.random() < 0.5:
+        return ([f"How many {t.en_pl} have a {a.en} {en_w} their {b.en}?",
+                 f"Count the {t.en_pl} whose {a.en} is {en_w} the {b.en}."],
+                [f"{k(a.ko, '이/가')} {b.ko}보다 {ko_w} {k(t.ko, '은/는')} 몇 {t.counter_ko}인가요?",
+                 f"{b.ko}보다 {k(a.ko, '이/가')} {ko_w} {t.ko} 수를 알려주세요."],
+                f"SELECT COUNT(*) FROM {t.table} WHERE {where}")
+    cols = shown(c, t, a, 2)
+    cols = cols if a in cols else cols[:1] + [a]
+    return ([f"Which {t.en_pl} have a {a.en} {en_w} their {b.en}? Show the {and_en(cols)}.",
+             f"List the {and_en(cols)} of the {t.en_pl} whose {a.en} is {en_w} the {b.en}."],
+            [f"{k(a.ko, '이/가')} {b.ko}보다 {ko_w} {t.ko}의 {and_ko(cols, '을/를')} 보여주세요.",
+             f"{b.ko}보다 {k(a.ko, '이/가')} {ko_w} {t.ko} 목록을 알려 주세요. {', '.join(x.ko for x in cols)}만요."],
+            f"SELECT {', '.join(x.name for x in cols)} FROM {t.table} WHERE {where}")

@@ -12,12 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from integrations.text2sql import train_data, train_edge_templates, train_table_templates
+from integrations.text2sql import (
+    train_data,
+    train_edge_templates,
+    train_history_templates,
+    train_path_templates,
+    train_table_templates,
+)
 from integrations.text2sql.dataset import load_eval
 from integrations.text2sql.generate import SQLGenerator
 from integrations.text2sql.korean_particles import attach, final_consonant
 from integrations.text2sql.sources import Source
-from integrations.text2sql.train_domains import DOMAINS, PLACES
+from integrations.text2sql.train_domains import DOMAINS, HISTORIES, PLACES
 from integrations.text2sql.train_schema import ROLES, Layout, column_catalog, create
 from integrations.text2sql.train_templates import Ctx
 
@@ -89,10 +95,11 @@ def test_korean_particles_follow_the_final_consonant():
 def test_no_wrong_particle_after_a_korean_noun(generated):
     examples, _ = generated
     pairs = (("이", "가"), ("은", "는"), ("을", "를"), ("과", "와"))
-    nouns = {getattr(d, role).ko for d in DOMAINS for role in ROLES if role != "place"}
+    nouns = {getattr(d, role).ko for d in DOMAINS for role in ROLES if role not in ("place", "history")}
     nouns |= {n for d in DOMAINS for n in (d.tier.ko, d.category.ko, d.price.ko, d.size.ko)}
     nouns |= {p.ko for p in PLACES} | {"상태", "가입일", "날짜", "입사일", "별점", "수량"}
     nouns |= {"단가", "완료일", "이름", "번호", "점수", "메모"}  # the schema-agnostic templates' column words
+    nouns |= {h.ko for h, *_ in HISTORIES} | {words[-1] for _, *words in HISTORIES}
     for ex in (e for e in examples if e.lang == "ko"):
         for noun in nouns:
             for with_final, without in pairs:
@@ -152,8 +159,8 @@ def test_disjoint_from_the_eval_set(generated):
     assert {"shop", "hr", "school", "library", "delivery"} <= schemas and "customers" in tables
     train_data.check_disjoint(examples)  # raises on any overlap
     for d in DOMAINS:  # every domain and every place table, not only the ones sampled above
-        assert not {getattr(d, role).table for role in ROLES if role != "place"} & tables
-    assert not {p.table for p in PLACES} & tables
+        assert not {getattr(d, role).table for role in ROLES if role not in ("place", "history")} & tables
+    assert not {p.table for p in PLACES} & tables and not {h.table for h, *_ in HISTORIES} & tables
     assert len(DOMAINS) >= 14
     used = {train_data._norm(e.question) for e in examples}
     assert not used & questions
@@ -176,7 +183,8 @@ def _schemas_with_every_table(n: int) -> list[Layout]:
     """Layouts (one per domain, as far as ``n`` goes) that have the optional staff and rating tables."""
     out = []
     for d in DOMAINS[:n]:
-        seed = next(s for s in range(100) if {"staff", "rating"} <= set(Layout("x", d, random.Random(s)).order))
+        every = {"staff", "rating", "history"}
+        seed = next(s for s in range(200) if every <= set(Layout("x", d, random.Random(s)).order))
         out.append(Layout(f"{d.name}_every", d, random.Random(seed)))
     return out
 
@@ -197,6 +205,39 @@ def test_column_catalog_is_the_created_database():
                     assert used <= set(col.values), (t.table, col.name)
                 assert col.en and col.ko
         con.close()
+
+
+def test_tables_carry_extra_attribute_columns_that_templates_ask_about():
+    """Beyond each role's own columns, schemas draw a member's own city, an event's fee or weight, a staff
+    member's position...; their cities are not the place table's, so a value names one column."""
+    from integrations.text2sql.train_columns import EXTRAS
+
+    drawn: dict[str, set[str]] = {}
+    asked = set()
+    for seed in range(40):
+        lay = Layout("x", DOMAINS[seed % len(DOMAINS)], random.Random(seed))
+        con = sqlite3.connect(":memory:")
+        create(con, lay)
+        places = {name for (name,) in con.execute(f"SELECT name FROM {lay.place.table}")}
+        for t in column_catalog(lay):
+            names = [col.name for col in t.columns]
+            assert len(names) == len(set(names)), t.table
+            for x in lay.extras.get(t.role, ()):
+                drawn.setdefault(t.role, set()).add(x.spec.en)
+                if x.spec.kind == "city":
+                    assert x.spec.ko != lay.place.ko
+                    values = {v for (v,) in con.execute(f"SELECT DISTINCT {x.name} FROM {t.table}")}
+                    assert values and not values & places, (t.table, x.name)
+        ctx = Ctx(lay, con, lay.rng)
+        extra_names = {x.name for xs in lay.extras.values() for x in xs}
+        for make in train_table_templates.TEMPLATES * 4:
+            made = make(ctx)
+            if made is not None:
+                con.execute(made[2]).fetchall()
+                asked |= {name for name in extra_names if re.search(rf"\b{name}\b", made[2])}
+        con.close()
+    assert set(drawn) == set(EXTRAS)  # every role gets some
+    assert sum(len(v) for v in drawn.values()) >= 20 and len(asked) >= 15
 
 
 def test_table_templates_cover_every_table_with_golds_that_run():
@@ -230,8 +271,8 @@ def test_table_templates_name_the_filtered_column_by_its_words_or_its_value():
     con = sqlite3.connect(":memory:")
     create(con, lay)
     ctx = Ctx(lay, con, lay.rng)
-    bare = 0
-    for _ in range(80):
+    bare = lists = 0
+    for _ in range(200):
         got = train_table_templates.filtered(ctx, lookup=True)
         if got is None:
             continue
@@ -239,11 +280,13 @@ def test_table_templates_name_the_filtered_column_by_its_words_or_its_value():
         assert cond.sql.startswith(col.name + " ")
         if all(col.en in e for e in cond.en) and all(col.ko in q for q in cond.ko):
             continue
-        # a text filter said by its value alone: the value hints name the column
-        value = cond.sql.split(" = ", 1)[1].strip("'")
-        assert col.kind in ("enum", "text") and all(value in q for q in cond.en + cond.ko), cond
+        # a text filter said by its value alone (or two or three of them): the value hints name the column
+        values = re.findall(r"'([^']*)'", cond.sql.split(" IN ", 1)[1]) if " IN (" in cond.sql else \
+            [cond.sql.split(" = ", 1)[1].strip("'")]
+        assert col.kind in ("enum", "text") and all(v in q for v in values for q in cond.en + cond.ko), cond
         bare += 1
-    assert bare > 0
+        lists += len(values) > 1
+    assert bare > 0 and lists > 0
     con.close()
 
 
@@ -281,9 +324,70 @@ def test_edge_templates_join_any_foreign_key_with_golds_that_run():
     assert seen_templates == {t.__name__ for t in train_edge_templates.TEMPLATES}
 
 
+def test_path_templates_join_through_the_table_no_word_names():
+    """Two keys in a row (child -> middle -> far end): the golds join on both declared keys, run, and the
+    question names the child and the far end only."""
+    seen_templates, seen_paths = set(), set()
+    for lay in _schemas_with_every_table(5):
+        con = sqlite3.connect(":memory:")
+        create(con, lay)
+        ctx = Ctx(lay, con, lay.rng)
+        nouns = {t.table: t for t in column_catalog(lay)}
+        for make in train_path_templates.TEMPLATES * 12:
+            made = make(ctx)
+            if made is None:
+                continue
+            en, ko, sql = made
+            con.execute(sql).fetchall()
+            (child, mid, k1, k1b, top, left, k2, k2b), = re.findall(
+                r"FROM (\w+) JOIN (\w+) ON \1\.(\w+) = \2\.(\w+) JOIN (\w+) ON (\w+)\.(\w+) = \5\.(\w+)", sql)
+            assert left == mid and top not in (child, mid) and k1 == k1b and k2 == k2b, sql
+            assert k1 == next(c.name for c in nouns[mid].of("key")) and k2 == next(c.name for c in nouns[top].of("key"))
+            ch, far = nouns[child], nouns[top]
+            assert all(ch.en in q or ch.en_pl in q for q in en) and all(ch.ko in q for q in ko), en + ko
+            value = re.findall(r"= '([^']*)'$", sql)
+            assert all(far.en in q or far.en_pl in q or value and value[0] in q for q in en), en
+            seen_templates.add(make.__name__)
+            seen_paths.add((ch.role, nouns[mid].role, far.role))
+        con.close()
+    assert seen_templates == {t.__name__ for t in train_path_templates.TEMPLATES}
+    assert {("line", "header", "people"), ("rating", "header", "people"), ("line", "header", "staff")} <= seen_paths
+    # a header's people and its staff both have a place: "per place" would not say which, so neither is asked
+    assert not {p for p in seen_paths if p[0] == "header" and p[2] == "place"}
+
+
+def test_history_templates_read_current_as_an_open_period():
+    """A pay history's current row is the one whose end date is NULL: every "current" question says so in
+    its gold, every gold runs, and schemas without the table get no such question."""
+    seen = set()
+    for lay in _schemas_with_every_table(4):
+        con = sqlite3.connect(":memory:")
+        create(con, lay)
+        ctx = Ctx(lay, con, lay.rng)
+        until = lay.col("to")
+        for make in train_history_templates.TEMPLATES * 8:
+            made = make(ctx)
+            if made is None:
+                continue
+            en, ko, sql = made
+            assert con.execute(sql).fetchall(), sql
+            if make.__name__ != "several_periods":
+                assert f"{until} IS NULL" in sql and all("current" in q or "now" in q for q in en), (en, sql)
+                assert all("현재" in q or "지금" in q for q in ko), ko
+            seen.add(make.__name__)
+        con.close()
+    assert seen == {t.__name__ for t in train_history_templates.TEMPLATES}
+    lay = next(Layout("x", DOMAINS[0], random.Random(s)) for s in range(100)
+               if "history" not in Layout("x", DOMAINS[0], random.Random(s)).order)
+    con = sqlite3.connect(":memory:")
+    create(con, lay)
+    assert all(make(Ctx(lay, con, lay.rng)) is None for make in train_history_templates.TEMPLATES)
+
+
 def test_shares_of_the_schema_agnostic_families(generated):
     examples, _ = generated
-    for family, low, high in ((train_data.TABLE_TEMPLATES, 0.2, 0.4), (train_data.EDGE_TEMPLATES, 0.15, 0.35)):
+    for family, low, high in ((train_data.TABLE_TEMPLATES, 0.2, 0.4), (train_data.EDGE_TEMPLATES, 0.15, 0.35),
+                              (train_data.PATH_TEMPLATES, 0.05, 0.2)):
         names = {t.__name__ for t in family}
         share = sum(e.template in names for e in examples) / len(examples)
         assert low <= share <= high, (family, share)
@@ -300,3 +404,19 @@ def test_a_seed_gives_the_same_file_in_every_process(tmp_path):
                        cwd=Path(__file__).resolve().parents[2], capture_output=True)
         outs.append(out.read_text(encoding="utf-8"))
     assert outs[0] == outs[1] and outs[0].count("\n") >= 12
+
+
+def test_round_thresholds_and_korean_myriads():
+    from integrations.text2sql.train_table_templates import korean_amount, nice
+
+    assert [nice(x) for x in (7, 99, 1234, 987654, 2_049_000_000)] == [7, 99, 1200, 990000, 2_000_000_000]
+    assert korean_amount(2_000_000_000) == "20억" and korean_amount(35_000) == "3만 5천"
+    assert korean_amount(2_100_000) == "210만" and korean_amount(100_010_000) == "1억 1만"
+    assert korean_amount(123_456) is None and korean_amount(5000) is None
+
+
+def test_shards_number_their_schemas_apart():
+    first = train_data.generate(2, per_schema=3, seed=1)
+    second = train_data.generate(2, per_schema=3, seed=2, start=2)
+    assert {e.schema for e in first} == {f"{d.name}_{k}" for k, d in enumerate(DOMAINS[:2])}
+    assert {e.schema for e in second} == {f"{d.name}_{k}" for k, d in enumerate(DOMAINS[:4]) if k >= 2}
