@@ -1,6 +1,6 @@
 """Which LoRA adapter text-to-SQL asks the model through: the shipped one, another folder, or none.
 
-The shipped adapter (``adapters/sql-ko-en-r16-v8``, trained by ``sllm text2sql train``) was trained on the
+The shipped adapter (``adapters/sql-ko-en-r16-v9``, trained by ``sllm text2sql train``) was trained on the
 embedded default model, so ``default`` turns it on for that model only; any other model gets it only
 when a path is named. It is served through the engine's LoRA machinery under :data:`LORA_NAME`:
 requests without it, in the same batch, still see the base model unchanged.
@@ -16,7 +16,7 @@ from typing import Any
 from integrations.text2sql.grammar import GrammarOptions
 
 ADAPTERS_DIR = Path(__file__).resolve().parent / "adapters"
-SHIPPED = ADAPTERS_DIR / "sql-ko-en-r16-v8"
+SHIPPED = ADAPTERS_DIR / "sql-ko-en-r16-v9"
 LORA_NAME = "sllm-text2sql"  # the engine-side adapter name (not listed as a model of its own)
 OFF = ("none", "off", "")
 
