@@ -336,10 +336,10 @@ def train(
 ):
     """LoRA-train a text-to-SQL adapter on generated schemas disjoint from the eval set."""
     from integrations.text2sql import train_data
-    from integrations.text2sql.train import TrainConfig, pack_examples, plot_losses
+    from integrations.text2sql.train import PRECISIONS, TrainConfig, pack_examples, plot_losses
     from integrations.text2sql.train import train as train_fn
 
-    if precision not in ("auto", "fp32", "bf16"):
+    if precision not in PRECISIONS:
         raise typer.BadParameter("auto, fp32 or bf16", param_hint="--precision")
     if extend_layers and init is None:
         raise typer.BadParameter("needs --init (the adapter to extend)", param_hint="--extend-layers")

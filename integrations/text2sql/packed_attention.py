@@ -58,6 +58,9 @@ class PackedLayout:
         keys = torch.cat([torch.ones(len(bounds), longest, prefix, dtype=torch.bool), own], dim=2)[:, None]
         return cls(prefix, gather, valid, keys)
 
+    def to(self, device) -> PackedLayout:
+        return PackedLayout(self.prefix, self.gather.to(device), self.valid.to(device), self.keys.to(device))
+
 
 def packed_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, packed_layout=None,
                      **kwargs):
@@ -81,9 +84,9 @@ def packed_attention(module, query, key, value, attention_mask, scaling, dropout
         return torch.cat([x[:, :, :p].expand(n, -1, -1, -1), segments_of(x)], dim=2)
 
     out = F.scaled_dot_product_attention(segments_of(query), with_prefix(key), with_prefix(value),
-                                         attn_mask=lay.keys.to(query.device), scale=scaling, enable_gqa=gqa)
+                                         attn_mask=lay.keys, scale=scaling, enable_gqa=gqa)
     # Row-major (segment, step) order of the valid entries is the order of positions prefix..T-1.
-    tail = out.transpose(0, 1).reshape(out.shape[1], n * longest, -1)[:, lay.valid.reshape(-1).to(query.device)]
+    tail = out.transpose(0, 1).reshape(out.shape[1], n * longest, -1)[:, lay.valid.reshape(-1)]
     return torch.cat([head[0], tail], dim=1)[None].transpose(1, 2).contiguous(), None
 
 

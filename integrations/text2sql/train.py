@@ -33,6 +33,7 @@ from integrations.text2sql.adapter import STYLE_FILE
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TERMINATOR = ";"  # what the grammar and the stop strings end a query with
 DEFAULT_BASE_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"  # what ``default`` is, for adapter_config.json
+PRECISIONS = ("auto", "fp32", "bf16")
 
 
 @dataclass
@@ -153,7 +154,8 @@ def _loss(model, ids, labels, positions, segments):
 
     inner = model.get_base_model()
     if ids.shape[0] == 1 and inner.config._attn_implementation == NAME:
-        out = inner.model(input_ids=ids, position_ids=positions, packed_layout=PackedLayout.of(segments[0].cpu()))
+        layout = PackedLayout.of(segments[0].cpu()).to(ids.device)  # once a step, not once a layer
+        out = inner.model(input_ids=ids, position_ids=positions, packed_layout=layout)
     else:
         out = inner.model(input_ids=ids, attention_mask=attention_mask(segments), position_ids=positions)
     hidden = out.last_hidden_state
@@ -245,9 +247,7 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
     warm = max(1, round(cfg.warmup * total)) if total else 1
 
     def lr_at(step: int) -> float:  # linear warm-up, cosine decay to a tenth
-        if step < warm:
-            return (step + 1) / warm
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, total - warm)))
+        return (step + 1) / warm if step < warm else _decay((step - warm) / max(1, total - warm))
 
     sched = None if budget else torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     rng = random.Random(cfg.seed)
@@ -304,15 +304,19 @@ def lr_share(progress: float, warmup: float) -> float:
     schedule's shape (linear warm-up, cosine decay to a tenth) over time instead of steps."""
     if progress < warmup:
         return max(progress / warmup, 0.01)
-    span = max(1e-9, 1 - warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, (progress - warmup) / span)))
+    return _decay(min(1.0, (progress - warmup) / max(1e-9, 1 - warmup)))
+
+
+def _decay(done: float) -> float:
+    """Cosine from the peak (1) to a tenth as ``done`` goes from 0 to 1."""
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done))
 
 
 def _autocast(precision: str, device):
     """The bfloat16 autocast context ``precision`` asks for on ``device``, or None for float32."""
     import torch
 
-    if precision not in ("auto", "fp32", "bf16"):
+    if precision not in PRECISIONS:
         raise ValueError(f"precision must be auto, fp32 or bf16, not {precision!r}")
     if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
         return torch.autocast(device.type, dtype=torch.bfloat16)

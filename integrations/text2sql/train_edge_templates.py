@@ -62,9 +62,15 @@ def child_filter(c: Ctx, ch: TableInfo, share: float = CHILD_FILTERS, avoid: str
     return f" WHERE {ch.table}.{cond.sql}", " " + c.rng.choice(cond.en), c.rng.choice(cond.ko) + " "
 
 
-def named(e: Edge) -> bool:
-    """The parent has a name to list and group by."""
-    return any(col.name == "name" for col in e.parent.columns)
+def named(link: Edge) -> bool:
+    """The parent (or a path's far end) has a name to list and group by."""
+    return any(col.name == "name" for col in link.parent.columns)
+
+
+def per_parent(link: Edge, value: str, where: str = "") -> str:
+    """``SELECT parent.name, value`` grouped per parent, over an edge or a path (the same shape)."""
+    pa = link.parent.table
+    return f"SELECT {pa}.name, {value} {link.join()}{where} GROUP BY {pa}.{link.key}, {pa}.name"
 
 
 @template(2)
@@ -122,13 +128,12 @@ def count_per_parent(c: Ctx) -> Made | None:
     ch, pa = e.child, e.parent
     alias = count_of(ch)
     where, en_f, ko_f = child_filter(c, ch)
-    sql = (f"SELECT {pa.table}.name, COUNT(*) AS {alias} {e.join()}{where} "
-           f"GROUP BY {pa.table}.{e.key}, {pa.table}.name")
+    sql = per_parent(e, f"COUNT(*) AS {alias}", where)
     chs, ch_ko = f"{ch.en_pl}{en_f}", f"{ko_f}{ch.ko}"  # the children counted, with their filter
     roll = c.rng.random()
     if roll < 0.3:
         n = c.rng.randint(1, 5)
-        some, amount = (f"{n} {pa.en_pl}" if n > 1 else pa.en), f"{n}{pa.counter_ko}"
+        some, amount = pa.top(n)
         return ([f"Which {some} {'have' if n > 1 else 'has'} the most {chs}? Show the count too.",
                  f"Top {some} by number of {chs}, with the count."],
                 [f"{k(ch_ko, '이/가')} 가장 많은 {pa.ko} {amount}의 이름과 {ch.ko} 수를 알려주세요.",
@@ -138,12 +143,8 @@ def count_per_parent(c: Ctx) -> Made | None:
         n, th = c.group_count(f"SELECT COUNT(*) {e.join()}{where} GROUP BY {pa.table}.{e.key}"), c.threshold()
         if n is None:
             return None
-        some, amount = f"{n} {ch.en_pl if n > 1 else ch.en}{en_f}", f"{n}{ch.counter_ko}"
-        return ([f"Which {pa.en_pl} have {th.en.format(n=some)}? Show the name and the count.",
-                 f"List the {pa.en_pl} with {th.en_after.format(n=some)}, and how many."],
-                [f"{k(ch_ko, '이/가')} {th.ko.format(n=amount)} {pa.ko}의 이름과 {ch.ko} 수를 보여주세요.",
-                 f"{ch_ko} 수가 {th.ko.format(n=amount)} {k(pa.ko, '을/를')} 알려 주세요."],
-                f"{sql} HAVING COUNT(*) {th.op} {n}")
+        some, amount = ch.counted(n)
+        return (*th.per_parent(pa, some + en_f, amount, ch_ko, ch.ko), f"{sql} HAVING COUNT(*) {th.op} {n}")
     desc = roll < 0.75
     tail, ko_tail = (", most first", " 많은 순서로") if desc else ("", "")
     return ([f"How many {chs} does each {pa.en} have{tail}?", f"Number of {chs} per {pa.en}{tail}.",
@@ -164,12 +165,10 @@ def aggregate_per_parent(c: Ctx) -> Made | None:
     fn, en_a, ko_a, prefix = c.rng.choice(AGGREGATES)
     alias = f"{prefix}_{x.name}"
     where, en_f, ko_f = child_filter(c, ch, avoid=x.name)
-    sql = (f"SELECT {pa.table}.name, {fn}({ch.table}.{x.name}) AS {alias} {e.join()}{where} "
-           f"GROUP BY {pa.table}.{e.key}, {pa.table}.name")
+    sql = per_parent(e, f"{fn}({ch.table}.{x.name}) AS {alias}", where)
     if c.rng.random() < 0.4:
         n = c.rng.randint(1, 3)
-        amount = f"{n}{pa.counter_ko}"
-        some = f"{n} {pa.en_pl}" if n > 1 else pa.en
+        some, amount = pa.top(n)
         return ([f"Which {some} {'rank' if n > 1 else 'ranks'} first by {en_a} {x.en} of their {ch.en_pl}{en_f}?",
                  f"Top {some} by {en_a} {x.en} of {ch.en_pl}{en_f}."],
                 [f"{ko_f}{ch.ko} {x.ko} {k(ko_a, '이/가')} 가장 큰 {pa.ko} {amount}의 이름과 "

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from integrations.text2sql.korean_particles import attach as k
-from integrations.text2sql.train_schema import ColumnInfo, TableInfo, column_catalog
+from integrations.text2sql.train_edge_templates import Edge, per_parent
+from integrations.text2sql.train_schema import ColumnInfo, column_catalog
 from integrations.text2sql.train_table_templates import AGGREGATES, count_of
 from integrations.text2sql.train_templates import Ctx, Made, Template, weighted_registry
 
@@ -23,19 +24,14 @@ template = weighted_registry(TEMPLATES, WEIGHTS)
 
 
 @dataclass(frozen=True)
-class History:
-    table: TableInfo  # the periods
-    staff: TableInfo  # whose periods they are
-    key: str  # the staff key the periods join on
+class History(Edge):
+    """The periods (``child``) of a staff member (``parent``), joined on the staff key."""
+
     pay: ColumnInfo
     until: ColumnInfo  # NULL for the current period
 
-    def join(self) -> str:
-        h, s = self.table.table, self.staff.table
-        return f"FROM {h} JOIN {s} ON {h}.{self.key} = {s}.{self.key}"
-
     def current(self) -> str:
-        return f"{self.table.table}.{self.until.name} IS NULL"
+        return f"{self.child.table}.{self.until.name} IS NULL"
 
 
 def history(c: Ctx) -> History | None:
@@ -43,7 +39,7 @@ def history(c: Ctx) -> History | None:
     if "history" not in tables:
         return None
     h, s = tables["history"], tables["staff"]
-    return History(h, s, s.of("key")[0].name, h.of("number")[0], [x for x in h.of("date") if x.nullable][0])
+    return History(h, s.of("key")[0].name, s, h.of("number")[0], [x for x in h.of("date") if x.nullable][0])
 
 
 @template(2)
@@ -52,16 +48,16 @@ def current_per_person(c: Ctx) -> Made | None:
     hi = history(c)
     if hi is None:
         return None
-    s, pay, ko_pay = hi.staff, hi.pay, hi.pay.ko
-    sql = f"SELECT {s.table}.name, {hi.table.table}.{pay.name} {hi.join()} WHERE {hi.current()}"
+    s, pay, ko_pay = hi.parent, hi.pay, hi.pay.ko
+    sql = f"SELECT {s.table}.name, {hi.child.table}.{pay.name} {hi.join()} WHERE {hi.current()}"
     if c.rng.random() < 0.5:
         n = c.rng.randint(1, 5)
-        some, amount = (f"{n} {s.en_pl}" if n > 1 else s.en), f"{n}{s.counter_ko}"
+        some, amount = s.top(n)
         return ([f"Which {some} {'have' if n > 1 else 'has'} the highest current {pay.en}? Show the {pay.en}.",
                  f"Top {some} by current {pay.en}, with the amount."],
                 [f"현재 {k(ko_pay, '이/가')} 가장 높은 {s.ko} {amount}의 이름과 {k(ko_pay, '을/를')} 보여주세요.",
                  f"현재 {ko_pay} 기준 상위 {amount} {s.ko}의 이름과 {ko_pay}"],
-                f"{sql} ORDER BY {hi.table.table}.{pay.name} DESC LIMIT {n}")
+                f"{sql} ORDER BY {hi.child.table}.{pay.name} DESC LIMIT {n}")
     return ([f"List every {s.en} with their current {pay.en}.", f"What is each {s.en}'s current {pay.en}?"],
             [f"{s.ko}별 현재 {k(ko_pay, '을/를')} 보여주세요.",
              f"{s.ko}마다 지금 {k(ko_pay, '이/가')} 얼마인지 알려 주세요."],
@@ -73,14 +69,14 @@ def current_of_one(c: Ctx) -> Made | None:
     hi = history(c)
     if hi is None:
         return None
-    name = c.one(f"SELECT {hi.staff.table}.name {hi.join()} WHERE {hi.current()}")
+    name = c.one(f"SELECT {hi.parent.table}.name {hi.join()} WHERE {hi.current()}")
     if name is None:
         return None
-    s, pay = hi.staff, hi.pay
+    s, pay = hi.parent, hi.pay
     return ([f"What is {name}'s current {pay.en}?", f"How much {pay.en} does the {s.en} {name} get now?"],
             [f"{name} {s.ko}의 현재 {k(pay.ko, '은/는')} 얼마인가요?",
              f"{name}의 지금 {k(pay.ko, '을/를')} 알려주세요."],
-            f"SELECT {hi.table.table}.{pay.name} {hi.join()} WHERE {hi.staff.table}.name = '{name}' AND {hi.current()}")
+            f"SELECT {hi.child.table}.{pay.name} {hi.join()} WHERE {s.table}.name = '{name}' AND {hi.current()}")
 
 
 @template(2)
@@ -89,10 +85,10 @@ def current_aggregate(c: Ctx) -> Made | None:
     hi = history(c)
     if hi is None:
         return None
-    s, pay = hi.staff, hi.pay
+    s, pay = hi.parent, hi.pay
     fn, en_a, ko_a, prefix = c.rng.choice(AGGREGATES)
     alias = f"{prefix}_{pay.name}"
-    h = hi.table.table
+    h = hi.child.table
     place = next((t for t in column_catalog(c.lay) if t.role == "place"), None)
     roll = c.rng.random()
     if roll < 0.35 and s.of("enum"):  # per one of the staff's own columns
@@ -123,7 +119,7 @@ def above_average_now(c: Ctx) -> Made | None:
     hi = history(c)
     if hi is None:
         return None
-    s, pay, h = hi.staff, hi.pay, hi.table.table
+    s, pay, h = hi.parent, hi.pay, hi.child.table
     sql = (f"SELECT {s.table}.name, {h}.{pay.name} {hi.join()} WHERE {hi.current()} AND {h}.{pay.name} > "
            f"(SELECT AVG({pay.name}) FROM {h} WHERE {hi.until.name} IS NULL)")
     return ([f"Which {s.en_pl} earn more than the average current {pay.en}? Show the name and {pay.en}.",
@@ -139,15 +135,10 @@ def several_periods(c: Ctx) -> Made | None:
     hi = history(c)
     if hi is None:
         return None
-    s, h = hi.staff, hi.table
+    s, h = hi.parent, hi.child
     n = c.group_count(f"SELECT COUNT(*) {hi.join()} GROUP BY {s.table}.{hi.key}")
     if n is None:
         return None
     th = c.threshold()
-    some, amount = f"{n} {h.en_pl if n > 1 else h.en}", f"{n}{h.counter_ko}"
-    return ([f"Which {s.en_pl} have {th.en.format(n=some)}? Show the name and the count.",
-             f"List the {s.en_pl} with {th.en_after.format(n=some)}, and how many."],
-            [f"{k(h.ko, '이/가')} {th.ko.format(n=amount)} {s.ko}의 이름과 {h.ko} 수를 보여주세요.",
-             f"{h.ko} 수가 {th.ko.format(n=amount)} {k(s.ko, '을/를')} 알려 주세요."],
-            f"SELECT {s.table}.name, COUNT(*) AS {count_of(h)} {hi.join()} "
-            f"GROUP BY {s.table}.{hi.key}, {s.table}.name HAVING COUNT(*) {th.op} {n}")
+    return (*th.per_parent(s, *h.counted(n), h.ko, h.ko),
+            f"{per_parent(hi, f'COUNT(*) AS {count_of(h)}')} HAVING COUNT(*) {th.op} {n}")

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from integrations.text2sql.korean_particles import attach as k
-from integrations.text2sql.train_edge_templates import Edge, child_filter, edges
+from integrations.text2sql.train_edge_templates import Edge, child_filter, edges, named, per_parent
 from integrations.text2sql.train_table_templates import AGGREGATES, and_en, and_ko, count_of
 from integrations.text2sql.train_templates import Ctx, Made, Template, weighted_registry
 
@@ -37,12 +37,16 @@ class Path:
         return self.near.child
 
     @property
-    def top(self):
+    def parent(self):  # the far end; with ``key``, a path reads like an edge (``per_parent``, ``named``)
         return self.far.parent
 
+    @property
+    def key(self) -> str:
+        return self.far.key
+
     def join(self) -> str:
-        mid, top = self.near.parent.table, self.top.table
-        return f"{self.near.join()} JOIN {top} ON {mid}.{self.far.key} = {top}.{self.far.key}"
+        mid, top = self.near.parent.table, self.parent.table
+        return f"{self.near.join()} JOIN {top} ON {mid}.{self.key} = {top}.{self.key}"
 
 
 def paths(c: Ctx) -> list[Path]:
@@ -51,8 +55,8 @@ def paths(c: Ctx) -> list[Path]:
     found = edges(c)
     every = [Path(a, b) for a in found for b in found
              if a.parent.table == b.child.table and b.parent.table != a.child.table]
-    ends = Counter((p.child.table, p.top.table) for p in every)
-    return [p for p in every if ends[p.child.table, p.top.table] == 1]
+    ends = Counter((p.child.table, p.parent.table) for p in every)
+    return [p for p in every if ends[p.child.table, p.parent.table] == 1]
 
 
 def pick_path(c: Ctx, need) -> Path | None:
@@ -60,26 +64,21 @@ def pick_path(c: Ctx, need) -> Path | None:
     return c.rng.choice(found) if found else None
 
 
-def top_named(p: Path) -> bool:
-    return any(col.name == "name" for col in p.top.columns)
-
-
 @template(2.5)
 def count_per_top(c: Ctx) -> Made | None:
     """Children counted per far-end name: all, most first, or the top k; sometimes only some children."""
-    p = pick_path(c, top_named)
+    p = pick_path(c, named)
     if p is None:
         return None
-    ch, top = p.child, p.top
+    ch, top = p.child, p.parent
     alias = count_of(ch)
     where, en_f, ko_f = child_filter(c, ch)
-    sql = (f"SELECT {top.table}.name, COUNT(*) AS {alias} {p.join()}{where} "
-           f"GROUP BY {top.table}.{p.far.key}, {top.table}.name")
+    sql = per_parent(p, f"COUNT(*) AS {alias}", where)
     chs, ch_ko = f"{ch.en_pl}{en_f}", f"{ko_f}{ch.ko}"
     roll = c.rng.random()
     if roll < 0.35:
         n = c.rng.randint(1, 5)
-        some, amount = (f"{n} {top.en_pl}" if n > 1 else top.en), f"{n}{top.counter_ko}"
+        some, amount = top.top(n)
         return ([f"Which {some} {'have' if n > 1 else 'has'} the most {chs}? Show the count.",
                  f"Top {some} by number of {chs}, with the count."],
                 [f"{k(ch_ko, '이/가')} 가장 많은 {top.ko} {amount}의 이름과 {ch.ko} 수를 알려주세요.",
@@ -97,19 +96,18 @@ def count_per_top(c: Ctx) -> Made | None:
 @template(2)
 def aggregate_per_top(c: Ctx) -> Made | None:
     """A child's number aggregated per far-end name, sometimes the top k."""
-    p = pick_path(c, lambda p: top_named(p) and p.child.of("number"))
+    p = pick_path(c, lambda p: named(p) and p.child.of("number"))
     if p is None:
         return None
-    ch, top = p.child, p.top
+    ch, top = p.child, p.parent
     x = c.rng.choice(ch.of("number"))
     fn, en_a, ko_a, prefix = c.rng.choice(AGGREGATES)
     alias = f"{prefix}_{x.name}"
     where, en_f, ko_f = child_filter(c, ch, avoid=x.name)
-    sql = (f"SELECT {top.table}.name, {fn}({ch.table}.{x.name}) AS {alias} {p.join()}{where} "
-           f"GROUP BY {top.table}.{p.far.key}, {top.table}.name")
+    sql = per_parent(p, f"{fn}({ch.table}.{x.name}) AS {alias}", where)
     if c.rng.random() < 0.4:
         n = c.rng.randint(1, 3)
-        some, amount = (f"{n} {top.en_pl}" if n > 1 else top.en), f"{n}{top.counter_ko}"
+        some, amount = top.top(n)
         return ([f"Which {some} {'rank' if n > 1 else 'ranks'} first by {en_a} {x.en} of {ch.en_pl}{en_f}?",
                  f"Top {some} by {en_a} {x.en} of their {ch.en_pl}{en_f}."],
                 [f"{ko_f}{ch.ko} {x.ko} {k(ko_a, '이/가')} 가장 큰 {top.ko} {amount}의 이름과 "
@@ -126,10 +124,10 @@ def aggregate_per_top(c: Ctx) -> Made | None:
 @template(1.5)
 def of_one_top(c: Ctx) -> Made | None:
     """The children of one far-end row, found by its name or another of its columns: counted or aggregated."""
-    p = pick_path(c, lambda p: [x for x in p.top.of("text", "enum") if x.name != "email"])
+    p = pick_path(c, lambda p: [x for x in p.parent.of("text", "enum") if x.name != "email"])
     if p is None:
         return None
-    ch, top = p.child, p.top
+    ch, top = p.child, p.parent
     col = c.rng.choice([x for x in top.of("text", "enum") if x.name != "email"])
     v = c.one(f"SELECT {top.table}.{col.name} {p.join()}")
     if v is None:
@@ -155,10 +153,10 @@ def of_one_top(c: Ctx) -> Made | None:
 @template(1.5)
 def listed_with_top(c: Ctx) -> Made | None:
     """Children's own columns listed with the far end's name, often under a filter on the child."""
-    p = pick_path(c, top_named)
+    p = pick_path(c, named)
     if p is None:
         return None
-    ch, top = p.child, p.top
+    ch, top = p.child, p.parent
     own = [x for x in ch.columns if x.kind not in ("key", "fk")]
     if not own:
         return None

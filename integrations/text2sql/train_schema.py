@@ -145,6 +145,14 @@ class TableInfo:
     def of(self, *kinds: str) -> list[ColumnInfo]:
         return [col for col in self.columns if col.kind in kinds]
 
+    def top(self, n: int) -> tuple[str, str]:
+        """How a top-k names k of these rows: ("3 towns", "3곳"), and ("town", "1곳") for one."""
+        return (f"{n} {self.en_pl}" if n > 1 else self.en), f"{n}{self.counter_ko}"
+
+    def counted(self, n: int) -> tuple[str, str]:
+        """n of these rows as a count: ("3 orders", "3건"), ("1 order", "1건")."""
+        return f"{n} {self.en_pl if n > 1 else self.en}", f"{n}{self.counter_ko}"
+
 
 _COUNTERS = {"place": "곳", "people": "명", "staff": "명", "header": "건", "line": "개", "rating": "개",
              "catalog": "개", "history": "건"}

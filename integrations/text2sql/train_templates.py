@@ -106,6 +106,15 @@ class Threshold:
     ko: str  # "{n} 이상인"
     ko_adverb: str  # "{n} 이상" ("5번 이상 한")
 
+    def per_parent(self, parent, some: str, amount: str, counted_ko: str, noun_ko: str) -> tuple[list[str], list[str]]:
+        """Parents whose rows of a child number over (or at least) the threshold: ``some``/``amount`` are the
+        count in words ("3 orders", "3건"), ``counted_ko`` the counted rows as a Korean subject (with their
+        filter), ``noun_ko`` the child's noun."""
+        return ([f"Which {parent.en_pl} have {self.en.format(n=some)}? Show the name and the count.",
+                 f"List the {parent.en_pl} with {self.en_after.format(n=some)}, and how many."],
+                [f"{k(counted_ko, '이/가')} {self.ko.format(n=amount)} {parent.ko}의 이름과 {noun_ko} 수를 보여주세요.",
+                 f"{counted_ko} 수가 {self.ko.format(n=amount)} {k(parent.ko, '을/를')} 알려 주세요."])
+
 
 THRESHOLDS = (Threshold(">=", "at least {n}", "{n} or more", "{n} 이상인", "{n} 이상"),
               Threshold(">", "more than {n}", "over {n}", "{n} 초과인", "{n} 넘게"))
