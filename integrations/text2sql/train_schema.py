@@ -229,6 +229,8 @@ def _extra_ddl(lay: Layout, x: Drawn, last: bool) -> str:
         return _enum(lay, x.name, e.values, last)
     sql_type = {"city": "TEXT NOT NULL", "text": "TEXT NOT NULL UNIQUE", "date": "TEXT NOT NULL"}.get(e.kind,
                                                                                                     "INTEGER NOT NULL")
+    if e.check and lay.checks:
+        sql_type += f" CHECK ({x.name} BETWEEN {e.values[0]} AND {e.values[1]})"
     note = f"{e.note or e.en} in {lay.currency[0]}" if e.money else e.note
     return f"  {x.name} {sql_type}{comma}" + (f" -- {note}" if note else "")
 

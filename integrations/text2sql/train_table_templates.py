@@ -107,7 +107,8 @@ def condition(c: Ctx, t: TableInfo, col: ColumnInfo) -> Cond | None:
     if col.kind in ("enum", "text") and not col.unique and c.rng.random() < IN_LISTS:
         return in_list(c, t, col)
     if col.kind in ("enum", "text"):
-        if c.rng.random() < BARE_VALUES:
+        # A bare value ("'Y'인") names its column only when no other column of the table may hold it.
+        if c.rng.random() < BARE_VALUES and not any(v in o.values for o in t.columns if o is not col):
             return Cond(f"{name} = {lit(v)}", [f"with '{v}'", f"with {v}"], [f"'{v}'인", f"{v}인"])
         return Cond(f"{name} = {lit(v)}", [f"whose {en} is '{v}'", f"with {en} '{v}'", f"where the {en} is {v}"],
                     [f"{k(ko, '이/가')} '{v}'인", f"{ko} {v}인", f"{k(ko, '이/가')} {v}인"])
@@ -289,9 +290,9 @@ def per_group(c: Ctx) -> Made | None:
     alias = count_of(t)
     sql = f"SELECT {g.name}, COUNT(*) AS {alias} FROM {t.table} GROUP BY {g.name}"
     roll = c.rng.random()
-    if roll < 0.3:
-        n = c.group_count(f"SELECT COUNT(*) FROM {t.table} GROUP BY {g.name}")
-        some, th = f"{n} {t.en_pl if n > 1 else t.en}", c.threshold()
+    n = c.group_count(f"SELECT COUNT(*) FROM {t.table} GROUP BY {g.name}") if roll < 0.3 else None
+    if n is not None:
+        (some, _), th = t.counted(n), c.threshold()
         return ([f"Which {g.en} values have {th.en.format(n=some)}? Show each with its count.",
                  f"List every {g.en} with {th.en_after.format(n=some)}, and how many."],
                 [f"{k(t.ko, '이/가')} {th.ko.format(n=f'{n}{t.counter_ko}')} {k(g.ko, '과/와')} 그 수를 보여주세요.",

@@ -63,10 +63,10 @@ class Ctx:
         return self.rng.choice(THRESHOLDS)
 
     def group_count(self, sql: str) -> int | None:
-        """A count for a HAVING threshold: one of the group sizes ``sql`` returns, never the largest alone
-        (so some group is left out), or None when there are no groups."""
-        counts = sorted(n for (n,) in self.con.execute(sql))
-        return self.rng.choice(counts[: max(1, len(counts) - 1)]) if counts else None
+        """A count for a HAVING threshold: one of the group sizes ``sql`` returns below the largest, so
+        ``> n`` keeps some group and ``>= n`` leaves some out; None when all groups are the same size."""
+        sizes = sorted({n for (n,) in self.con.execute(sql)})
+        return self.rng.choice(sizes[:-1]) if len(sizes) > 1 else None
 
 
 Template = Callable[[Ctx], Made | None]

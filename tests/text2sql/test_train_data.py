@@ -24,7 +24,7 @@ from integrations.text2sql.generate import SQLGenerator
 from integrations.text2sql.korean_particles import attach, final_consonant
 from integrations.text2sql.sources import Source
 from integrations.text2sql.train_domains import DOMAINS, HISTORIES, PLACES
-from integrations.text2sql.train_schema import ROLES, Layout, column_catalog, create
+from integrations.text2sql.train_schema import ROLES, Layout, column_catalog, create, ddl
 from integrations.text2sql.train_templates import Ctx
 
 
@@ -238,6 +238,40 @@ def test_tables_carry_extra_attribute_columns_that_templates_ask_about():
         con.close()
     assert set(drawn) == set(EXTRAS)  # every role gets some
     assert sum(len(v) for v in drawn.values()) >= 20 and len(asked) >= 15
+
+
+def test_small_number_ranges_are_checked_and_bare_values_name_one_column():
+    """A level of 1 to 5 reads as CHECK (level BETWEEN 1 AND 5) where the schema writes CHECKs, and its
+    rows stay inside; a value two columns of one table may hold (two Y/N flags, two city columns) is
+    always said with its column's word, never bare."""
+    checked, guarded = 0, 0
+    for seed in range(60):
+        lay = Layout("x", DOMAINS[seed % len(DOMAINS)], random.Random(seed))
+        con = sqlite3.connect(":memory:")
+        create(con, lay)
+        tables = {t.table: t for t in column_catalog(lay)}
+        for t in column_catalog(lay):
+            for x in lay.extras.get(t.role, ()):
+                if x.spec.check and lay.checks:
+                    low, high = x.spec.values
+                    assert f"{x.name} INTEGER NOT NULL CHECK ({x.name} BETWEEN {low} AND {high})" in \
+                        ddl(lay)
+                    (lo, hi), = con.execute(f"SELECT MIN({x.name}), MAX({x.name}) FROM {t.table}")
+                    assert low <= lo <= hi <= high
+                    checked += 1
+        ctx = Ctx(lay, con, random.Random(seed))
+        for t in tables.values():
+            for col in t.of("enum"):
+                for _ in range(6):
+                    cond = train_table_templates.condition(ctx, t, col)
+                    if cond is None or " IN (" in cond.sql:
+                        continue
+                    value = cond.sql.split(" = ")[1].strip("'")
+                    if any(value in o.values for o in t.columns if o is not col):
+                        guarded += 1
+                        assert all(col.en in e for e in cond.en) and all(col.ko in q for q in cond.ko), cond
+        con.close()
+    assert checked >= 5 and guarded >= 20
 
 
 def test_table_templates_cover_every_table_with_golds_that_run():
