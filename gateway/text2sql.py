@@ -108,7 +108,8 @@ def result_body(result: AskResult, model: str | None) -> AskResponse:
         model=model, source=result.source, question=result.question, sql=result.sql, valid=valid,
         validation_error=None if valid else err.message, executed=result.executed, columns=d["columns"],
         rows=d["rows"], row_count=d["row_count"], truncated=d["truncated"], constrained=result.constrained,
-        retried=d.get("retried", False), error=AskError(**err.to_dict()) if err else None,
+        retried=d.get("retried", False), repaired_from=result.repaired_from,
+        error=AskError(**err.to_dict()) if err else None,
         timings=Timings(**{k: v for k, v in d["timings"].items() if k in Timings.model_fields}),
         selection=d.get("selection"),
     )

@@ -136,6 +136,7 @@ class AskResponse(BaseModel):
     truncated: bool = False
     constrained: bool | None = None
     retried: bool = False
+    repaired_from: str | None = Field(None, exclude_if=lambda v: v is None)  # the SQL before join_repair
     error: AskError | None = None  # what stopped the query: invalid SQL, a timeout, an execution error
     timings: Timings = Field(default_factory=Timings)
     selection: Selection | None = Field(None, exclude_if=lambda v: v is None)

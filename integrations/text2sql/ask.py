@@ -16,6 +16,7 @@ from typing import Any
 from integrations.text2sql.errors import InvalidSQL, Text2SQLError
 from integrations.text2sql.execute import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S, QueryResult, run_validated
 from integrations.text2sql.generate import Generation, SQLGenerator
+from integrations.text2sql.join_repair import repair_joins
 from integrations.text2sql.sources import Source
 from integrations.text2sql.validate import Validation, validate_sql
 
@@ -32,6 +33,7 @@ class AskResult:
     constrained: bool | None = None  # None when the SQL was handed in, not generated
     raw_output: str | None = None
     retried: bool = False  # the first constrained output ran out of tokens; see SQLGenerator
+    repaired_from: str | None = None  # the model's SQL before join_repair added the JOINs it lacked
     timings: dict[str, float] = field(default_factory=dict)  # generation_ms, validation_ms, execution_ms, total_ms
     # Execution-guided selection (selection.py): candidates, chosen index, votes, runnable, every candidate's SQL.
     selection: dict[str, Any] | None = None
@@ -66,6 +68,7 @@ class AskResult:
             "error": self.error.to_dict() if self.error else None,
             "raw_output": self.raw_output,
             "retried": self.retried,
+            "repaired_from": self.repaired_from,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
             "selection": self.selection,
         }
@@ -76,9 +79,13 @@ def run_sql(source: Source, sql: str, *, execute: bool = True, max_rows: int = D
             generation: Generation | None = None) -> AskResult:
     """Validates and (optionally) runs SQL someone wrote or a model generated.
 
-    Without ``execute`` the query is still EXPLAINed, so ``ok`` means "would run"."""
+    Without ``execute`` the query is still EXPLAINed, so ``ok`` means "would run". A generated query that
+    names a table it never joined gets that join when one foreign-key path leads there (:mod:`.join_repair`)."""
     start = time.perf_counter()
     validation = validate_sql(sql, source.dialect)
+    repaired = repair_joins(validation.sql, source.schema(), source.dialect) if validation.ok and generation else None
+    if repaired is not None:
+        repaired, validation = validation.sql, validate_sql(repaired, source.dialect)
     timings = {"validation_ms": (time.perf_counter() - start) * 1000}
     if generation is not None:
         timings["generation_ms"] = generation.generation_ms
@@ -90,6 +97,7 @@ def run_sql(source: Source, sql: str, *, execute: bool = True, max_rows: int = D
         constrained=generation.constrained if generation else None,
         raw_output=generation.raw if generation else None,
         retried=generation.retried if generation else False,
+        repaired_from=repaired,
         timings=timings,
     )
     if not validation.ok:

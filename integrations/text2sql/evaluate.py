@@ -60,6 +60,7 @@ class EvalRecord:
     match: bool
     error: str | None = None
     retried: bool = False  # cut by max_tokens under the full grammar, answered under the compact one
+    repaired: bool = False  # join_repair added the JOINs the model's query lacked
 
 
 @dataclass
@@ -72,6 +73,7 @@ class ModeReport:
     batch_s: float  # wall time of generating all n outputs in one batch
     p50_ask_ms: float | None = None  # median latency of one full ask (generate + validate + run)
     retried: int = 0
+    repaired: int = 0
     by_lang: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -110,7 +112,7 @@ class EvalReport:
 
     def table(self) -> str:
         head = (f"{'mode':<14}{'n':>5}{'valid SQL':>12}{'executable':>12}{'exec acc':>10}"
-                f"{'  ko acc':>9}{'  en acc':>9}{'batch s':>9}{'p50 ask ms':>12}{'retried':>9}")
+                f"{'  ko acc':>9}{'  en acc':>9}{'batch s':>9}{'p50 ask ms':>12}{'retried':>9}{'repaired':>10}")
         lines = [head, "-" * len(head)]
         for m in self.modes:
             lang = {k: (v["matched"] / v["n"] if v["n"] else 0.0) for k, v in m.by_lang.items()}
@@ -118,6 +120,7 @@ class EvalReport:
             lines.append(
                 f"{m.mode:<14}{m.n:>5}{m.valid_rate:>12.1%}{m.executable_rate:>12.1%}{m.exec_accuracy:>10.1%}"
                 f"{lang.get('ko', 0):>9.1%}{lang.get('en', 0):>9.1%}{m.batch_s:>9.1f}{p50:>12}{m.retried:>9}"
+                f"{m.repaired:>10}"
             )
         return "\n".join(lines)
 
@@ -202,12 +205,13 @@ def evaluate(
             report.executable += executable
             report.matched += match
             report.retried += chosen.retried
+            report.repaired += res.repaired_from is not None
             lang = report.by_lang.setdefault(item.lang, {"n": 0, "matched": 0})
             lang["n"] += 1
             lang["matched"] += match
             records.append(EvalRecord(item.id, item.schema, item.lang, mode, item.question, item.sql, res.sql,
                                       valid, executable, match, res.error.message if res.error else None,
-                                      chosen.retried))
+                                      chosen.retried, res.repaired_from is not None))
         if latency_samples > 0:
             say(f"{mode}: timing {latency_samples} single asks")
             lat = []
