@@ -539,8 +539,7 @@ def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOp
     if isinstance(schema, Schema):
         tables: Mapping[str, Sequence[str]] = schema.columns_by_table()
         dialect = opts.dialect or schema.dialect
-        keys = [(t.name, fk.columns[0], fk.ref_table, fk.ref_columns[0]) for t in schema.tables
-                for fk in t.foreign_keys if len(fk.columns) == 1 and len(fk.ref_columns) == 1]
+        keys = schema.single_keys()
         sorts = {t.name: {c.name: value_sort(c.type, dialect) for c in t.columns} for t in schema.tables}
     else:
         tables, dialect = schema, opts.dialect or "sqlite"

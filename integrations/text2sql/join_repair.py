@@ -32,14 +32,13 @@ def repair_joins(sql: str, schema: Schema, dialect: str = "sqlite") -> str | Non
     source = tree.args.get("from_") or tree.args.get("from")  # sqlglot renamed the key in 2025
     if not isinstance(tree, exp.Select) or source is None:
         return None
-    columns = {t.name.lower(): {c.name.lower() for c in t.columns} for t in schema.tables}
+    columns = {t.lower(): {c.lower() for c in cols} for t, cols in schema.columns_by_table().items()}
     joined = [source.this] + [j.this for j in tree.args.get("joins") or []]
     if not all(isinstance(t, exp.Table) and t.name.lower() in columns for t in joined):
         return None  # a derived table or an unknown name: not ours to guess
     present = {t.alias_or_name.lower(): t.name.lower() for t in joined}
     outputs = {a.alias.lower() for a in tree.expressions if isinstance(a, exp.Alias)}
     needed: set[str] = set()
-    bare: list[exp.Column] = []
     for col in tree.find_all(exp.Column):
         if col.find_ancestor(exp.Select) is not tree:
             continue  # a subquery's column is its own scope's
@@ -55,7 +54,6 @@ def repair_joins(sql: str, schema: Schema, dialect: str = "sqlite") -> str | Non
             if len(owners) != 1:
                 return None
             needed.add(owners[0])
-            bare.append(col)
     if not needed:
         return None
     edges = _edges(schema)
@@ -87,9 +85,9 @@ def _name(table: str, present: dict[str, str]) -> str:
 
 
 def _edges(schema: Schema) -> list[Edge]:
-    return [(t.name.lower(), fk.columns[0], fk.ref_table.lower(), fk.ref_columns[0])
-            for t in schema.tables for fk in t.foreign_keys
-            if len(fk.columns) == 1 and len(fk.ref_columns) == 1 and t.name.lower() != fk.ref_table.lower()]
+    """The schema's one-column keys between two different tables (a self-key needs aliases to join)."""
+    return [(child.lower(), ccol, parent.lower(), pcol) for child, ccol, parent, pcol in schema.single_keys()
+            if child.lower() != parent.lower()]
 
 
 def _only_shortest_path(edges: list[Edge], start: set[str], target: str) -> list[Edge] | None:

@@ -165,6 +165,11 @@ class Schema:
     def columns_by_table(self) -> dict[str, list[str]]:
         return {t.name: t.column_names for t in self.tables}
 
+    def single_keys(self) -> list[tuple[str, str, str, str]]:
+        """(child table, its column, parent table, its column) of every one-column foreign key."""
+        return [(t.name, fk.columns[0], fk.ref_table, fk.ref_columns[0]) for t in self.tables
+                for fk in t.foreign_keys if len(fk.columns) == 1 and len(fk.ref_columns) == 1]
+
     def to_ddl(self, native: bool = True) -> str:
         """Prompt text: the native DDL when the backend kept it and ``native``, else rendered DDL."""
         if native and self.native_ddl:
