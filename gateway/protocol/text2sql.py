@@ -106,6 +106,7 @@ class Selection(BaseModel):
     chosen: int  # index among `sql`; 0 is the greedy candidate
     votes: int  # candidates whose result set equals the chosen one's
     runnable: int  # candidates that ran
+    implausible: list[int] = []  # candidates that sum an id or compare a column with itself; ranked last
     sql: list[str]
 
 

@@ -28,7 +28,7 @@ from integrations.text2sql.dataset import EvalItem
 from integrations.text2sql.execute import run_query
 from integrations.text2sql.generate import SQLGenerator
 from integrations.text2sql.gold_order import GoldOrder, gold_order, normalise_row
-from integrations.text2sql.selection import ask_selected, choose
+from integrations.text2sql.selection import ask_selected, choose, flag
 from integrations.text2sql.sources import Source, demo_source
 from integrations.text2sql.validate import validate_sql
 
@@ -196,7 +196,7 @@ def evaluate(
             cands = [g, *extra[n::len(items)]]
             results = [run_sql(source, c.sql, max_rows=EVAL_MAX_ROWS, timeout_s=EVAL_TIMEOUT_S, generation=c)
                        for c in cands]
-            res = results[choose(results)[0]]
+            res = results[choose(results, flag(results, source.schema()))[0]]
             chosen = cands[results.index(res)]
             valid = res.validation.ok
             executable = res.ok and res.executed

@@ -8,8 +8,10 @@ set (rows as a multiset, floats rounded, as the evaluation compares them); the l
 ties going to the group holding the earliest candidate, so the greedy answer wins whenever nothing
 outvotes it. An empty answer (no rows, or one row of NULLs: an aggregate over nothing) loses to any
 answer with data, whatever its votes: a question asked of a database is about rows it holds, and a
-weak model's wrong filters agree on "nothing" easily. With nothing runnable (or ``execute=False``: no
-rows to compare) the greedy result stands.
+weak model's wrong filters agree on "nothing" easily. Next, a result set that some plausible candidate
+produced beats one only implausible candidates did (:mod:`.plausibility`: ``SUM`` over an id, a column
+compared with itself), and the answer is the group's earliest plausible candidate. With nothing
+runnable (or ``execute=False``: no rows to compare) the greedy result stands.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from integrations.text2sql.ask import AskResult, run_sql
 from integrations.text2sql.execute import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
 from integrations.text2sql.generate import Generation, SQLGenerator
 from integrations.text2sql.gold_order import normalise_row
+from integrations.text2sql.plausibility import implausible
+from integrations.text2sql.schema import Schema
 from integrations.text2sql.sources import Source
 
 MAX_CANDIDATES = 16
@@ -43,8 +47,14 @@ def has_data(result: AskResult) -> bool:
     return any(v is not None for row in result.rows for v in row)
 
 
-def choose(results: Sequence[AskResult]) -> tuple[int, int]:
-    """(index of the chosen candidate, how many candidates share its result set)."""
+def flag(results: Sequence[AskResult], schema: Schema) -> list[int]:
+    """Indices of the candidates :func:`.plausibility.implausible` marks."""
+    return [i for i, r in enumerate(results) if implausible(r.sql, schema, schema.dialect)]
+
+
+def choose(results: Sequence[AskResult], flagged: Collection[int] = ()) -> tuple[int, int]:
+    """(index of the chosen candidate, how many candidates share its result set); the ``flagged``
+    candidates (see :func:`flag`) rank below the others."""
     groups: dict[Any, list[int]] = {}
     for i, res in enumerate(results):
         key = result_key(res)
@@ -52,15 +62,17 @@ def choose(results: Sequence[AskResult]) -> tuple[int, int]:
             groups.setdefault(key, []).append(i)
     if not groups:
         return 0, 0
-    best = max(groups.values(), key=lambda idx: (has_data(results[idx[0]]), len(idx), -idx[0]))
-    return best[0], len(best)
+    best = max(groups.values(), key=lambda idx: (has_data(results[idx[0]]), any(i not in flagged for i in idx),
+                                                 len(idx), -idx[0]))
+    return min(best, key=lambda i: (i in flagged, i)), len(best)
 
 
-def _finish(results: list[AskResult], gen_ms: float, k: int) -> AskResult:
-    index, votes = choose(results)
+def _finish(results: list[AskResult], gen_ms: float, k: int, schema: Schema) -> AskResult:
+    flagged = flag(results, schema)
+    index, votes = choose(results, flagged)
     chosen = results[index]
     chosen.selection = {"candidates": k, "chosen": index, "votes": votes,
-                        "runnable": sum(result_key(r) is not None for r in results),
+                        "runnable": sum(result_key(r) is not None for r in results), "implausible": flagged,
                         "sql": [r.sql for r in results]}
     db_ms = sum(r.timings.get("validation_ms", 0) + r.timings.get("execution_ms", 0) for r in results)
     chosen.timings = {**chosen.timings, "generation_ms": gen_ms, "total_ms": gen_ms + db_ms}
@@ -84,7 +96,7 @@ def ask_selected(source: Source, question: str, generator: SQLGenerator, sampler
     gen_ms = (time.perf_counter() - start) * 1000
     results = [run_sql(source, g.sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s, question=question,
                        generation=g) for g in gens]
-    return _finish(results, gen_ms, k)
+    return _finish(results, gen_ms, k, source.schema())
 
 
 async def aask_selected(source: Source, question: str, generator: SQLGenerator, sampler: SQLGenerator, k: int, *,
@@ -101,4 +113,4 @@ async def aask_selected(source: Source, question: str, generator: SQLGenerator, 
         return [run_sql(source, g.sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s, question=question,
                         generation=g) for g in gens]
 
-    return _finish(await asyncio.to_thread(run_all), gen_ms, k)
+    return _finish(await asyncio.to_thread(run_all), gen_ms, k, source.schema())

@@ -87,7 +87,7 @@ def test_asked_through_the_adapter_with_execution_guided_selection(server):
                                    "max_tokens": 32, "candidates": 2})
     sel = r["selection"]
     assert sel["candidates"] == 2 and len(sel["sql"]) == 2 and r["sql"] == sel["sql"][sel["chosen"]]
-    assert 0 <= sel["votes"] <= sel["runnable"] <= 2
+    assert 0 <= sel["votes"] <= sel["runnable"] <= 2 and set(sel["implausible"]) <= {0, 1}
     # The shipped adapter is on by default for the default model, and is no model of its own.
     assert LORA_NAME in {lora.lora_name for lora in server.engine.list_loras()}
     assert LORA_NAME not in {m["id"] for m in httpx.get(f"{server.base_url}/models").json()["data"]}
