@@ -231,7 +231,7 @@ class Text2SQL:
     async def ask(self, served: Served | None, source_name: str, *, question: str | None = None,
                   sql: str | None = None, execute: bool = True, max_rows: int = 100, constrained: bool = True,
                   max_tokens: int | None = None, timeout_s: float = 5.0, request: Request | None = None,
-                  candidates: int = 1) -> AskResult:
+                  candidates: int = 1, sample_when: str = "always") -> AskResult:
         """`question` through the model (`served`: embedded or upstream), or `sql` as given. Unsafe SQL is a 400
         (and never reaches the database: the validator refuses it, the read-only connection too)."""
         source = await self.source(source_name)
@@ -258,7 +258,7 @@ class Text2SQL:
                     sampler = SQLGenerator(acomplete=sample, **style.generator_kwargs())
                     result = await aask_selected(source, question, gen, sampler, candidates,
                                                  constrained=constrained, execute=execute, max_rows=max_rows,
-                                                 timeout_s=timeout_s)
+                                                 timeout_s=timeout_s, when=sample_when)
                 else:
                     result = await aask(source, question, gen, constrained=constrained, execute=execute,
                                         max_rows=max_rows, timeout_s=timeout_s)

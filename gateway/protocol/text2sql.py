@@ -99,10 +99,15 @@ class AskRequest(Request):
     candidates: int = Field(1, ge=1, le=16, description="execution-guided selection: sample this many queries "
                             "under the schema grammar, run each read-only and answer with the result most of them "
                             "agree on (1: the greedy query alone)")
+    sample_when: Literal["always", "doubt"] = Field(
+        "always", description="with `candidates` > 1: sample for every question (`always`), or only when the greedy "
+        "answer did not run, holds no data or is implausible (`doubt`: one decode when it is sound)")
 
 
 class Selection(BaseModel):
-    candidates: int
+    candidates: int  # candidates generated: 1 when `doubt` found the greedy answer sound
+    requested: int | None = None  # the request's `candidates`
+    when: str = "always"  # the request's `sample_when`
     chosen: int  # index among `sql`; 0 is the greedy candidate
     votes: int  # candidates whose result set equals the chosen one's
     runnable: int  # candidates that ran

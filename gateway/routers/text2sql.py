@@ -1,7 +1,8 @@
 """`/v1/text2sql`: ask a question of a registered database (or run given SQL), manage sources, and
 schedule questions on a cron with their runs kept (gateway/text2sql.py, gateway/jobs/schedules.py).
 
-    POST   /v1/text2sql                         {source, question | sql, execute, max_rows, constrained, candidates}
+    POST   /v1/text2sql                         {source, question | sql, execute, max_rows, constrained, candidates,
+                                                 sample_when}
     POST   /v1/text2sql/sources                 {name, url, description}    GET, DELETE /sources[/{name}]
     POST   /v1/text2sql/schedules               {cron, source, question, webhook_url}
     GET    /v1/text2sql/schedules[/{id}]        DELETE /v1/text2sql/schedules/{id}
@@ -51,7 +52,7 @@ async def ask(body: AskRequest, request: Request, state: State) -> AskResponse:
     result = await _service(state).ask(
         served, body.source, question=body.question, sql=body.sql, execute=body.execute, max_rows=body.max_rows,
         constrained=body.constrained, max_tokens=body.max_tokens, timeout_s=body.timeout_s, request=request,
-        candidates=body.candidates)
+        candidates=body.candidates, sample_when=body.sample_when)
     return result_body(result, served.name if served else None)
 
 

@@ -90,6 +90,9 @@ ADAPTER_OPT = typer.Option("default", "--text2sql-adapter", envvar="SLLM_TEXT2SQ
 CANDIDATES_OPT = typer.Option(1, "--candidates", "-k", min=1, max=16,
                               help="Execution-guided selection: sample K candidates, run each, keep the majority "
                                    "result (1: off)")
+SAMPLE_WHEN_OPT = typer.Option("always", "--sample-when",
+                               help="Selection: sample for every question ('always'), or only when the greedy "
+                                    "answer did not run, holds no data or is implausible ('doubt')")
 TEMPERATURE_OPT = typer.Option(0.7, "--temperature", min=0.0, help="Sampling temperature of the extra candidates")
 
 
@@ -113,13 +116,16 @@ def ask(
     num_threads: int | None = THREADS_OPT,
     text2sql_adapter: str = ADAPTER_OPT,
     candidates: int = CANDIDATES_OPT,
+    sample_when: str = SAMPLE_WHEN_OPT,
     temperature: float = TEMPERATURE_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON"),
 ):
     """Generate SQL for QUESTION, validate it, and run it read-only."""
     from integrations.text2sql.ask import ask as ask_fn
-    from integrations.text2sql.selection import ask_selected
+    from integrations.text2sql.selection import SAMPLE_WHEN, ask_selected
 
+    if sample_when not in SAMPLE_WHEN:
+        raise typer.BadParameter(f"one of {', '.join(SAMPLE_WHEN)}", param_hint="--sample-when")
     adapter = _adapter(text2sql_adapter, model)
     try:
         src = _pick_source(source, url, demo)
@@ -128,7 +134,7 @@ def ask(
         gen, sampler = _generators(llm, adapter, max_tokens, temperature)
         if candidates > 1:
             res = ask_selected(src, question, gen, sampler, candidates, constrained=not unconstrained,
-                               execute=execute, max_rows=max_rows, timeout_s=timeout)
+                               execute=execute, max_rows=max_rows, timeout_s=timeout, when=sample_when)
         else:
             res = ask_fn(src, question, gen, constrained=not unconstrained, execute=execute,
                          max_rows=max_rows, timeout_s=timeout)
@@ -241,7 +247,7 @@ def sources_remove(name: str):
 def eval_cmd(
     limit: int | None = typer.Option(None, help="Only the first N questions (the file mixes schemas and languages)"),
     modes: str | None = typer.Option(None, help="Comma-separated of unconstrained, constrained, adapter, "
-                                                "adapter+select (default: all that apply)"),
+                                                "adapter+select, adapter+doubt (default: all that apply)"),
     model: str = typer.Option("default", envvar="SLLM_MODEL"),
     max_tokens: int = typer.Option(192),
     max_num_seqs: int = typer.Option(128),
@@ -249,7 +255,8 @@ def eval_cmd(
     latency_samples: int = typer.Option(5, help="Single asks timed per mode for the p50 latency (0: skip)"),
     json_out: Path | None = typer.Option(None, "--json-out", help="Write the per-question records here"),
     text2sql_adapter: str = ADAPTER_OPT,
-    candidates: int = typer.Option(5, "--candidates", "-k", min=1, max=16, help="Candidates of adapter+select"),
+    candidates: int = typer.Option(5, "--candidates", "-k", min=1, max=16,
+                                   help="Candidates of adapter+select and adapter+doubt"),
     temperature: float = TEMPERATURE_OPT,
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of adapter+select's sampled candidates (request n of "
                                                        "the batch samples with seed + n), so a run repeats"),
@@ -274,7 +281,7 @@ def eval_cmd(
     if limit is not None:
         items = items[:limit]
     adapter = _adapter(text2sql_adapter, model)
-    default_modes = "unconstrained,constrained" + (",adapter,adapter+select" if adapter else "")
+    default_modes = "unconstrained,constrained" + (",adapter,adapter+select,adapter+doubt" if adapter else "")
     mode_list = [m.strip() for m in (modes or default_modes).split(",") if m.strip()]
     start = time.perf_counter()
     llm = _load_llm(model, max_num_seqs, num_threads, adapter if any(m.startswith("adapter") for m in mode_list)

@@ -28,13 +28,15 @@ from integrations.text2sql.dataset import EvalItem
 from integrations.text2sql.execute import run_query
 from integrations.text2sql.generate import SQLGenerator
 from integrations.text2sql.gold_order import GoldOrder, gold_order, normalise_row
-from integrations.text2sql.selection import ask_selected, choose, flag
+from integrations.text2sql.selection import ask_selected, choose, doubtful, flag
 from integrations.text2sql.sources import Source, demo_source
 from integrations.text2sql.validate import validate_sql
 
 # constrained / unconstrained: the base model; adapter: constrained through the text-to-SQL LoRA adapter;
-# adapter+select: that, plus execution-guided selection over k candidates (selection.py).
-MODES = ("constrained", "unconstrained", "adapter", "adapter+select")
+# adapter+select: that, plus execution-guided selection over k candidates (selection.py); adapter+doubt: the
+# same, with the k - 1 samples drawn only for questions whose greedy answer is doubtful.
+MODES = ("constrained", "unconstrained", "adapter", "adapter+select", "adapter+doubt")
+SELECTING = {"adapter+select": "always", "adapter+doubt": "doubt"}  # mode -> selection's sample_when
 EVAL_MAX_ROWS = 10_000
 EVAL_TIMEOUT_S = 5.0
 
@@ -165,15 +167,15 @@ def evaluate(
     """Runs every mode over ``items``; ``progress(msg)`` is called between phases when given. The items'
     schemas are the shipped demo databases unless ``sources`` maps them.
 
-    ``adapter`` is the generator through the adapter (modes ``adapter``, ``adapter+select``) and
-    ``sampler`` its sampling twin for the ``k - 1`` extra candidates of ``adapter+select``."""
+    ``adapter`` is the generator through the adapter (modes ``adapter``, ``adapter+select``,
+    ``adapter+doubt``) and ``sampler`` its sampling twin for the ``k - 1`` extra candidates of the latter two."""
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
         if mode.startswith("adapter") and adapter is None:
             raise ValueError(f"mode {mode!r} needs an adapter (none is configured)")
-        if mode == "adapter+select" and sampler is None:
-            raise ValueError("mode 'adapter+select' needs a sampler")
+        if mode in SELECTING and sampler is None:
+            raise ValueError(f"mode {mode!r} needs a sampler")
     say = progress or (lambda _msg: None)
     sources = sources or {name: demo_source(name) for name in sorted({i.schema for i in items})}
     gold = _Gold()
@@ -183,19 +185,27 @@ def evaluate(
         constrained = mode != "unconstrained"
         gen = adapter if mode.startswith("adapter") else generator
         assert gen is not None
-        select = mode == "adapter+select"
-        say(f"{mode}: generating {len(items) * (k if select else 1)} queries in one batch")
+        when = SELECTING.get(mode)
+        say(f"{mode}: generating {len(items) * (k if when == 'always' else 1)} queries in one batch")
         start = time.perf_counter()
         requests = [(sources[i.schema], i.question) for i in items]
         gens = gen.generate_many(requests, constrained=constrained)
-        extra = sampler.generate_many(requests * (k - 1), constrained=constrained) if select and k > 1 else []
+        firsts = [run_sql(sources[i.schema], g.sql, max_rows=EVAL_MAX_ROWS, timeout_s=EVAL_TIMEOUT_S, generation=g)
+                  for i, g in zip(items, gens, strict=True)]
+        ask_more = [n for n, (i, r) in enumerate(zip(items, firsts, strict=True))
+                    if when == "always" or (when == "doubt" and doubtful(r, sources[i.schema].schema()))]
+        if ask_more and k > 1:
+            say(f"{mode}: sampling {len(ask_more) * (k - 1)} more queries for {len(ask_more)} questions")
+        extra = sampler.generate_many([requests[n] for n in ask_more] * (k - 1), constrained=constrained) \
+            if ask_more and k > 1 else []
         batch_s = time.perf_counter() - start
         report = ModeReport(mode, len(items), 0, 0, 0, batch_s)
+        more = {n: extra[j::len(ask_more)] for j, n in enumerate(ask_more)}
         for n, (item, g) in enumerate(zip(items, gens, strict=True)):
             source = sources[item.schema]
-            cands = [g, *extra[n::len(items)]]
-            results = [run_sql(source, c.sql, max_rows=EVAL_MAX_ROWS, timeout_s=EVAL_TIMEOUT_S, generation=c)
-                       for c in cands]
+            cands = [g, *more.get(n, [])]
+            results = [firsts[n], *(run_sql(source, c.sql, max_rows=EVAL_MAX_ROWS, timeout_s=EVAL_TIMEOUT_S,
+                                            generation=c) for c in cands[1:])]
             res = results[choose(results, flag(results, source.schema()))[0]]
             chosen = cands[results.index(res)]
             valid = res.validation.ok
@@ -217,9 +227,9 @@ def evaluate(
             lat = []
             for item in items[:latency_samples]:
                 src = sources[item.schema]
-                if select:
+                if when:
                     res = ask_selected(src, item.question, gen, sampler, k, max_rows=EVAL_MAX_ROWS,  # type: ignore[arg-type]
-                                       timeout_s=EVAL_TIMEOUT_S)
+                                       timeout_s=EVAL_TIMEOUT_S, when=when)
                 else:
                     res = ask(src, item.question, gen, constrained=constrained, max_rows=EVAL_MAX_ROWS,
                               timeout_s=EVAL_TIMEOUT_S)

@@ -12,6 +12,10 @@ weak model's wrong filters agree on "nothing" easily. Next, a result set that so
 produced beats one only implausible candidates did (:mod:`.plausibility`: ``SUM`` over an id, a column
 compared with itself), and the answer is the group's earliest plausible candidate. With nothing
 runnable (or ``execute=False``: no rows to compare) the greedy result stands.
+
+With ``when="doubt"`` the greedy query is run first and the samples are drawn only when its answer is
+:func:`doubtful` (it did not run, holds no data, or is implausible); otherwise it is the answer, at the
+cost of one decode.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ from integrations.text2sql.sources import Source
 
 MAX_CANDIDATES = 16
 SAMPLE_TEMPERATURE = 0.7
+# "always": k candidates for every question; "doubt": the greedy answer first, and the k - 1 samples only
+# when it is doubtful (did not run, no data, implausible). Measured to keep selection's gain at a third
+# of its decodes (README, "Selection on doubt").
+SAMPLE_WHEN = ("always", "doubt")
 
 
 def result_key(result: AskResult) -> Any:
@@ -67,11 +75,16 @@ def choose(results: Sequence[AskResult], flagged: Collection[int] = ()) -> tuple
     return min(best, key=lambda i: (i in flagged, i)), len(best)
 
 
-def _finish(results: list[AskResult], gen_ms: float, k: int, schema: Schema) -> AskResult:
+def doubtful(result: AskResult, schema: Schema) -> bool:
+    """Whether a greedy answer is worth a second opinion: it did not run, holds no data, or is implausible."""
+    return not (result.ok and result.executed and has_data(result)) or bool(flag([result], schema))
+
+
+def _finish(results: list[AskResult], gen_ms: float, k: int, schema: Schema, when: str) -> AskResult:
     flagged = flag(results, schema)
     index, votes = choose(results, flagged)
     chosen = results[index]
-    chosen.selection = {"candidates": k, "chosen": index, "votes": votes,
+    chosen.selection = {"candidates": len(results), "requested": k, "when": when, "chosen": index, "votes": votes,
                         "runnable": sum(result_key(r) is not None for r in results), "implausible": flagged,
                         "sql": [r.sql for r in results]}
     db_ms = sum(r.timings.get("validation_ms", 0) + r.timings.get("execution_ms", 0) for r in results)
@@ -79,38 +92,64 @@ def _finish(results: list[AskResult], gen_ms: float, k: int, schema: Schema) -> 
     return chosen
 
 
-def _check(k: int) -> None:
+def _check(k: int, when: str) -> None:
     if not 1 <= k <= MAX_CANDIDATES:
         raise ValueError(f"candidates must be between 1 and {MAX_CANDIDATES}")
+    if when not in SAMPLE_WHEN:
+        raise ValueError(f"sample_when must be one of {', '.join(SAMPLE_WHEN)}")
 
 
 def ask_selected(source: Source, question: str, generator: SQLGenerator, sampler: SQLGenerator, k: int, *,
                  constrained: bool = True, execute: bool = True, max_rows: int = DEFAULT_MAX_ROWS,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> AskResult:
-    """:func:`.ask.ask` with k candidates (one batch for the sampled ones when ``sampler`` batches)."""
-    _check(k)
+                 timeout_s: float = DEFAULT_TIMEOUT_S, when: str = "always") -> AskResult:
+    """:func:`.ask.ask` with k candidates (one batch for the sampled ones when ``sampler`` batches); with
+    ``when="doubt"`` the samples are drawn only when the greedy answer is :func:`doubtful`."""
+    _check(k, when)
+
+    def run(gens: Sequence[Generation]) -> list[AskResult]:
+        return [run_sql(source, g.sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s, question=question,
+                        generation=g) for g in gens]
+
     start = time.perf_counter()
-    gens: list[Generation] = [generator.generate(source, question, constrained=constrained)]
-    if k > 1:
-        gens += sampler.generate_many([(source, question)] * (k - 1), constrained=constrained)
+    greedy = generator.generate(source, question, constrained=constrained)
     gen_ms = (time.perf_counter() - start) * 1000
-    results = [run_sql(source, g.sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s, question=question,
-                       generation=g) for g in gens]
-    return _finish(results, gen_ms, k, source.schema())
+    first = run([greedy]) if when == "doubt" else []
+    if first and (k == 1 or not execute or not doubtful(first[0], source.schema())):
+        return _finish(first, gen_ms, k, source.schema(), when)
+    start = time.perf_counter()
+    samples = sampler.generate_many([(source, question)] * (k - 1), constrained=constrained) if k > 1 else []
+    gen_ms += (time.perf_counter() - start) * 1000
+    results = first + run(samples) if first else run([greedy, *samples])
+    return _finish(results, gen_ms, k, source.schema(), when)
 
 
 async def aask_selected(source: Source, question: str, generator: SQLGenerator, sampler: SQLGenerator, k: int, *,
                         constrained: bool = True, execute: bool = True, max_rows: int = DEFAULT_MAX_ROWS,
-                        timeout_s: float = DEFAULT_TIMEOUT_S) -> AskResult:
-    """:func:`ask_selected` for an event loop: the k model calls run concurrently (one engine batch)."""
-    _check(k)
-    start = time.perf_counter()
-    gens = await asyncio.gather(generator.agenerate(source, question, constrained=constrained),
-                                *(sampler.agenerate(source, question, constrained=constrained) for _ in range(k - 1)))
-    gen_ms = (time.perf_counter() - start) * 1000
+                        timeout_s: float = DEFAULT_TIMEOUT_S, when: str = "always") -> AskResult:
+    """:func:`ask_selected` for an event loop: the model calls run concurrently (one engine batch); with
+    ``when="doubt"`` the greedy call runs first and the k - 1 samples follow only when it is doubtful."""
+    _check(k, when)
 
-    def run_all() -> list[AskResult]:
+    def run(gens: Sequence[Generation]) -> list[AskResult]:
         return [run_sql(source, g.sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s, question=question,
                         generation=g) for g in gens]
 
-    return _finish(await asyncio.to_thread(run_all), gen_ms, k, source.schema())
+    def sample() -> list[Any]:
+        return [sampler.agenerate(source, question, constrained=constrained) for _ in range(k - 1)]
+
+    start = time.perf_counter()
+    if when == "doubt":
+        greedy = await generator.agenerate(source, question, constrained=constrained)
+        gen_ms = (time.perf_counter() - start) * 1000
+        first = await asyncio.to_thread(run, [greedy])
+        if k == 1 or not execute or not doubtful(first[0], source.schema()):
+            return _finish(first, gen_ms, k, source.schema(), when)
+        start = time.perf_counter()
+        samples = await asyncio.gather(*sample())
+        gen_ms += (time.perf_counter() - start) * 1000
+        results = first + await asyncio.to_thread(run, samples)
+    else:
+        gens = await asyncio.gather(generator.agenerate(source, question, constrained=constrained), *sample())
+        gen_ms = (time.perf_counter() - start) * 1000
+        results = await asyncio.to_thread(run, gens)
+    return _finish(results, gen_ms, k, source.schema(), when)

@@ -88,6 +88,12 @@ def test_asked_through_the_adapter_with_execution_guided_selection(server):
     sel = r["selection"]
     assert sel["candidates"] == 2 and len(sel["sql"]) == 2 and r["sql"] == sel["sql"][sel["chosen"]]
     assert 0 <= sel["votes"] <= sel["runnable"] <= 2 and set(sel["implausible"]) <= {0, 1}
+    doubt = _post(server, "text2sql", {"source": "demo_shop", "question": "How many customers are there?",
+                                       "max_tokens": 32, "candidates": 3, "sample_when": "doubt"})["selection"]
+    assert doubt["when"] == "doubt" and doubt["requested"] == 3 and doubt["candidates"] in (1, 3)
+    err = _error(server, "text2sql", {"source": "demo_shop", "question": "q", "candidates": 2,
+                                      "sample_when": "sometimes"}, 400)
+    assert err["param"] == "sample_when"
     # The shipped adapter is on by default for the default model, and is no model of its own.
     assert LORA_NAME in {lora.lora_name for lora in server.engine.list_loras()}
     assert LORA_NAME not in {m["id"] for m in httpx.get(f"{server.base_url}/models").json()["data"]}

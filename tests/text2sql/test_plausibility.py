@@ -1,10 +1,14 @@
 """Implausible candidates (an id summed, a column compared with itself) rank below plausible ones in
 execution-guided selection, on the real demo databases."""
 
+import asyncio
+
+import pytest
+
 from integrations.text2sql.ask import run_sql
 from integrations.text2sql.generate import SQLGenerator
 from integrations.text2sql.plausibility import implausible, key_columns
-from integrations.text2sql.selection import ask_selected, choose, flag
+from integrations.text2sql.selection import aask_selected, ask_selected, choose, flag
 from integrations.text2sql.sources import demo_source
 
 TOP_BRANCH = ("SELECT branches.name, {agg} AS n FROM loans JOIN branches ON loans.branch_id = branches.branch_id "
@@ -65,3 +69,72 @@ def test_ask_selected_reports_the_implausible_candidates_and_answers_with_a_plau
     res = ask_selected(library, "Which branch handled the most loans?", greedy, sampler, 3)
     assert res.selection["implausible"] == [0, 1]
     assert res.selection["chosen"] == 2 and "COUNT(*)" in res.sql and res.ok
+
+
+def _scripted(*sqls):
+    """A generator answering with ``sqls`` in turn; it fails the test when asked once more."""
+    it = iter(sqls)
+    return SQLGenerator(lambda prompt, guided: next(it) + ";")
+
+
+def test_sampling_on_doubt_only_when_the_greedy_answer_is_doubtful():
+    library = demo_source("library")
+    question = "Which branch handled the most loans?"
+    sound = ask_selected(library, question, _scripted(TOP_BRANCH.format(agg="COUNT(*)")), _scripted(), 3,
+                         when="doubt")  # the sampler is never called
+    assert sound.ok and sound.selection["candidates"] == 1 and sound.selection["requested"] == 3
+    assert sound.selection["when"] == "doubt" and sound.selection["chosen"] == 0
+
+    doubts = {"implausible": TOP_BRANCH.format(agg="SUM(loans.loan_id)"),
+              "empty": "SELECT name FROM branches WHERE city = 'no such city'",
+              "does not run": "SELECT no_such_column FROM branches"}
+    for why, greedy in doubts.items():
+        res = ask_selected(library, question, _scripted(greedy),
+                           _scripted(TOP_BRANCH.format(agg="COUNT(*)"), TOP_BRANCH.format(agg="COUNT(*)")), 3,
+                           when="doubt")
+        assert res.selection["candidates"] == 3 and res.selection["chosen"] == 1, why
+        assert "COUNT(*)" in res.sql and res.selection["sql"][0].startswith(greedy.split(" FROM")[0]), why
+
+    # Without execution there are no rows to doubt: the greedy query stands alone.
+    plan_only = ask_selected(library, question, _scripted(doubts["empty"]), _scripted(), 3, when="doubt",
+                             execute=False)
+    assert plan_only.selection["candidates"] == 1
+    with pytest.raises(ValueError, match="sample_when"):
+        ask_selected(library, question, _scripted(), _scripted(), 3, when="sometimes")
+
+
+def test_async_sampling_on_doubt():
+    library = demo_source("library")
+
+    def scripted(*sqls):
+        it = iter(sqls)
+
+        async def complete(prompt, guided):
+            return next(it) + ";"
+        return SQLGenerator(acomplete=complete)
+
+    question = "Which branch handled the most loans?"
+    res = asyncio.run(aask_selected(library, question, scripted(TOP_BRANCH.format(agg="SUM(loan_id)")),
+                                    scripted(*[TOP_BRANCH.format(agg="COUNT(*)")] * 2), 3, when="doubt"))
+    assert res.selection["candidates"] == 3 and res.selection["implausible"] == [0] and "COUNT(*)" in res.sql
+    res = asyncio.run(aask_selected(library, question, scripted(TOP_BRANCH.format(agg="COUNT(*)")), scripted(), 3,
+                                    when="doubt"))
+    assert res.selection["candidates"] == 1 and res.timings["generation_ms"] >= 0
+
+
+def test_eval_samples_on_doubt_only_for_doubtful_greedy_answers():
+    from integrations.text2sql.dataset import load_eval, render_prompt, schema_ddl
+    from integrations.text2sql.evaluate import evaluate
+
+    items = load_eval()[:8]
+    gold = {render_prompt(schema_ddl(i.schema), i.question): i.sql for i in items}
+    asked = []
+    perfect = SQLGenerator(lambda prompt, guided: gold[prompt] + ";")
+    sampler = SQLGenerator(lambda prompt, guided: asked.append(prompt) or "SELECT 1;")
+    mode = evaluate(perfect, items, ["adapter+doubt"], latency_samples=1, adapter=perfect, sampler=sampler,
+                    k=3).modes[0]
+    assert mode.matched == 8 and asked == []  # every gold answer runs, holds data and is plausible
+    wrong = SQLGenerator(lambda prompt, guided: "SELECT COUNT(*) FROM no_such_table;")
+    mode = evaluate(perfect, items, ["adapter+doubt"], latency_samples=0, adapter=wrong, sampler=perfect,
+                    k=3).modes[0]
+    assert mode.matched == 8  # every greedy answer failed, so each question got two samples: the gold
