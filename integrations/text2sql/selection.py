@@ -24,6 +24,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Collection, Sequence
+from functools import partial
 from typing import Any
 
 from integrations.text2sql.ask import AskResult, run_sql
@@ -99,6 +100,10 @@ def _check(k: int, when: str) -> None:
         raise ValueError(f"sample_when must be one of {', '.join(SAMPLE_WHEN)}")
 
 
+def _run(source: Source, question: str, gens: Sequence[Generation], **limits: Any) -> list[AskResult]:
+    return [run_sql(source, g.sql, question=question, generation=g, **limits) for g in gens]
+
+
 def ask_selected(source: Source, question: str, generator: SQLGenerator, sampler: SQLGenerator, k: int, *,
                  constrained: bool = True, execute: bool = True, max_rows: int = DEFAULT_MAX_ROWS,
                  timeout_s: float = DEFAULT_TIMEOUT_S, when: str = "always") -> AskResult:
@@ -106,10 +111,7 @@ def ask_selected(source: Source, question: str, generator: SQLGenerator, sampler
     ``when="doubt"`` the samples are drawn only when the greedy answer is :func:`doubtful`."""
     _check(k, when)
 
-    def run(gens: Sequence[Generation]) -> list[AskResult]:
-        return [run_sql(source, g.sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s, question=question,
-                        generation=g) for g in gens]
-
+    run = partial(_run, source, question, execute=execute, max_rows=max_rows, timeout_s=timeout_s)
     start = time.perf_counter()
     greedy = generator.generate(source, question, constrained=constrained)
     gen_ms = (time.perf_counter() - start) * 1000
@@ -130,10 +132,7 @@ async def aask_selected(source: Source, question: str, generator: SQLGenerator, 
     ``when="doubt"`` the greedy call runs first and the k - 1 samples follow only when it is doubtful."""
     _check(k, when)
 
-    def run(gens: Sequence[Generation]) -> list[AskResult]:
-        return [run_sql(source, g.sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s, question=question,
-                        generation=g) for g in gens]
-
+    run = partial(_run, source, question, execute=execute, max_rows=max_rows, timeout_s=timeout_s)
     def sample() -> list[Any]:
         return [sampler.agenerate(source, question, constrained=constrained) for _ in range(k - 1)]
 
