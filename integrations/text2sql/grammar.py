@@ -27,6 +27,9 @@ Design choices that keep a small model on track:
   them without complaint and returns nothing, so only the grammar can stop them.
 * With ``foreign_key_joins`` (and no aliases) each JOIN brings in a table not yet in FROM, on a
   declared key to a table that is; the grammar keeps one state per set of joined tables.
+* With ``plausible`` the marks :mod:`.plausibility` ranks down cannot be sampled at all where a CFG can
+  tell: ``SUM``/``AVG``/``TOTAL`` over a key column, a ``BETWEEN`` bounded by columns and ``LIMIT``
+  without ``ORDER BY`` (some arbitrary rows). Each was a wrong greedy answer of the shipped adapter.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from integrations.text2sql.ebnf import EBNFRules, alts, ebnf_literal, identifier_excluding, rep
+from integrations.text2sql.plausibility import key_columns
 from integrations.text2sql.schema import Schema, quote_ident, value_sort
 
 
@@ -77,6 +81,9 @@ class GrammarOptions:
     # model otherwise writes ``hub_id = '서울'`` or ``STRFTIME('%Y', d) = 2024``, which run and return
     # nothing. Columns of unknown type (and ``alias.column``) may go either way.
     typed_comparisons: bool = True
+    # True: SUM/AVG/TOTAL take no key column (primary or foreign; needs typed_comparisons), BETWEEN is
+    # bounded by literals and functions (not columns), and LIMIT comes after ORDER BY.
+    plausible: bool = True
     max_join_states: int = 400  # foreign_key_joins: past this many joined-table sets, joins go untracked
     max_string_chars: int | None = None  # None: unbounded (faster masks; see lexical())
 
@@ -150,7 +157,8 @@ class _Builder:
 
     def __init__(self, tables: Mapping[str, Sequence[str]], opts: GrammarOptions,
                  keys: Sequence[tuple[str, str, str, str]] = (),
-                 sorts: Mapping[str, Mapping[str, str | None]] | None = None):
+                 sorts: Mapping[str, Mapping[str, str | None]] | None = None,
+                 key_names: frozenset[str] = frozenset()):
         if not tables or not any(tables.values()):
             raise ValueError("a SQL grammar needs at least one table with columns")
         self.tables = {t: list(cols) for t, cols in tables.items() if cols}
@@ -165,6 +173,9 @@ class _Builder:
         self.o = opts
         # (child table, its column, parent table, its column) of each one-column foreign key
         self.keys = [k for k in keys if k[0] in self.tables and k[2] in self.tables]
+        # Sort "m" (a measure: what SUM and AVG add up) is a number column that is no key.
+        self.key_names = key_names if opts.plausible and opts.typed_comparisons else frozenset()
+        self.sort_names = "nsm" if self.key_names else "ns"
         self.r = EBNFRules()
         self.functions = _PORTABLE_FUNCTIONS + (_SQLITE_FUNCTIONS if opts.dialect == "sqlite" else ())
         scoped = opts.table_scopes
@@ -218,7 +229,7 @@ class _Builder:
             r.add(f"cols_t{i}", alts(ebnf_literal(quote_ident(c)) for c in self.tables[t]))
         if o.typed_comparisons:
             # The same name lists cut by sort ("n" numbers, "s" text); a column of unknown sort is in both.
-            for sort in "ns":
+            for sort in self.sort_names:
                 for i, t in enumerate(self.table_names):
                     self._sorted_names(f"cols_t{i}_{sort}", self.tables[t], t, sort)
                 # the bare names column_ref uses: unambiguous ones beside per-table scopes, else all
@@ -231,8 +242,10 @@ class _Builder:
         r.add("limit", f"sp {self.kw('LIMIT')} sp int (sp {self.kw('OFFSET')} sp int)?")
 
     def _sorted_names(self, name: str, columns: Sequence[str], table: str | None, sort: str) -> None:
-        """Rule ``name``: the ``columns`` whose sort is ``sort`` or unknown; none when there are none."""
-        cols = [c for c in columns if self.sorts[(table, c)] in (sort, None)]
+        """Rule ``name``: the ``columns`` whose sort is ``sort`` or unknown (for ``m``: ``n`` or unknown,
+        and no key); none when there are none."""
+        want = ("n", None) if sort == "m" else (sort, None)
+        cols = [c for c in columns if self.sorts[(table, c)] in want and not (sort == "m" and c in self.key_names)]
         if cols:
             self.r.add(name, alts(ebnf_literal(quote_ident(c)) for c in cols))
 
@@ -330,9 +343,10 @@ class _Builder:
             agg_arg = f"val_{plain}" if nested else arg
             sum_arg = agg_arg  # SUM, AVG and TOTAL: numbers when comparisons are typed
             if o.typed_comparisons:
-                nref = self.column_ref(scope, depth, "n")
-                sum_arg = f"nval_{plain}" if nested else self.flat_arg(
-                    f"arg_{scope}_{depth}_n", f"({nref} | number)" if nref else "number")
+                m = "m" if self.key_names else "n"
+                mref = self.column_ref(scope, depth, m)
+                sum_arg = f"{m}val_{plain}" if nested else self.flat_arg(
+                    f"arg_{scope}_{depth}_{m}", f"({mref} | number)" if mref else "number")
             distinct = f"({kw('DISTINCT')} sp)?"
             aggs = [f"{kw('COUNT')} lp \"*\" rp"]
             aggs += [f"{kw(a)} lp {distinct} {sum_arg if a in ('SUM', 'AVG', 'TOTAL') else agg_arg} rp"
@@ -351,6 +365,10 @@ class _Builder:
     def comparison_tail(self, s: str, value: str, depth: int, like: bool, sort: str = "") -> None:
         """``pred_tail_<sort>_<s>``: what follows the left side of a predicate, compared with ``value``s."""
         kw = self.kw
+        bound = value
+        if self.o.plausible:  # a range's ends are given, not read from a column: literals and functions
+            ends = {"n": ['"-"? number_literal'], "s": ["text_literal"]}.get(sort, ['"-"? literal'])
+            bound = self.r.add(f"bound_{sort}_{s}", alts([*ends, f"func_{s}_{sort}" if sort else f"func_{s}"]))
         in_items = [rep(value, "comma", self.o.max_in_values)]
         if depth < self.o.max_depth:
             in_items.append(f"query1_{depth + 1}")
@@ -358,14 +376,16 @@ class _Builder:
             f"ows cmp_op ows {value}",
             f"sp {kw('IS')} sp ({kw('NOT')} sp)? {kw('NULL')}",
             f"(sp {kw('NOT')})? sp {kw('IN')} ows lp ({alts(in_items)}) rp",
-            f"(sp {kw('NOT')})? sp {kw('BETWEEN')} sp {value} sp {kw('AND')} sp {value}",
+            f"(sp {kw('NOT')})? sp {kw('BETWEEN')} sp {bound} sp {kw('AND')} sp {bound}",
         ]
         if like:
             tails.append(f"(sp {kw('NOT')})? sp {kw('LIKE')} sp {value}")
         self.r.add(f"pred_tail_{sort}_{s}" if sort else f"pred_tail_{s}", alts(tails))
 
     def typed_values(self, s: str, scope: str, depth: int, agg: bool, sub: bool) -> None:
-        """``nval_<s>`` and ``sval_<s>``: values of one sort, for the two sides of a typed comparison.
+        """``nval_<s>`` and ``sval_<s>``: values of one sort, for the two sides of a typed comparison;
+        in plain families with ``plausible``, ``mval_<s>`` too: a number value without key columns,
+        what SUM and AVG take.
 
         A number value is arithmetic over number columns, numbers and number-valued functions; a
         text value is text columns, strings and text-valued functions, joined by ``||``. What can hold
@@ -378,19 +398,22 @@ class _Builder:
         either += [f"case_{s}", f"cast_{s}"] if nested else []
         either += [f"agg_{s}"] if agg else []
         either += [f"lp query1_{depth + 1} rp"] if sub else []
-        for sort in "ns":
+        numbers = "nm" if self.key_names and not agg else "n"
+        for sort in "s" + numbers:
             ref = self.column_ref(scope, depth, sort)
             own = [ref] if ref else []
-            own += ["number_literal" if sort == "n" else "text_literal"]
-            own += [f"func_{s}_{sort}"] if self.has(f"func_{s}_{sort}") else []
+            own += ["text_literal" if sort == "s" else "number_literal"]
+            kind = "n" if sort == "m" else sort
+            own += [f"func_{s}_{kind}"] if self.has(f"func_{s}_{kind}") else []
             own += [f"lp {sort}val_{s} rp"] if nested else []
             r.add(f"{sort}atom_{s}", alts(own + either))
-        product = f"(ows mul_op ows nfactor_{s}){{0,{3 if nested else 1}}}"
-        r.add(f"nval_{s}", f"nterm_{s} (ows \"+\" ows nterm_{s} | ows \"-\" sp nterm_{s} | ows \"-\" nuterm_{s})"
-                           f"{{0,{5 if nested else 2}}}")
-        r.add(f"nterm_{s}", f"nfactor_{s} {product}")
-        r.add(f"nuterm_{s}", f"natom_{s} {product}")
-        r.add(f"nfactor_{s}", f'"-"? natom_{s}')
+        for n in numbers:
+            product = f"(ows mul_op ows {n}factor_{s}){{0,{3 if nested else 1}}}"
+            r.add(f"{n}val_{s}", f"{n}term_{s} (ows \"+\" ows {n}term_{s} | ows \"-\" sp {n}term_{s}"
+                                 f" | ows \"-\" {n}uterm_{s}){{0,{5 if nested else 2}}}")
+            r.add(f"{n}term_{s}", f"{n}factor_{s} {product}")
+            r.add(f"{n}uterm_{s}", f"{n}atom_{s} {product}")
+            r.add(f"{n}factor_{s}", f'"-"? {n}atom_{s}')
         r.add(f"sval_{s}", f'satom_{s} (ows "||" ows satom_{s}){{0,2}}')
         self.comparison_tail(s, f"nval_{s}", depth, like=False, sort="n")
         self.comparison_tail(s, f"sval_{s}", depth, like=True, sort="s")
@@ -420,7 +443,8 @@ class _Builder:
         r.add(f"group_item_{key}", f"val_{p} | out_alias")
         r.add(f"order_{key}", f"sp {kw('ORDER BY')} sp {rep(f'order_item_{key}', 'comma', o.max_order_by)}")
         r.add(f"order_item_{key}", f"(val_{a} | out_alias) direction?")
-        r.add(f"tail_{key}", f"where_{key}? group_{key}? order_{key}? limit?")
+        ordered = f"(order_{key} limit?)?" if o.plausible else f"order_{key}? limit?"
+        r.add(f"tail_{key}", f"where_{key}? group_{key}? {ordered}")
         return f"items_{key}", f"tail_{key}"
 
     def query(self, depth: int) -> None:
@@ -536,7 +560,9 @@ def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOp
     opts = options or GrammarOptions()
     keys: list[tuple[str, str, str, str]] = []
     sorts: dict[str, dict[str, str | None]] = {}
+    key_names: frozenset[str] = frozenset()
     if isinstance(schema, Schema):
+        key_names = key_columns(schema)
         tables: Mapping[str, Sequence[str]] = schema.columns_by_table()
         dialect = opts.dialect or schema.dialect
         keys = schema.single_keys()
@@ -544,7 +570,7 @@ def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOp
     else:
         tables, dialect = schema, opts.dialect or "sqlite"
     opts = replace(opts, dialect=dialect)
-    b = _Builder(tables, opts, keys, sorts)
+    b = _Builder(tables, opts, keys, sorts, key_names)
     b.r.add("root", f"query_0 ({alts(ebnf_literal(t) for t in opts.terminators)})")
     b.lexical()
     b.query(0)

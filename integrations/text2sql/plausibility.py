@@ -11,7 +11,9 @@ A small model's wrong answers run fine. Some of them carry a mark no question as
 
 These are flags, not errors: the query still runs and is still shown. Execution-guided selection
 (:mod:`.selection`) ranks a result set that some unflagged candidate produced above one only flagged
-candidates produced, and answers with an unflagged member of the chosen group.
+candidates produced, and answers with an unflagged member of the chosen group. The SQL grammar
+(``GrammarOptions.plausible``) goes further where a CFG can: under it a key aggregate or a range bounded
+by columns cannot be sampled, so these flags mostly meet SQL from elsewhere (another grammar, a caller's).
 """
 
 from __future__ import annotations

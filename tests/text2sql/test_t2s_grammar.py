@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 import pytest
 import xgrammar as xgr
@@ -12,6 +13,7 @@ from integrations.text2sql.ebnf import EBNFRules, identifier_excluding
 from integrations.text2sql.grammar import GrammarOptions, matches_grammar, sql_grammar
 from integrations.text2sql.schema import Column, Schema, Table, value_sort
 from integrations.text2sql.sources import demo_source
+from integrations.text2sql.table_names import drop_table_aliases
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +217,58 @@ def test_value_sort_reads_declared_types_of_any_dialect():
     grammar = sql_grammar(pg)
     assert matches_grammar(grammar, "SELECT id FROM orders WHERE placed_on > CURRENT_DATE - 7 AND note LIKE '%x%';")
     assert not matches_grammar(grammar, "SELECT id FROM orders WHERE id = 'x';")
+
+
+def test_plausible_grammar_cannot_sample_what_plausibility_flags():
+    """Sums of ids, ranges bounded by columns and LIMIT without ORDER BY: wrong greedy answers of the
+    shipped adapter that ran; with ``plausible`` (the default) the grammar has no sentence for them."""
+    schema = demo_source("library").schema()
+    style = GrammarOptions(table_aliases=False, foreign_key_joins=True)
+    on, off = sql_grammar(schema, style), sql_grammar(schema, replace(style, plausible=False))
+    wrong = ["SELECT branches.name, SUM(loans.loan_id) AS n FROM loans JOIN branches "
+             "ON loans.branch_id = branches.branch_id GROUP BY branches.name;",
+             "SELECT AVG(member_id) FROM loans;",
+             "SELECT TOTAL(books.author_id * books.pages) FROM books;",
+             "SELECT SUM(pages) FROM books WHERE book_id IN (SELECT book_id FROM loans "
+             "GROUP BY book_id HAVING SUM(member_id) > 3);",
+             "SELECT COUNT(*) FROM members WHERE joined_on BETWEEN name AND name;",
+             "SELECT COUNT(*) FROM books WHERE pages BETWEEN 100 AND published_year;",
+             "SELECT title FROM books LIMIT 1;",
+             "SELECT name FROM members WHERE city = 'Seoul' LIMIT 5;"]
+    for sql in wrong:
+        assert matches_grammar(off, sql) and not matches_grammar(on, sql), sql
+    right = ["SELECT SUM(books.pages) FROM books JOIN loans ON loans.book_id = books.book_id;",
+             "SELECT AVG(JULIANDAY(returned_on) - JULIANDAY(loan_date)) FROM loans WHERE returned_on IS NOT NULL;",
+             "SELECT COUNT(DISTINCT member_id), MAX(loan_id), SUM(1) FROM loans;",
+             "SELECT genre, SUM(pages) FROM books GROUP BY genre HAVING COUNT(book_id) >= 2;",
+             "SELECT COUNT(*) FROM loans WHERE loan_date BETWEEN '2024-05-01' AND '2024-05-31';",
+             "SELECT COUNT(*) FROM loans WHERE loan_date BETWEEN DATE('2024-06-15', '-7 days') AND '2024-06-15';",
+             "SELECT title FROM books WHERE pages BETWEEN 100 AND 300 ORDER BY pages DESC LIMIT 3;",
+             "SELECT name FROM authors WHERE author_id = (SELECT author_id FROM books ORDER BY pages DESC LIMIT 1);",
+             "SELECT COUNT(*) FROM loans WHERE returned_on > due_date;"]
+    for sql in right:
+        assert matches_grammar(on, sql), sql
+    # A bare mapping declares no keys or types, so it gets the BETWEEN and LIMIT guards only.
+    assert not matches_grammar(sql_grammar({"t": ["id", "x"]}), "SELECT x FROM t LIMIT 1;")
+
+
+def test_plausible_grammar_keeps_every_eval_gold_it_had():
+    """No gold answer of the shipped set is one of those marks (nor any training gold: the generator's
+    templates never write them), so the guards cost the model nothing it was taught."""
+    style = GrammarOptions(table_aliases=False, foreign_key_joins=True)
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
+    kept = 0
+    for name in schema_names():
+        source = demo_source(name)
+        on, off = (compiler.compile_grammar(source.grammar(replace(style, plausible=p))) for p in (True, False))
+        for item in load_eval():
+            if item.schema != name:
+                continue
+            sql = drop_table_aliases(item.sql) + ";"
+            fits = []
+            for grammar in (on, off):
+                m = xgr.GrammarMatcher(grammar, terminate_without_stop_token=True)
+                fits.append(bool(m.accept_string(sql)) and m.is_terminated())
+            assert fits[0] == fits[1], (item.id, sql)
+            kept += fits[0]
+    assert kept >= 120
