@@ -30,9 +30,9 @@ class EngineConfig:
     # admitted only once waiting >= ratio * running, or after max_waiting_steps steps. 0 admits at once.
     waiting_served_ratio: float = 0.0
     max_waiting_steps: int = 20
-    # Priority (engine/scheduler.py): a waiting request's effective priority improves by 1 for every
-    # priority_aging_s seconds it has waited, so a stream of higher-priority work delays it but never
-    # starves it. 0 turns aging off.
+    # Priority (engine/scheduler.py): a request's effective priority improves by 1 for every
+    # priority_aging_s seconds since it was queued (waiting or running), so a stream of higher-priority
+    # work delays it but never starves it. 0 turns aging off.
     priority_aging_s: float = 10.0
     speculative_config: dict[str, Any] | None = None
     # Guided decoding (engine/guided.py): a constrained string, array or object whose tokens repeat one

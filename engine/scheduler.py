@@ -9,9 +9,14 @@ Priority, as vLLM's `priority` argument: lower values run first. Waiting sequenc
 order of effective priority, then, at equal priority, by fairness key (an API key) taking turns:
 the key admitted least recently goes first, then arrival order within a key. Running sequences get
 the token budget in priority order too, so a high-priority prompt's prefill chunks come before a
-low-priority one's. Aging keeps that from starving anyone: a waiting sequence's effective priority
-improves by 1 for every `priority_aging_s` seconds it has waited (across preemptions); it is frozen
-when the sequence is admitted, and is what preemption compares while the sequence runs.
+low-priority one's. Aging keeps that from starving anyone: a sequence's effective priority improves
+by 1 for every `priority_aging_s` seconds since it was first queued, waiting or running (running
+sequences' values are brought up to date at the start of every step), and is what preemption
+compares. Aging while running is what keeps equal priorities in arrival order: a request that came
+later has aged less than one that came with it and got in first, so it never outranks it. Frozen at
+admission instead, every request still waiting after `priority_aging_s` would outrank the running
+ones that came with it, preempt them, and be preempted in turn (a batch of 600 made 2,278 preemptions
+and finished nothing in its first 25 steps).
 
 Preemption is by recompute: the victim's blocks are freed and it waits again with everything it
 generated so far, to be prefilled again later. The victim is always the running sequence of lowest
@@ -117,19 +122,17 @@ class Scheduler:
         return self.bm
 
     def add(self, seq: Sequence) -> None:
-        seq.waiting_since = self.clock()
+        seq.queued_at = self.clock()
         self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 
     def effective_priority(self, seq: Sequence, now: float) -> int:
-        if seq.status is SequenceStatus.RUNNING:
-            return seq.effective_priority
         aging = self.config.priority_aging_s
         if aging <= 0:
             return seq.priority
-        return seq.priority - int((seq.waited_s + now - seq.waiting_since) // aging)
+        return seq.priority - int((now - seq.queued_at) // aging)
 
     def _next_waiting(self, now: float, admitted: dict, skip: set[int] | None = None) -> Sequence | None:
         """The waiting sequence to admit next: best effective priority, then the fairness key admitted
@@ -152,7 +155,6 @@ class Scheduler:
         seq.num_computed_tokens = 0
         seq.spec_tokens = []
         seq.status = SequenceStatus.WAITING
-        seq.waiting_since = now
         self.waiting.append(seq)
         out.preempted.append(seq)
         self.num_preemptions += 1
@@ -160,7 +162,6 @@ class Scheduler:
 
     def _mark_admitted(self, seq: Sequence, now: float) -> None:
         seq.effective_priority = self.effective_priority(seq, now)
-        seq.waited_s += now - seq.waiting_since
         seq.admitted_order = self._admissions
         self._key_admitted[seq.fairness_key] = self._admissions
         self._admissions += 1
@@ -323,6 +324,8 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         now = self.clock()
+        for seq in self.running:  # they age too: see the module's docstring
+            seq.effective_priority = self.effective_priority(seq, now)
         # The best waiting sequence, picked once (a scan of the queue): planning starts from it and,
         # when nothing was preempted, it is still the one admission takes first.
         head = self._next_waiting(now, self._key_admitted) if self.waiting else None
@@ -384,7 +387,7 @@ class Scheduler:
         self.bm.fork(parent, child)
         child.priority, child.fairness_key = parent.priority, parent.fairness_key
         child.effective_priority, child.admitted_order = parent.effective_priority, parent.admitted_order
-        child.waited_s = parent.waited_s
+        child.queued_at = parent.queued_at
         child.status = SequenceStatus.RUNNING
         self.running.append(child)
 

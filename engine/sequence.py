@@ -47,9 +47,8 @@ class Sequence:
     # keys (API keys) take turns. Aging counts the seconds spent waiting, across preemptions.
     priority: int = 0
     fairness_key: Hashable | None = None
-    waiting_since: float = 0.0
-    waited_s: float = 0.0
-    effective_priority: int = 0  # frozen at admission: what preemption compares while it runs
+    queued_at: float = 0.0  # the scheduler's clock when the request was queued: what aging counts from
+    effective_priority: int = 0  # while it runs: as of the current step (Scheduler.schedule)
     admitted_order: int = 0
     lora_int_id: int = 0  # the LoRA adapter (engine/lora.py) this sequence runs with; 0: none
 

@@ -88,8 +88,8 @@ def serve(
         help="Let clients set `priority` in the body of chat, completions and responses (otherwise a 400)"),
     priority_aging_s: float | None = typer.Option(
         None, "--priority-aging-s",
-        help="A waiting request's priority improves by 1 per this many seconds waited, so none starves; "
-             "0: off"),
+        help="A request's priority improves by 1 per this many seconds since it arrived (waiting or "
+             "running), so none starves; 0: off"),
     job_concurrency: int | None = typer.Option(
         None, "--job-concurrency",
         help="Batch lines, background responses and schedule runs in the engine at once"),

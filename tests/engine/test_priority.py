@@ -121,6 +121,33 @@ def test_two_keys_flooding_at_once_take_turns(gqa):
     engine.block_manager.check_no_leak()
 
 
+def test_a_flood_of_equal_priority_requests_outliving_the_aging_period_never_preempts_itself(gqa):
+    """Aging counts from when a request was queued, running or not. Were a running sequence's priority
+    frozen at admission, requests still waiting after `priority_aging_s` would outrank the ones that
+    arrived with them and got in first, preempt them, and so on: a batch of 600 text-to-SQL requests
+    made 2,278 preemptions by recompute and finished none in its first 25 steps."""
+    folder, hf = gqa
+    engine = LLMEngine(EngineConfig(model=str(folder), num_kv_blocks=128, block_size=8, max_num_seqs=2,
+                                    priority_aging_s=1.0))
+    clock = [0.0]
+    engine.scheduler.clock = lambda: clock[0]  # one simulated second per step: every wait is an aging period
+    prompts = prompts_of(6, seed=36, lo=5, hi=12)
+    for i, prompt in enumerate(prompts):
+        engine.add_request(f"r{i}", prompt, GREEDY)
+    done: dict = {}
+    order = []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.finished:
+                done[out.request_id] = out
+                order.append(out.request_id)
+        clock[0] += 1.0
+    assert engine.scheduler.num_preemptions == 0
+    assert sorted(order[:2]) == ["r0", "r1"] and sorted(order[2:4]) == ["r2", "r3"]  # first come, first served
+    assert [done[f"r{i}"].outputs[0].token_ids for i in range(6)] == hf(prompts)
+    engine.block_manager.check_no_leak()
+
+
 @pytest.mark.parametrize("aging_s", [1.0, 0.0])
 def test_aging_lets_a_low_priority_request_in_eventually(gqa, aging_s):
     folder, _ = gqa
