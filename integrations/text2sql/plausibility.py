@@ -5,6 +5,9 @@ A small model's wrong answers run fine. Some of them carry a mark no question as
 * ``SUM``/``AVG``/``TOTAL`` over a key column (``SUM(loans.loan_id)`` for "the most loans",
   ``AVG(enrollments.student_id)`` for "the average score"): ids are labels, their sum is a number no
   one wants. Keys are the schema's primary and foreign key columns.
+* ``SUM``/``AVG``/``TOTAL`` of a string length or position (``SUM(LENGTH(loans.loan_date))``): what
+  the model writes for "the most loans" once the grammar rules out summing the ids; a date's length is
+  always 10, so the "count" comes out ten times too big.
 * A column compared with itself (``books.book_id = books.book_id``, ``due_date > due_date``,
   ``birth_date BETWEEN name AND name`` with both bounds the same column): always true, always
   false, or a slot the model filled with the only thing the grammar left it.
@@ -60,6 +63,8 @@ def implausible(sql: str, schema: Schema, dialect: str = "sqlite") -> list[str]:
             name, arg = agg.key.upper(), agg.this
         if isinstance(arg, exp.Column) and arg.name in keys:
             found.append(f"{name} over the key column {arg.sql(dialect=dialect)}")
+        elif arg is not None and arg.find(exp.Length, exp.StrPosition):
+            found.append(f"{name} over a string length or position: {arg.sql(dialect=dialect)}")
     for node in tree.find_all(*_COMPARISONS):
         if _same_column(node.left, node.right):
             found.append(f"{node.sql(dialect=dialect)} compares a column with itself")

@@ -1,4 +1,4 @@
-"""Implausible candidates (an id summed, a column compared with itself) rank below plausible ones in
+"""Implausible candidates (an id or a string length summed, a column compared with itself) rank below plausible ones in
 execution-guided selection, on the real demo databases."""
 
 import asyncio
@@ -23,6 +23,8 @@ def test_implausible_marks_ids_summed_and_columns_compared_with_themselves():
         TOP_BRANCH.format(agg="SUM(loans.loan_id)"): "SUM over the key column loans.loan_id",
         "SELECT AVG(book_id) FROM loans": "AVG over the key column book_id",
         "SELECT total(loan_id) FROM loans": "TOTAL over the key column loan_id",
+        TOP_BRANCH.format(agg="SUM(length(loans.loan_date))"): "SUM over a string length or position",
+        "SELECT AVG(instr(title, 'a') + 1) FROM books": "AVG over a string length or position",
         "SELECT title FROM books WHERE books.book_id = books.book_id": "compares a column with itself",
         "SELECT COUNT(*) FROM loans WHERE due_date > due_date": "compares a column with itself",
         "SELECT name FROM members WHERE joined_on BETWEEN name AND name": "bounds a range by one column",
@@ -31,6 +33,7 @@ def test_implausible_marks_ids_summed_and_columns_compared_with_themselves():
         found = implausible(sql, schema)
         assert len(found) == 1 and why in found[0], (sql, found)
     for sql in (TOP_BRANCH.format(agg="COUNT(*)"), "SELECT SUM(pages) FROM books",
+                "SELECT title, LENGTH(title) FROM books ORDER BY LENGTH(title) DESC LIMIT 1",
                 "SELECT COUNT(*) FROM loans WHERE returned_on > due_date",
                 "SELECT loan_id FROM loans WHERE '2024-06-01' BETWEEN loan_date AND due_date",
                 "SELECT b.title FROM books AS b JOIN authors AS a ON b.author_id = a.author_id",
