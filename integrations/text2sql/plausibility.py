@@ -16,7 +16,7 @@ These are flags, not errors: the query still runs and is still shown. Execution-
 (:mod:`.selection`) ranks a result set that some unflagged candidate produced above one only flagged
 candidates produced, and answers with an unflagged member of the chosen group. The SQL grammar
 (``GrammarOptions.plausible``) goes further where a CFG can: under it a key aggregate or a range bounded
-by columns cannot be sampled, so these flags mostly meet SQL from elsewhere (another grammar, a caller's).
+by columns cannot be sampled, so those two flags meet only SQL from elsewhere (another grammar, a caller's).
 """
 
 from __future__ import annotations
