@@ -16,17 +16,29 @@ from integrations.text2sql.sources import demo_source
 from integrations.text2sql.table_names import drop_table_aliases
 
 
+def fits(compiled, text: str) -> bool:
+    """Whether ``text`` is a whole sentence of a compiled grammar (``matches_grammar`` without the compile)."""
+    m = xgr.GrammarMatcher(compiled, terminate_without_stop_token=True)
+    return bool(m.accept_string(text)) and m.is_terminated()
+
+
+def assert_refused_only_by(guarded: str, free: str, wrong: list[str]) -> None:
+    """Each query of ``wrong`` is a sentence of the ``free`` grammar and not of the ``guarded`` one."""
+    for sql in wrong:
+        assert matches_grammar(free, sql) and not matches_grammar(guarded, sql), sql
+
+
+def assert_admitted(grammar: str, right: list[str]) -> None:
+    for sql in right:
+        assert matches_grammar(grammar, sql), sql
+
+
 @pytest.fixture(scope="module")
 def matchers():
     """One compiled grammar per demo schema; a fresh matcher per check is cheap."""
     compiler = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
     compiled = {name: compiler.compile_grammar(demo_source(name).grammar()) for name in schema_names()}
-
-    def accepts(schema: str, text: str) -> bool:
-        m = xgr.GrammarMatcher(compiled[schema], terminate_without_stop_token=True)
-        return bool(m.accept_string(text)) and m.is_terminated()
-
-    return accepts
+    return lambda schema, text: fits(compiled[schema], text)
 
 
 def test_xgrammar_parses_every_demo_grammar():
@@ -182,8 +194,7 @@ def test_comparisons_are_typed_by_the_column_types():
              "SELECT COUNT(*) FROM shipments WHERE STRFTIME('%Y', created_on) = 2024;",
              "SELECT AVG(created_on) FROM shipments;",
              "SELECT SUM(drivers.name) FROM drivers;"]
-    for sql in wrong:
-        assert matches_grammar(untyped, sql) and not matches_grammar(typed, sql), sql
+    assert_refused_only_by(typed, untyped, wrong)
     assert not matches_grammar(compact, wrong[-1])
     right = ["SELECT name FROM drivers WHERE hub_id = (SELECT hub_id FROM hubs WHERE city = '서울');",
              "SELECT name FROM drivers WHERE hired_on BETWEEN '2024-01-01' AND '2024-12-31' AND rating >= 4.5;",
@@ -197,8 +208,7 @@ def test_comparisons_are_typed_by_the_column_types():
              # in a join an alias may stand for any table, so its columns go either way
              "SELECT s.tracking_no FROM shipments AS s JOIN drivers AS d ON s.driver_id = d.driver_id "
              "WHERE s.fee = '3000';"]
-    for sql in right:
-        assert matches_grammar(typed, sql), sql
+    assert_admitted(typed, right)
     assert matches_grammar(compact, "SELECT SUM(fee * 2) FROM shipments;")
 
 
@@ -235,8 +245,7 @@ def test_plausible_grammar_cannot_sample_what_plausibility_flags():
              "SELECT COUNT(*) FROM books WHERE pages BETWEEN 100 AND published_year;",
              "SELECT title FROM books LIMIT 1;",
              "SELECT name FROM members WHERE city = 'Seoul' LIMIT 5;"]
-    for sql in wrong:
-        assert matches_grammar(off, sql) and not matches_grammar(on, sql), sql
+    assert_refused_only_by(on, off, wrong)
     right = ["SELECT SUM(books.pages) FROM books JOIN loans ON loans.book_id = books.book_id;",
              "SELECT AVG(JULIANDAY(returned_on) - JULIANDAY(loan_date)) FROM loans WHERE returned_on IS NOT NULL;",
              "SELECT COUNT(DISTINCT member_id), MAX(loan_id), SUM(1) FROM loans;",
@@ -246,8 +255,7 @@ def test_plausible_grammar_cannot_sample_what_plausibility_flags():
              "SELECT title FROM books WHERE pages BETWEEN 100 AND 300 ORDER BY pages DESC LIMIT 3;",
              "SELECT name FROM authors WHERE author_id = (SELECT author_id FROM books ORDER BY pages DESC LIMIT 1);",
              "SELECT COUNT(*) FROM loans WHERE returned_on > due_date;"]
-    for sql in right:
-        assert matches_grammar(on, sql), sql
+    assert_admitted(on, right)
     # A bare mapping declares no keys or types, so it gets the BETWEEN and LIMIT guards only.
     assert not matches_grammar(sql_grammar({"t": ["id", "x"]}), "SELECT x FROM t LIMIT 1;")
 
@@ -265,10 +273,7 @@ def test_plausible_grammar_keeps_every_eval_gold_it_had():
             if item.schema != name:
                 continue
             sql = drop_table_aliases(item.sql) + ";"
-            fits = []
-            for grammar in (on, off):
-                m = xgr.GrammarMatcher(grammar, terminate_without_stop_token=True)
-                fits.append(bool(m.accept_string(sql)) and m.is_terminated())
-            assert fits[0] == fits[1], (item.id, sql)
-            kept += fits[0]
+            guarded = fits(on, sql)
+            assert guarded == fits(off, sql), (item.id, sql)
+            kept += guarded
     assert kept >= 120
