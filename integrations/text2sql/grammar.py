@@ -175,7 +175,6 @@ class _Builder:
         self.keys = [k for k in keys if k[0] in self.tables and k[2] in self.tables]
         # Sort "m" (a measure: what SUM and AVG add up) is a number column that is no key.
         self.key_names = key_names if opts.plausible and opts.typed_comparisons else frozenset()
-        self.sort_names = "nsm" if self.key_names else "ns"
         self.r = EBNFRules()
         self.functions = _PORTABLE_FUNCTIONS + (_SQLITE_FUNCTIONS if opts.dialect == "sqlite" else ())
         scoped = opts.table_scopes
@@ -229,7 +228,7 @@ class _Builder:
             r.add(f"cols_t{i}", alts(ebnf_literal(quote_ident(c)) for c in self.tables[t]))
         if o.typed_comparisons:
             # The same name lists cut by sort ("n" numbers, "s" text); a column of unknown sort is in both.
-            for sort in self.sort_names:
+            for sort in "nsm" if self.key_names else "ns":
                 for i, t in enumerate(self.table_names):
                     self._sorted_names(f"cols_t{i}_{sort}", self.tables[t], t, sort)
                 # the bare names column_ref uses: unambiguous ones beside per-table scopes, else all
