@@ -12,6 +12,9 @@ Rates reported:
 * ``valid``: the output is one read-only SELECT that parses (the validator accepts it).
 * ``executable``: it also compiled against the schema (EXPLAIN) and ran without error or timeout.
 * ``exec_accuracy``: its rows equal the gold rows.
+* ``reachable``: some candidate the mode drew had the gold rows (pass@k; the same as ``exec_accuracy`` for
+  the one-candidate modes). The ceiling of execution-guided selection: no way of choosing among these
+  candidates beats it, only a better model does.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class ModeReport:
     p50_ask_ms: float | None = None  # median latency of one full ask (generate + validate + run)
     retried: int = 0
     repaired: int = 0
+    reachable: int = 0  # questions where some drawn candidate matched (the chosen one or not)
     by_lang: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -90,15 +94,21 @@ class ModeReport:
     def exec_accuracy(self) -> float:
         return self.matched / self.n if self.n else 0.0
 
+    @property
+    def reachable_rate(self) -> float:
+        return self.reachable / self.n if self.n else 0.0
+
     def summary(self) -> str:
         langs = ", ".join(f"{k} {v['matched']}/{v['n']}" for k, v in sorted(self.by_lang.items()))
         p50 = f"{self.p50_ask_ms:.0f} ms" if self.p50_ask_ms is not None else "-"
         return (f"{self.mode}: valid {self.valid_rate:.1%}, executable {self.executable_rate:.1%}, exec accuracy "
-                f"{self.exec_accuracy:.1%} ({langs}), batch {self.batch_s:.1f} s, p50 ask {p50}")
+                f"{self.exec_accuracy:.1%} ({langs}), reachable {self.reachable_rate:.1%}, batch {self.batch_s:.1f} s, "
+                f"p50 ask {p50}")
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out.update(valid_rate=self.valid_rate, executable_rate=self.executable_rate, exec_accuracy=self.exec_accuracy)
+        out.update(valid_rate=self.valid_rate, executable_rate=self.executable_rate, exec_accuracy=self.exec_accuracy,
+                   reachable_rate=self.reachable_rate)
         return out
 
 
@@ -113,16 +123,16 @@ class EvalReport:
                 "total_s": self.total_s}
 
     def table(self) -> str:
-        head = (f"{'mode':<14}{'n':>5}{'valid SQL':>12}{'executable':>12}{'exec acc':>10}"
-                f"{'  ko acc':>9}{'  en acc':>9}{'batch s':>9}{'p50 ask ms':>12}{'retried':>9}{'repaired':>10}")
+        head = (f"{'mode':<14}{'n':>5}{'valid SQL':>12}{'executable':>12}{'exec acc':>10}{'  ko acc':>9}"
+                f"{'  en acc':>9}{'reachable':>11}{'batch s':>9}{'p50 ask ms':>12}{'retried':>9}{'repaired':>10}")
         lines = [head, "-" * len(head)]
         for m in self.modes:
             lang = {k: (v["matched"] / v["n"] if v["n"] else 0.0) for k, v in m.by_lang.items()}
             p50 = f"{m.p50_ask_ms:.0f}" if m.p50_ask_ms is not None else "-"
             lines.append(
                 f"{m.mode:<14}{m.n:>5}{m.valid_rate:>12.1%}{m.executable_rate:>12.1%}{m.exec_accuracy:>10.1%}"
-                f"{lang.get('ko', 0):>9.1%}{lang.get('en', 0):>9.1%}{m.batch_s:>9.1f}{p50:>12}{m.retried:>9}"
-                f"{m.repaired:>10}"
+                f"{lang.get('ko', 0):>9.1%}{lang.get('en', 0):>9.1%}{m.reachable_rate:>11.1%}{m.batch_s:>9.1f}"
+                f"{p50:>12}{m.retried:>9}{m.repaired:>10}"
             )
         return "\n".join(lines)
 
@@ -210,11 +220,13 @@ def evaluate(
             cands = [g, *more.get(n, [])]
             results = [firsts[n], *(run_sql(source, c.sql, max_rows=EVAL_MAX_ROWS, timeout_s=EVAL_TIMEOUT_S,
                                             generation=c) for c in cands[1:])]
-            res = results[choose(results, flag(results, source.schema()) if len(results) > 1 else ())[0]]
-            chosen = cands[results.index(res)]
+            pick = choose(results, flag(results, source.schema()) if len(results) > 1 else ())[0]
+            res, chosen = results[pick], cands[pick]
+            hits = [r.ok and r.executed and gold.matches(item, source, r.rows) for r in results]
             valid = res.validation.ok
             executable = res.ok and res.executed
-            match = executable and gold.matches(item, source, res.rows)
+            match = hits[pick]
+            report.reachable += any(hits)
             report.valid += valid
             report.executable += executable
             report.matched += match

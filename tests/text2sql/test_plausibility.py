@@ -2,6 +2,7 @@
 execution-guided selection, on the real demo databases."""
 
 import asyncio
+from collections import Counter
 
 import pytest
 
@@ -141,3 +142,23 @@ def test_eval_samples_on_doubt_only_for_doubtful_greedy_answers():
     mode = evaluate(perfect, items, ["adapter+doubt"], latency_samples=0, adapter=wrong, sampler=perfect,
                     k=3).modes[0]
     assert mode.matched == 8  # every greedy answer failed, so each question got two samples: the gold
+    assert mode.reachable == 8
+
+
+def test_eval_counts_questions_a_candidate_got_right_though_selection_chose_another():
+    """``reachable`` (pass@k) is selection's ceiling: here a wrong answer outvotes the gold 2 to 1."""
+    from integrations.text2sql.dataset import load_eval, render_prompt, schema_ddl
+    from integrations.text2sql.evaluate import evaluate
+
+    items = load_eval()[:8]
+    gold = {render_prompt(schema_ddl(i.schema), i.question): i.sql for i in items}
+    drawn: Counter[str] = Counter()
+
+    def gold_first(prompt, guided):  # each question's first sample is its gold, the second the greedy answer
+        drawn[prompt] += 1
+        return (gold[prompt] if drawn[prompt] == 1 else "SELECT 'no such answer'") + ";"
+
+    wrong = SQLGenerator(lambda prompt, guided: "SELECT 'no such answer';")
+    mode = evaluate(wrong, items, ["adapter+select"], latency_samples=0, adapter=wrong,
+                    sampler=SQLGenerator(gold_first), k=3).modes[0]
+    assert (mode.matched, mode.reachable) == (0, 8) and mode.reachable_rate == 1.0

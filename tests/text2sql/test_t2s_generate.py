@@ -206,12 +206,12 @@ def test_evaluation_machinery_scores_gold_sql_perfectly():
     perfect = SQLGenerator(lambda prompt, guided: gold[prompt] + ";")
     report = evaluate(perfect, items, ["constrained", "unconstrained"], latency_samples=1)
     for mode in report.modes:
-        assert (mode.valid, mode.executable, mode.matched) == (12, 12, 12), mode
+        assert (mode.valid, mode.executable, mode.matched, mode.reachable) == (12, 12, 12, 12), mode
         assert mode.p50_ask_ms is not None and set(mode.by_lang) == {"ko", "en"}
     assert "100.0%" in report.table()
     wrong = SQLGenerator(lambda prompt, guided: "SELECT 1;")
     mode = evaluate(wrong, items, ["constrained"], latency_samples=0).modes[0]
-    assert (mode.valid, mode.executable, mode.matched) == (12, 12, 0)
+    assert (mode.valid, mode.executable, mode.matched, mode.reachable) == (12, 12, 0, 0)
     with pytest.raises(ValueError):
         evaluate(wrong, items, ["beam"])
 
