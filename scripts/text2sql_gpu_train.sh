@@ -5,9 +5,11 @@
 # installs the wheels it lacks and smoke-tests the training paths on a tiny random Llama; `train`
 # (call 2, within the machine's 30 s warm window) joins the parts, converts the GGUF with `engine.loader`,
 # checks the weights' hash against this host's conversion, and runs the configured trainings side
-# by side on the one GPU under a time budget, checkpoints coming back under $OUT.
+# by side on the one GPU under a time budget, checkpoints coming back under $OUT. RUNS picks them:
+# wide, same and fresh (the default) train on DATA; fresh2 is fresh on DATA2, a second data set to compare
+# on the same seed and clock (the default when pack was given one, with fresh).
 #
-#   here:          scripts/text2sql_gpu_train.sh pack DATA.jsonl.gz
+#   here:          scripts/text2sql_gpu_train.sh pack DATA.jsonl.gz [DATA2.jsonl.gz]
 #   device call 1: bash scripts/text2sql_gpu_train.sh stash      (carry .gpu/a)
 #   device call 2: bash scripts/text2sql_gpu_train.sh train      (carry .gpu/b)
 #   here:          scripts/text2sql_gpu_train.sh unpack FILES_AT  (checkpoints into .gpu/runs)
@@ -22,6 +24,7 @@ t2s() { python3 -c "import sys; from integrations.text2sql.cli import app; sys.a
 case "$step" in
 pack)
   data=${2:?training data (.jsonl.gz)}
+  data2=${3:-}
   PY=.venv/bin/python
   gguf=$($PY -c "from engine.loader import default_model_path; print(default_model_path())")
   folder=$($PY -c "from engine.loader import resolve_model; print(resolve_model('default'))")
@@ -35,6 +38,7 @@ pack)
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     -d .gpu/a/whl gguf==0.19.0 sqlglot==30.30.0 SQLAlchemy==2.1.9
   zcat "$data" | xz -6 -T2 > .gpu/b/data.jsonl.xz
+  [ -z "$data2" ] || zcat "$data2" | xz -6 -T2 > .gpu/b/data2.jsonl.xz
   $PY -c "
 import gzip, json, itertools
 rows = [json.loads(l) for l in itertools.islice(gzip.open('$data', 'rt'), 200)]
@@ -85,22 +89,36 @@ train)
   base=$(cat /tmp/base_folder)
   echo "$(cat .gpu/b/weights.sha256)  $base/model.safetensors" | sha256sum -c || echo "WEIGHTS DIFFER FROM THIS HOST'S"
   xz -dc .gpu/b/data.jsonl.xz | gzip -1 > "$KEEP/data.jsonl.gz"
+  [ -f .gpu/b/data2.jsonl.xz ] && xz -dc .gpu/b/data2.jsonl.xz | gzip -1 > "$KEEP/data2.jsonl.gz"
   minutes=${MINUTES:-6.5}
   INIT=${INIT:-$(python3 -c "from integrations.text2sql.adapter import SHIPPED; print(SHIPPED)")}
-  common=(--data "$KEEP/data.jsonl.gz" --base default --pack 16 --max-len 3200 --warmup 0.05 --seed 9
-          --max-minutes "$minutes" --no-progress)
-  # Side by side on the one GPU (launch-bound at this size): the shipped adapter widened to all 30
-  # layers; the shipped adapter as it is (16 layers); a fresh rank-16 adapter on all 30 layers.
-  t2s train "$KEEP/runs/wide" "${common[@]}" --init "$INIT" --extend-layers --layers 0 --lr 5e-4 \
-    --batch-size ${BATCH:-4} --save-every-minutes "$(python3 -c "print($minutes / 3 + 0.01)")" \
-    > "$KEEP/wide.log" 2>&1 &
-  t2s train "$KEEP/runs/same" "${common[@]}" --init "$INIT" --lr 3e-4 --batch-size ${BATCH:-4} \
-    --save-every-minutes "$(python3 -c "print($minutes / 3 + 0.01)")" > "$KEEP/same.log" 2>&1 &
-  t2s train "$KEEP/runs/fresh" "${common[@]}" --rank 16 --alpha 32 --layers 0 --lr 1e-3 \
-    --batch-size ${BATCH:-4} > "$KEEP/fresh.log" 2>&1 &
-  for _ in $(seq 1 12); do sleep 30; nvidia-smi 2>/dev/null --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done &
-  wait %1 %2 %3 || true
-  kill %4 2>/dev/null || true
+  runs=${RUNS:-$([ -f "$KEEP/data2.jsonl.gz" ] && echo "fresh fresh2" || echo "wide same fresh")}
+  # At most 8 files come back: a run with checkpoints at a third and two thirds of the clock sends 3 tars,
+  # one without 1, and the logs 1. So every run keeps checkpoints when there are two; of three, wide and same.
+  every=(--save-every-minutes "$(python3 -c "print($minutes / 3 + 0.01)")")
+  few=$([ "$(wc -w <<< "$runs")" -le 2 ] && echo 1 || true)
+  common=(--base default --pack 16 --max-len 3200 --warmup 0.05 --seed 9 --max-minutes "$minutes" --no-progress
+          --batch-size "${BATCH:-4}")
+  fresh=(--rank 16 --alpha 32 --layers 0 --lr 1e-3 ${few:+"${every[@]}"})
+  # Side by side on the one GPU (launch-bound at this size). wide: the shipped adapter widened to all 30
+  # layers; same: the shipped adapter as it is (16 layers); fresh: a new rank-16 adapter on all 30 layers
+  # (the best of the three on v9, shipped as sql-ko-en-r16-v9); fresh2: fresh on the second data set.
+  pids=()
+  for run in $runs; do
+    case "$run" in
+    wide) args=(--data "$KEEP/data.jsonl.gz" --init "$INIT" --extend-layers --layers 0 --lr 5e-4 "${every[@]}") ;;
+    same) args=(--data "$KEEP/data.jsonl.gz" --init "$INIT" --lr 3e-4 "${every[@]}") ;;
+    fresh) args=(--data "$KEEP/data.jsonl.gz" "${fresh[@]}") ;;
+    fresh2) args=(--data "$KEEP/data2.jsonl.gz" "${fresh[@]}") ;;
+    *) echo "unknown run $run (wide, same, fresh, fresh2)" >&2; exit 2 ;;
+    esac
+    t2s train "$KEEP/runs/$run" "${common[@]}" "${args[@]}" > "$KEEP/$run.log" 2>&1 &
+    pids+=($!)
+  done
+  (for _ in $(seq 1 12); do sleep 30; nvidia-smi 2>/dev/null --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done) &
+  watch=$!
+  wait "${pids[@]}" || true
+  kill "$watch" 2>/dev/null || true
   tail -n 3 "$KEEP"/*.log
   cd "$KEEP/runs"
   for d in */ */step-*/; do
@@ -108,7 +126,7 @@ train)
     name=$(echo "${d%/}" | tr '/' '_')
     tar -cf "$OUT/$name.tar" -C "$d" --exclude 'step-*' .
   done
-  tar -czf "$OUT/logs.tar.gz" -C "$KEEP" wide.log same.log fresh.log
+  tar -czf "$OUT/logs.tar.gz" -C "$KEEP" $(for run in $runs; do echo "$run.log"; done)
   ls -la "$OUT"
   ;;
 unpack)
