@@ -11,9 +11,9 @@ from typing import Any
 
 _EXPORTS = {
     "AsyncEngine": "async_engine", "EngineConfig": "config", "EngineDeadError": "errors",
-    "InvalidRequestError": "errors", "GuidedSpec": "guided_spec", "LLM": "llm", "LLMEngine": "llm_engine",
-    "LoRARequest": "lora", "CompletionOutput": "outputs", "RequestMetrics": "outputs", "RequestOutput": "outputs",
-    "SamplingParams": "sampling_params",
+    "InvalidRequestError": "errors", "NotFoundError": "errors", "GuidedSpec": "guided_spec", "LLM": "llm",
+    "LLMEngine": "llm_engine", "LoRARequest": "lora", "CompletionOutput": "outputs", "RequestMetrics": "outputs",
+    "RequestOutput": "outputs", "SamplingParams": "sampling_params",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -11,5 +11,9 @@ class InvalidRequestError(ValueError):
         self.code = code
 
 
+class NotFoundError(InvalidRequestError):
+    """A request names something the engine does not hold (a LoRA adapter unloaded meanwhile): a 404."""
+
+
 class EngineDeadError(RuntimeError):
     """The engine's step loop stopped on an internal error; no further requests are accepted."""

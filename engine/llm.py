@@ -39,7 +39,12 @@ class LLM:
         loras = lora_request if isinstance(lora_request, list) else [lora_request] * len(prompts)
         for i, (prompt, p, prio, lora) in enumerate(zip(prompts, params_list, priorities, loras, strict=True)):
             rid = f"offline-{next(self._ids)}"
-            self.engine.add_request(rid, prompt, p, priority=prio, lora_request=lora)
+            try:
+                self.engine.add_request(rid, prompt, p, priority=prio, lora_request=lora)
+            except BaseException:
+                for added in order:  # the call fails whole: no orphans holding blocks or adapters
+                    self.engine.abort_request(added)
+                raise
             order[rid] = i
         results: list[RequestOutput | None] = [None] * len(prompts)
         with tqdm(total=len(prompts), desc="generate", disable=not use_tqdm, unit="req") as bar:

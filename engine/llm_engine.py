@@ -123,7 +123,11 @@ class LLMEngine:
         metrics = RequestMetrics(arrival, prompt_tokens=len(token_ids), priority=priority)
         text = prompt if isinstance(prompt, str) else None
         req = Request(request_id, text, token_ids, params, metrics, fairness_key=fairness_key, lora=lora)
-        seq = self._new_sequence(req, 0, list(token_ids))
+        try:
+            seq = self._new_sequence(req, 0, list(token_ids))
+        except BaseException:
+            self._release(req)  # a refused grammar must not pin the adapter
+            raise
         seq.pending_forks = params.n - 1
         self.requests[request_id] = req
         self.scheduler.add(seq)
@@ -177,6 +181,7 @@ class LLMEngine:
         if req.finished:
             req.metrics.finished_time = time.monotonic()
             del self.requests[request_id]
+            self._release(req)
         return out
 
     def _finish(self, seq: Sequence) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import InvalidRequestError
+from engine.errors import InvalidRequestError, NotFoundError
 from kernels.cpu import cpu_kernels_available
 
 # HF module name -> (our fused projection, its slice order inside that projection)
@@ -74,11 +74,16 @@ def _config(folder: Path, max_rank: int) -> tuple[int, float]:
     if not path.is_file():
         raise InvalidRequestError(f"{folder}: no adapter_config.json (a PEFT LoRA adapter folder is expected)",
                                   "lora_path")
-    cfg = json.loads(path.read_text())
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequestError(f"{folder}: adapter_config.json is not readable JSON: {exc}", "lora_path") from None
 
     def refuse(why: str) -> InvalidRequestError:
         return InvalidRequestError(f"{folder}: unsupported adapter: {why}", "lora_path")
 
+    if not isinstance(cfg, dict):
+        raise refuse(f"adapter_config.json holds a {type(cfg).__name__}, not an object")
     if cfg.get("peft_type", "LORA") != "LORA":
         raise refuse(f"peft_type {cfg.get('peft_type')!r} (only LORA)")
     if cfg.get("use_dora"):
@@ -91,10 +96,12 @@ def _config(folder: Path, max_rank: int) -> tuple[int, float]:
         raise refuse("per-module rank_pattern / alpha_pattern")
     if cfg.get("modules_to_save"):
         raise refuse(f"modules_to_save {cfg['modules_to_save']}")
-    r = int(cfg.get("r", 8))
+    # PEFT's LoraConfig defaults, for a config written without them: r=8, lora_alpha=8
+    r, alpha = cfg.get("r", 8), cfg.get("lora_alpha", 8)
+    if isinstance(r, bool) or not isinstance(r, int) or isinstance(alpha, bool) or not isinstance(alpha, int | float):
+        raise refuse(f"r={r!r} and lora_alpha={alpha!r} must be numbers (r a whole one)")
     if not 0 < r <= max_rank:
-        raise InvalidRequestError(f"{folder}: adapter rank {r} exceeds max_lora_rank {max_rank}", "lora_path")
-    alpha = float(cfg.get("lora_alpha", r))
+        raise InvalidRequestError(f"{folder}: adapter rank {r} is outside 1..max_lora_rank ({max_rank})", "lora_path")
     scale = alpha / (r**0.5 if cfg.get("use_rslora") else r)
     return r, scale
 
@@ -109,8 +116,12 @@ def load_adapter(request: LoRARequest, model, max_rank: int) -> LoRAAdapter:
     file = folder / "adapter_model.safetensors"
     if not file.is_file():
         raise InvalidRequestError(f"{folder}: no adapter_model.safetensors", "lora_path")
+    try:
+        tensors = load_file(str(file))
+    except Exception as exc:  # safetensors raises its own SafetensorError (and OSError) on a damaged file
+        raise InvalidRequestError(f"{folder}: adapter_model.safetensors cannot be read: {exc}", "lora_path") from None
     parts: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
-    for key, tensor in load_file(str(file)).items():
+    for key, tensor in tensors.items():
         m = KEY.match(key)
         if m is None or m.group(2) not in MODULES:
             raise InvalidRequestError(f"{folder}: unsupported adapter weight {key!r} (LoRA on q/k/v/o/gate/up/down "
@@ -250,12 +261,18 @@ class LoRAManager:
         """Marks one more live request on the adapter, loading it back if it was evicted; a LoRARequest is
         loaded under its name on first sight, as vLLM does."""
         if isinstance(name, LoRARequest):
-            if name.lora_name not in self.registered:
+            known = self.registered.get(name.lora_name)
+            if known is None:
                 self.add(name.lora_name, name.lora_path)
+            elif Path(known.lora_path).resolve() != Path(name.lora_path).resolve():
+                # Answering with the loaded adapter's weights would be a silent wrong answer.
+                raise InvalidRequestError(f"the LoRA adapter name {name.lora_name!r} is loaded from {known.lora_path}, "
+                                          f"not {name.lora_path}; unload it first or use another name", "lora_request")
             name = name.lora_name
         req = self.registered.get(name)
         if req is None:
-            raise InvalidRequestError(f"unknown LoRA adapter {name!r}", "model")
+            raise NotFoundError(f"The model `{name}` does not exist (no LoRA adapter of that name is loaded).",
+                                "model", "model_not_found")
         if req.lora_int_id not in self.resident:
             self._make_room()
             self.resident[req.lora_int_id] = load_adapter(req, self.model, self.max_lora_rank)

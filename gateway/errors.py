@@ -7,7 +7,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engine import EngineDeadError, InvalidRequestError
+from engine import EngineDeadError, InvalidRequestError, NotFoundError
 from gateway.protocol.common import ErrorInfo, ErrorResponse
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,8 @@ def as_api_error(exc: BaseException) -> APIError:
     """Maps engine and unexpected failures onto the API's error taxonomy."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, NotFoundError):
+        return APIError(404, exc.message, param=exc.param, code=exc.code)
     if isinstance(exc, InvalidRequestError):
         return APIError(400, exc.message, param=exc.param, code=exc.code)
     if isinstance(exc, EngineDeadError):

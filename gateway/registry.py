@@ -138,7 +138,7 @@ class ModelRegistry:
         if name in self.models:
             raise APIError(400, f"The model name `{name}` is already served.", param="lora_name",
                            code="lora_name_in_use")
-        model = self.resolve(base) if base else next(iter(self.embedded), None)
+        model = self.resolve(base, param="base_model_name") if base else next(iter(self.embedded), None)
         if not isinstance(model, EmbeddedModel):
             raise APIError(400, "LoRA adapters need an embedded base model.", param="base_model_name")
         try:
@@ -160,7 +160,9 @@ class ModelRegistry:
             raise APIError(400, exc.message, param="lora_name", code="lora_adapter_in_use") from None
         except KeyError:
             pass  # already gone from the engine
-        del self.models[name]
+        if self.models.pop(name, None) is None:  # a concurrent unload of the same name got there first
+            raise APIError(404, f"The LoRA adapter `{name}` is not loaded.", param="lora_name",
+                           code="lora_adapter_not_found")
 
     @property
     def default(self) -> Served:

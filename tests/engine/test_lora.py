@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from engine import LLM, InvalidRequestError, LoRARequest, SamplingParams
+from engine import LLM, InvalidRequestError, LoRARequest, NotFoundError, SamplingParams
 from tests.cpu_paths import cpu_paths
 from tests.engine.conftest import hf_greedy_with, make_tiny_llama
 from tests.engine.lora_helpers import make_adapter, merged_model
@@ -82,8 +82,9 @@ def test_load_unload_at_run_time_and_in_use(llm, setup, expected):
     while eng.has_unfinished_requests():
         eng.step()
     eng.remove_lora("a")
-    with pytest.raises(InvalidRequestError, match="unknown LoRA adapter"):
+    with pytest.raises(NotFoundError, match="does not exist") as err:  # a request that raced the unload: a 404
         eng.add_request("gone", prompts[0], GREEDY, lora_request="a")
+    assert err.value.code == "model_not_found"
     # Reloaded under the same name: a new lora_int_id, so the old cached blocks are never served.
     eng.add_lora("a", str(adapters["b"]))
     assert tokens(llm.generate(prompts, GREEDY, use_tqdm=False, lora_request="a")) == want["b"]
@@ -107,6 +108,80 @@ def test_max_loras_evicts_idle_lru(setup, expected):
     while llm.engine.has_unfinished_requests():
         llm.engine.step()
     llm.engine.block_manager.check_no_leak()
+
+
+def test_a_stopped_last_sample_releases_its_adapter(setup):
+    """stop_sequence (a repeated tool call) ending a request's only sample must let go of its adapter, or
+    the adapter can never be unloaded or evicted (with max_loras=1 every other adapter is then refused)."""
+    base, adapters = setup
+    llm = LLM(model=str(base), enable_lora=True, max_loras=1, max_lora_rank=8, num_kv_blocks=64,
+              lora_modules={"a": str(adapters["a"]), "b": str(adapters["b"])})
+    eng = llm.engine
+    eng.add_request("r1", [5, 6, 7, 8], GREEDY, lora_request="b")
+    eng.step()
+    assert eng.stop_sequence("r1", 0).finished and not eng.has_unfinished_requests()
+    assert eng.runner.loras.in_use == {}
+    eng.add_request("r2", [5, 6, 7, 8], GREEDY, lora_request="a")  # b's slot is free to evict
+    while eng.has_unfinished_requests():
+        eng.step()
+    eng.remove_lora("b")
+    eng.block_manager.check_no_leak()
+
+
+def test_a_refused_prompt_fails_the_whole_offline_batch_and_leaves_nothing_behind(setup):
+    base, adapters = setup
+    llm = LLM(model=str(base), enable_lora=True, max_loras=1, max_lora_rank=8, num_kv_blocks=64,
+              lora_modules={"a": str(adapters["a"]), "b": str(adapters["b"])})
+    with pytest.raises(InvalidRequestError, match="max_loras"):  # a's request holds the one slot b needs
+        llm.generate([[5, 6, 7], [8, 9, 10]], GREEDY, use_tqdm=False, lora_request=["a", "b"])
+    assert llm.engine.requests == {} and llm.engine.runner.loras.in_use == {}
+    assert len(llm.generate([[11, 12, 13]], GREEDY, use_tqdm=False)) == 1
+    llm.engine.block_manager.check_no_leak()
+
+
+def test_a_lora_request_naming_a_loaded_adapter_from_another_folder_is_refused(llm, setup, expected):
+    """Serving it with the loaded adapter's weights would be a silent wrong answer."""
+    _, adapters = setup
+    prompts, want = expected
+    with pytest.raises(InvalidRequestError, match="unload it first"):
+        llm.generate(prompts[:1], GREEDY, use_tqdm=False, lora_request=LoRARequest("a", 77, str(adapters["b"])))
+    same = LoRARequest("a", 78, str(adapters["a"]) + "/")  # the same folder, spelt otherwise
+    assert tokens(llm.generate(prompts[:1], GREEDY, use_tqdm=False, lora_request=same)) == want["a"][:1]
+    llm.engine.block_manager.check_no_leak()
+
+
+def test_damaged_adapter_folders_are_refused_with_the_reason(llm, setup, tmp_path):
+    import shutil
+
+    _, adapters = setup
+    cfg = json.loads((adapters["a"] / "adapter_config.json").read_text())
+    cases = {"not readable JSON": ("adapter_config.json", "{not json"),
+             "not an object": ("adapter_config.json", "[1, 2]"),
+             "must be numbers": ("adapter_config.json", json.dumps({**cfg, "r": "eight"})),
+             "cannot be read": ("adapter_model.safetensors", "garbage, not a safetensors file")}
+    for i, (why, (name, text)) in enumerate(cases.items()):
+        folder = tmp_path / f"bad{i}"
+        shutil.copytree(adapters["a"], folder)
+        (folder / name).write_text(text)
+        with pytest.raises(InvalidRequestError, match=why) as err:
+            llm.engine.add_lora(f"bad{i}", str(folder))
+        assert err.value.param == "lora_path"
+    assert not {r.lora_name for r in llm.engine.list_loras()} & {f"bad{i}" for i in range(len(cases))}
+
+
+def test_a_config_without_lora_alpha_takes_peft_default_of_8(setup, tmp_path):
+    """PEFT's LoraConfig writes lora_alpha, but its default is 8 (not r) when a hand-written config omits it."""
+    from engine.lora import _config
+
+    base, adapters = setup
+    cfg = json.loads((adapters["b"] / "adapter_config.json").read_text())
+    cfg.pop("lora_alpha")
+    cfg["use_rslora"] = False
+    (tmp_path / "adapter_config.json").write_text(json.dumps(cfg))
+    assert _config(tmp_path, 8) == (8, 1.0) and cfg["r"] == 8
+    cfg["r"] = 4
+    (tmp_path / "adapter_config.json").write_text(json.dumps(cfg))
+    assert _config(tmp_path, 8) == (4, 2.0)
 
 
 def test_refuses_what_it_cannot_apply(llm, setup, tmp_path):

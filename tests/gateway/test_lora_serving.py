@@ -2,6 +2,8 @@
 request's `model` in chat, completions and responses, loaded and unloaded at run time by an admin key,
 without disturbing requests of other adapters or leaking KV blocks."""
 
+import asyncio
+import shutil
 import threading
 
 import httpx
@@ -109,6 +111,14 @@ def test_load_and_unload_at_run_time(server, files, offline):
     assert admin(server, "load_lora_adapter", {"lora_name": "sql-a", "lora_path": str(adapters["c"])}
                  ).status_code == 400
     assert admin(server, "load_lora_adapter", {"lora_name": "sql-c"}).status_code == 400
+    broken = files[0] / "broken"
+    shutil.copytree(adapters["c"], broken, dirs_exist_ok=True)
+    (broken / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
+    bad = admin(server, "load_lora_adapter", {"lora_name": "x", "lora_path": str(adapters["c"]),
+                                              "base_model_name": "no-such-base"})
+    assert bad.status_code == 404 and bad.json()["error"]["param"] == "base_model_name"
+    bad = admin(server, "load_lora_adapter", {"lora_name": "x", "lora_path": str(broken)})
+    assert bad.status_code == 400 and "cannot be read" in bad.json()["error"]["message"], bad.text
     ok = admin(server, "load_lora_adapter", {"lora_name": "sql-c", "lora_path": str(adapters["c"])})
     assert ok.status_code == 200, ok.text
     assert "sql-c" in {m.id for m in client(server).models.list().data}
@@ -194,3 +204,38 @@ def test_a_database_key_may_serve_but_not_administer(files, tmp_path):
         assert denied.status_code == 403 and denied.json()["error"]["code"] == "insufficient_permissions"
         assert admin(srv, "load_lora_adapter", body).status_code == 200
         assert client(srv, user_key).completions.create(model="sql-c", prompt=PROMPT, max_tokens=2).model == "sql-c"
+
+
+def test_unload_races_end_in_404s_not_500s(files):
+    """Two unloads of one adapter at once: one succeeds, the other is told it is gone. A request that
+    resolved the adapter just before an unload reaches the engine after it: 404 model_not_found, as
+    for any other unknown model."""
+    from engine import AsyncEngine
+    from gateway.errors import as_api_error
+    from gateway.registry import ModelRegistry
+    from gateway.settings import Settings
+
+    _, base, adapters = files
+    eng = AsyncEngine(model=str(base), enable_lora=True, max_lora_rank=8, num_kv_blocks=32,
+                      lora_modules={"a": str(adapters["a"]), "b": str(adapters["b"])})
+    try:
+        reg = ModelRegistry.from_settings(Settings(model=str(base)), engine=eng)
+
+        async def unload_twice():
+            return await asyncio.gather(reg.unload_lora("a"), reg.unload_lora("a"), return_exceptions=True)
+
+        first, second = asyncio.run(unload_twice())
+        assert first is None and as_api_error(second).status == 404, second
+
+        async def ask_while_unloading():
+            through_b = reg.resolve("b").ready()  # what a handler holds once it resolved `model`
+            await reg.unload_lora("b")
+            await through_b.generate_full([5, 6, 7], SamplingParams(max_tokens=2))
+
+        with pytest.raises(Exception) as err:
+            asyncio.run(ask_while_unloading())
+        api = as_api_error(err.value)
+        assert (api.status, api.info.code) == (404, "model_not_found"), api.info
+        assert eng.list_loras() == [] and set(reg.models) == {eng.served_model_name}
+    finally:
+        eng.shutdown()
