@@ -78,7 +78,7 @@ def _register_optional_commands() -> None:
             fn = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError):
             continue
-        target.command(name)(fn)
+        target.command(name, context_settings=getattr(fn, "context_settings", None))(fn)
     for module, name in (("integrations.text2sql.cli", "text2sql"),):
         try:
             sub = importlib.import_module(module).app

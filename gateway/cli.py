@@ -12,6 +12,7 @@ import typer
 
 
 def serve(
+    ctx: typer.Context,
     model: list[str] = typer.Option(
         [], "--model", envvar="SLLM_MODEL",
         help="'default', an HF folder or a .gguf; repeat to serve several (each its own engine and KV budget)"),
@@ -116,7 +117,7 @@ def serve(
     lora_modules: list[str] = typer.Option(
         [], "--lora-modules",
         help="NAME=PATH: a PEFT LoRA adapter served as model NAME on the first embedded model; repeat for "
-             "several (implies --enable-lora)"),
+             "several, or list them after one flag as vLLM does (implies --enable-lora)"),
     max_loras: int | None = typer.Option(
         None, "--max-loras",
         help="LoRA adapters resident at once (least recently used evicted when idle)"),
@@ -137,6 +138,12 @@ def serve(
 ):
     """Serve the OpenAI-compatible API (under /v1) on embedded engines and upstream servers."""
     import json
+
+    # vLLM's form, `--lora-modules a=/x b=/y`: the names after the first arrive as extra arguments.
+    if ctx.args and not (lora_modules and all("=" in arg and not arg.startswith("-") for arg in ctx.args)):
+        raise typer.BadParameter(f"unexpected extra arguments {' '.join(ctx.args)!r} (only NAME=PATH after "
+                                 "--lora-modules)")
+    lora_modules = [*lora_modules, *ctx.args]
     import logging
 
     import uvicorn
@@ -180,6 +187,9 @@ def serve(
     # Our access log replaces uvicorn's: one line per request with tokens and timings.
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
                 access_log=False)
+
+
+serve.context_settings = {"allow_extra_args": True}  # type: ignore[attr-defined]
 
 
 def create_key(

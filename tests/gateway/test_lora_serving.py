@@ -179,6 +179,28 @@ def test_lora_settings_from_a_config_file_and_flags(tmp_path):
         Settings(served_model_name="sql", lora_modules=["sql=/x"])
 
 
+def test_serve_takes_lora_modules_as_vllm_lists_them(monkeypatch):
+    """`--lora-modules a=/x b=/y` (vLLM's form) as well as the flag repeated; other extra words are refused."""
+    import uvicorn
+    from typer.testing import CliRunner
+
+    import gateway.app
+    from engine.cli import app
+
+    started = []
+    monkeypatch.setattr(gateway.app, "create_app", lambda settings: started.append(settings) or "app")
+    monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
+    for argv in (["--lora-modules", "a=/x", "b=/y", "--max-loras", "2"],
+                 ["--lora-modules", "a=/x", "--lora-modules", "b=/y", "--max-loras", "2"]):
+        result = CliRunner().invoke(app, ["serve", *argv])
+        assert result.exit_code == 0, result.output
+        assert started.pop().engine_config().lora_modules == {"a": "/x", "b": "/y"}
+    for argv in (["stray"], ["--lora-modules", "a=/x", "stray"]):
+        result = CliRunner().invoke(app, ["serve", *argv])
+        assert result.exit_code != 0 and "unexpected extra arguments" in result.output, result.output
+    assert started == []
+
+
 def test_a_database_key_may_serve_but_not_administer(files, tmp_path):
     import asyncio
 
