@@ -27,7 +27,7 @@ from sqlalchemy import delete, select
 
 from engine import AsyncEngine, InvalidRequestError, RequestOutput, SamplingParams
 from gateway import proxy
-from gateway.errors import APIError, as_api_error
+from gateway.errors import APIError, ClientDisconnected, as_api_error
 from gateway.generation import Generation
 from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timings
 from gateway.registry import AdapterEngine, EmbeddedModel, Served, UpstreamModel
@@ -60,10 +60,13 @@ DEMO_SCHEMAS = ("shop", "hr", "school", "library", "delivery")
 T = TypeVar("T")
 
 
-def _refused_by_engine(exc: Text2SQLError) -> APIError | None:
+def _refused_by_engine(exc: Text2SQLError) -> Exception | None:
     """The engine refused the model call as a bad request (the DDL and question past the model's context,
-    max_tokens too large): the client's 400, as for a completion, not the 502 of a failed model call."""
+    max_tokens too large): the client's 400, as for a completion, not the 502 of a failed model call. What
+    the gateway itself answered the call with (admission's 429, a client gone) stays what it was."""
     cause = exc.__cause__
+    if isinstance(exc, GenerationError) and isinstance(cause, APIError | ClientDisconnected):
+        return cause
     if not isinstance(exc, GenerationError) or not isinstance(cause, InvalidRequestError):
         return None
     return APIError(400, f"the model refused the request: {cause.message}",
@@ -88,12 +91,12 @@ class _EngineCalls:
         return final
 
 
-def _upstream_complete(state: ServerState, served: UpstreamModel, max_tokens: int):
+def _upstream_complete(state: ServerState, served: UpstreamModel, max_tokens: int, temperature: float = 0.0):
     """The same completion on an upstream's /v1/completions, the grammar sent in the field it reads;
     what comes back is validated here all the same."""
 
     async def acomplete(prompt: str, guided) -> str:
-        body = openai_body(served.name, prompt, guided, max_tokens, served.entry.grammar_field)
+        body = openai_body(served.name, prompt, guided, max_tokens, served.entry.grammar_field, temperature)
         return (await proxy.call(state, served, "/completions", body))["choices"][0]["text"]
 
     return acomplete
@@ -245,7 +248,7 @@ class Text2SQL:
                 style = AdapterStyle()  # grammar and prompt; the adapter's own when the question goes through it
                 if isinstance(served, UpstreamModel):
                     complete = _upstream_complete(self.state, served, limit)
-                    sample = complete  # an upstream call is greedy; its candidates would all agree
+                    sample = _upstream_complete(self.state, served, limit, SAMPLE_TEMPERATURE)
                 else:
                     engine = await self._engine(served)
                     if isinstance(engine, AdapterEngine):

@@ -3,9 +3,9 @@
 Source URLs go out redacted (`sqlite:///...`, `postgresql://user:***@host/db`), never as stored.
 Times are Unix seconds, as OpenAI's `created_at`."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from gateway.protocol.common import Request
 
@@ -18,6 +18,8 @@ DEMO_SHOP_URL = "sqlite:///~/.cache/sllm/text2sql/shop.sqlite"
 # Anything SQLAlchemy's make_url takes has a `<dialect>[+driver]://`; a URL is also opened and
 # introspected before it is registered (a 400 when it cannot be).
 URL_PATTERN = r"^[^:/]+://"
+# A question of blanks is no question: a 400, not a decode of the schema alone.
+Question = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 # Five whitespace-separated fields, or a macro (@hourly, @daily, ...): the shape the scheduler takes;
 # croniter then checks each field (gateway/jobs/schedules.py check_cron, a 400 `invalid_cron`).
 # Whitespace as Python's str.split() knows it (JSON Schema's \s lacks \x1c-\x1f and \x85).
@@ -83,7 +85,7 @@ class AskRequest(Request):
     source: str = Field(examples=[DEMO_SOURCE], description="a registered source (GET /v1/text2sql/sources); the "
                         "demo databases are registered as demo_shop, demo_hr, demo_school, demo_library, "
                         "demo_delivery")
-    question: str | None = Field(None, min_length=1, examples=["How many customers are in the gold tier?"],
+    question: Question | None = Field(None, examples=["How many customers are in the gold tier?"],
                                  description="answered by the model (with `sql` absent)")
     sql: str | None = Field(None, min_length=1, examples=[
         "SELECT name, price FROM products ORDER BY price DESC LIMIT 3",
@@ -95,7 +97,8 @@ class AskRequest(Request):
     constrained: bool = True
     model: str | None = None
     max_tokens: int | None = Field(None, ge=8, le=2048)
-    timeout_s: float = Field(5.0, gt=0, le=60)
+    timeout_s: float = Field(5.0, gt=0, le=60, description="the time limit of one query's execution (with "
+                             "`candidates`, of each candidate's, run one after another)")
     candidates: int = Field(1, ge=1, le=16, description="execution-guided selection: sample this many queries "
                             "under the schema grammar, run each read-only and answer with the result most of them "
                             "agree on (1: the greedy query alone)")
@@ -161,7 +164,7 @@ class ScheduleCreate(Request):
                       description="five-field cron expression (minute hour day-of-month month day-of-week) or "
                                   "a macro (@hourly, @daily, @weekly, @monthly, @yearly), in UTC")
     source: str = Field(examples=[DEMO_SOURCE], description="a registered source (GET /v1/text2sql/sources)")
-    question: str = Field(min_length=1)
+    question: Question
     webhook_url: str | None = Field(None, description="http(s) URL to POST each run's result to (a server "
                                     "with webhooks enabled, the host on its allow-list)")
     execute: bool = True
@@ -169,6 +172,9 @@ class ScheduleCreate(Request):
     constrained: bool = True
     candidates: int = Field(1, ge=1, le=16, description="execution-guided selection for each run (see the ask "
                             "request's `candidates`)")
+    # Stated, so that `doubt` is refused rather than ignored: a nightly run has time to sample every time.
+    sample_when: Literal["always"] = Field("always", description="schedules sample for every run when "
+                                           "`candidates` > 1 (`doubt` is for interactive asks)")
 
 
 class ScheduleObject(BaseModel):

@@ -271,8 +271,9 @@ def async_engine_complete(engine: Any, max_tokens: int = DEFAULT_MAX_TOKENS, tem
     return acomplete
 
 
-def openai_body(model: str, prompt: str, guided: Guided, max_tokens: int, grammar_field: str) -> dict[str, Any]:
-    body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+def openai_body(model: str, prompt: str, guided: Guided, max_tokens: int, grammar_field: str,
+                temperature: float = 0.0) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature}
     if guided:
         # vLLM < 0.10 reads "guided_grammar"; newer vLLM reads {"structured_outputs": {"grammar": ...}}.
         ebnf = guided.constraint.ebnf  # type: ignore[union-attr] - ours are always a Grammar

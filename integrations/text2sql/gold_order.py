@@ -12,6 +12,7 @@ comparison stays strict.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,8 +29,19 @@ Row = tuple[Any, ...]
 
 def normalise_row(row: Sequence[Any]) -> Row:
     """A row as results are compared, by the evaluation here and by selection's votes: floats rounded, so
-    ``AVG`` computed in another order still compares equal."""
-    return tuple(round(v, 4) if isinstance(v, float) else v for v in row)
+    ``AVG`` computed in another order still compares equal; values that cannot be hashed (PostgreSQL's
+    arrays and JSON come back as lists and dicts) as their JSON text, so result sets can be counted."""
+    return tuple(_comparable(v) for v in row)
+
+
+def _comparable(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 4)
+    try:
+        hash(value)
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str)
+    return value
 
 
 def keyed_sql(sql: str, dialect: str = "sqlite") -> tuple[str, list[int]] | None:

@@ -28,6 +28,7 @@ from functools import partial
 from typing import Any
 
 from integrations.text2sql.ask import AskResult, run_sql
+from integrations.text2sql.errors import UnsafeSQL
 from integrations.text2sql.execute import DEFAULT_MAX_ROWS, DEFAULT_TIMEOUT_S
 from integrations.text2sql.generate import Generation, SQLGenerator
 from integrations.text2sql.gold_order import normalise_row
@@ -69,8 +70,8 @@ def choose(results: Sequence[AskResult], flagged: Collection[int] = ()) -> tuple
         key = result_key(res)
         if key is not None:
             groups.setdefault(key, []).append(i)
-    if not groups:
-        return 0, 0
+    if not groups:  # nothing ran: answer with a candidate the validator let through, if any was
+        return next((i for i, r in enumerate(results) if not isinstance(r.error, UnsafeSQL)), 0), 0
     best = max(groups.values(), key=lambda idx: (has_data(results[idx[0]]), any(i not in flagged for i in idx),
                                                  len(idx), -idx[0]))
     return min(best, key=lambda i: (i in flagged, i)), len(best)
@@ -133,8 +134,9 @@ async def aask_selected(source: Source, question: str, generator: SQLGenerator, 
     _check(k, when)
 
     run = partial(_run, source, question, execute=execute, max_rows=max_rows, timeout_s=timeout_s)
-    def sample() -> list[Any]:
-        return [sampler.agenerate(source, question, constrained=constrained) for _ in range(k - 1)]
+    def sample() -> list[asyncio.Future[Generation]]:
+        return [asyncio.ensure_future(sampler.agenerate(source, question, constrained=constrained))
+                for _ in range(k - 1)]
 
     start = time.perf_counter()
     if when == "doubt":
@@ -144,11 +146,27 @@ async def aask_selected(source: Source, question: str, generator: SQLGenerator, 
         if k == 1 or not execute or not doubtful(first[0], source.schema()):
             return _finish(first, gen_ms, k, source.schema(), when)
         start = time.perf_counter()
-        samples = await asyncio.gather(*sample())
+        samples = await _drawn(sample())
         gen_ms += (time.perf_counter() - start) * 1000
         results = first + await asyncio.to_thread(run, samples)
     else:
-        gens = await asyncio.gather(generator.agenerate(source, question, constrained=constrained), *sample())
+        greedy_call = asyncio.ensure_future(generator.agenerate(source, question, constrained=constrained))
+        pending = sample()  # started beside the greedy call: one engine batch
+        try:
+            greedy = await greedy_call
+        except BaseException:
+            for task in pending:
+                task.cancel()
+            raise
+        gens = [greedy, *await _drawn(pending)]
         gen_ms = (time.perf_counter() - start) * 1000
         results = await asyncio.to_thread(run, gens)
     return _finish(results, gen_ms, k, source.schema(), when)
+
+
+async def _drawn(samples: Sequence[asyncio.Future[Generation]]) -> list[Generation]:
+    """The samples that came back. One whose model call failed (the server at capacity, an upstream's
+    error) is a candidate fewer (``selection.candidates`` says how many there were), not a failed question:
+    only the greedy call's failure is the question's."""
+    done = await asyncio.gather(*samples, return_exceptions=True)
+    return [g for g in done if isinstance(g, Generation)]

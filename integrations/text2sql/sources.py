@@ -30,6 +30,8 @@ from integrations.text2sql.value_hints import ValueIndex
 
 log = logging.getLogger(__name__)
 
+MAX_VALUE_BYTES = 16 * 1024 * 1024  # the largest string or blob a text-to-SQL query may build or read (SQLite)
+
 # Query-string keys that carry secrets in some drivers' URLs (``?password=...``, tokens for cloud DBs).
 _SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token", "key", "credential")
 
@@ -91,6 +93,9 @@ def connect_sqlite_readonly(url: URL, timeout_s: float = 5.0) -> sqlite3.Connect
     except sqlite3.Error as exc:
         raise BadSourceURL(f"cannot open SQLite database {redact_url(url)} read-only: {exc}") from None
     con.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    # SQLite's own cap is 1 GB a value, and one call (randomblob, zeroblob, replace) builds it without the
+    # progress handler that enforces the time limit ever running: a query could take a second and a GB.
+    con.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     return con
 
 

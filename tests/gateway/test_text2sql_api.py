@@ -151,6 +151,11 @@ def test_source_crud_never_shows_credentials(server, tmp_path):
     ("text2sql", {"source": "demo_shop", "sql": "DROP TABLE customers"}, 400, "sql", "unsafe_sql"),
     ("text2sql", {"source": "demo_shop", "sql": "SELECT 1; DELETE FROM orders"}, 400, "sql", None),
     ("text2sql", {"source": "demo_shop"}, 400, "question", None),
+    ("text2sql", {"source": "demo_shop", "question": "   "}, 400, "question", None),
+    ("text2sql/schedules", {"cron": "@daily", "source": "demo_shop", "question": " \n "}, 400, "question", None),
+    # Schedules sample for every run: a `doubt` there is refused, not silently ignored.
+    ("text2sql/schedules", {"cron": "@daily", "source": "demo_shop", "question": "x", "candidates": 3,
+                            "sample_when": "doubt"}, 400, "sample_when", None),
     ("text2sql/schedules", {"cron": "every day", "source": "demo_shop", "question": "x"}, 400, "cron",
      "invalid_cron"),
     # Past the model's context with the DDL: the engine refuses the request, a 400 (it was a 502, found by fuzzing).
@@ -246,3 +251,42 @@ def test_schedule_webhook_must_be_allowed(server):
     err = _error(server, "text2sql/schedules", {"cron": "@daily", "source": "demo_shop", "question": "x",
                                                 "webhook_url": "http://169.254.169.254/latest"}, 400)
     assert err["param"] == "webhook_url"
+
+
+def test_what_the_gateway_answered_a_model_call_with_is_not_turned_into_a_502():
+    """Admission's 429 (the server at capacity) reached the client as a 502 "the model call failed"."""
+    from gateway.errors import APIError
+    from gateway.text2sql import _refused_by_engine
+    from integrations.text2sql.errors import GenerationError
+
+    busy = APIError(429, "the server is at capacity", code="rate_limit_exceeded", headers={"retry-after": "1"})
+    try:
+        try:
+            raise busy
+        except APIError as exc:
+            raise GenerationError(f"the model call failed: {exc}") from exc
+    except GenerationError as wrapped:
+        assert _refused_by_engine(wrapped) is busy
+
+
+def test_an_upstream_samples_its_extra_candidates(monkeypatch):
+    """Selection on an upstream model: the k - 1 extra candidates are asked at the sampling temperature;
+    sent greedy, they were one answer counted k times as k agreeing votes."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from gateway import proxy
+    from gateway.text2sql import _upstream_complete
+    from integrations.text2sql.selection import SAMPLE_TEMPERATURE
+
+    sent = []
+
+    async def call(state, served, path, body):
+        sent.append(body)
+        return {"choices": [{"text": "SELECT 1"}]}
+
+    monkeypatch.setattr(proxy, "call", call)
+    served = SimpleNamespace(name="remote", entry=SimpleNamespace(grammar_field="guided_grammar"))
+    for temperature in (0.0, SAMPLE_TEMPERATURE):
+        asyncio.run(_upstream_complete(None, served, 32, temperature)("P", None))
+    assert [b["temperature"] for b in sent] == [0.0, SAMPLE_TEMPERATURE] and SAMPLE_TEMPERATURE > 0
