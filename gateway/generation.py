@@ -56,12 +56,14 @@ async def _resume(first: asyncio.Future, rest: AsyncIterator[RequestOutput]) -> 
 
 class Generation:
     def __init__(self, state: ServerState, engine: AsyncEngine, request: Request | None,
-                 client_priority: int | None = None):
+                 client_priority: int | None = None, admit: bool = True):
         """`request` None: a job's request (a batch line, a background response), run without HTTP.
-        `client_priority`: the body's `priority`, a 400 unless the server allows it."""
+        `client_priority`: the body's `priority`, a 400 unless the server allows it. `admit` False: the
+        caller holds the request's admission slot for several generations (text-to-SQL's candidates)."""
         self.state = state
         self.engine = engine
         self.request = request
+        self.admit = admit
         self.priority = priority_of(state.settings, request, client_priority)
         self.fairness_key = fairness_key(request)
         self.record: RequestRecord | None = getattr(request.state, "record", None) if request is not None else None
@@ -78,7 +80,7 @@ class Generation:
         input check (400) before anything is queued; the engine then gets the token ids."""
         # Jobs skip admission: the job gate bounds them (gateway/jobs/gate.py); the engine runs them below
         # interactive requests by priority.
-        self._slot = self.state.admission.acquire() if self.request is not None else None
+        self._slot = self.state.admission.acquire() if self.request is not None and self.admit else None
         try:
             token_prompts = [await self._check(p, params) for p in prompts]
         except BaseException:

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Coroutine
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -79,13 +80,24 @@ def api_error(exc: Text2SQLError, param: str | None = None) -> APIError:
 
 
 class _EngineCalls:
-    """What `async_engine_complete` calls (`generate_full`), as a gateway Generation."""
+    """What `async_engine_complete` calls (`generate_full`), as a gateway Generation. Entered, it holds
+    the request's one admission slot for all its model calls: k candidates are one request, not k (with
+    a slot each, k past the admission limit was always a 429, the greedy call losing the race)."""
 
     def __init__(self, state: ServerState, engine: AsyncEngine, request: Request | None):
         self.state, self.engine, self.request = state, engine, request
+        self._slot = None
+
+    def __enter__(self) -> "_EngineCalls":
+        self._slot = self.state.admission.acquire() if self.request is not None else None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._slot is not None:
+            self._slot.release()
 
     async def generate_full(self, prompt: str, params: SamplingParams, request_id: str | None = None) -> RequestOutput:
-        gen = Generation(self.state, self.engine, self.request)
+        gen = Generation(self.state, self.engine, self.request, admit=self._slot is None)
         await gen.start([prompt], params)
         (final,) = await gen.finals()
         return final
@@ -246,6 +258,7 @@ class Text2SQL:
                 assert served is not None and question is not None
                 limit = max_tokens or DEFAULT_MAX_TOKENS
                 style = AdapterStyle()  # grammar and prompt; the adapter's own when the question goes through it
+                calls: _EngineCalls | None = None
                 if isinstance(served, UpstreamModel):
                     complete = _upstream_complete(self.state, served, limit)
                     sample = _upstream_complete(self.state, served, limit, SAMPLE_TEMPERATURE)
@@ -257,14 +270,15 @@ class Text2SQL:
                     complete = async_engine_complete(calls, max_tokens=limit)
                     sample = async_engine_complete(calls, max_tokens=limit, temperature=SAMPLE_TEMPERATURE)
                 gen = SQLGenerator(acomplete=complete, **style.generator_kwargs())
-                if candidates > 1:
-                    sampler = SQLGenerator(acomplete=sample, **style.generator_kwargs())
-                    result = await aask_selected(source, question, gen, sampler, candidates,
-                                                 constrained=constrained, execute=execute, max_rows=max_rows,
-                                                 timeout_s=timeout_s, when=sample_when)
-                else:
-                    result = await aask(source, question, gen, constrained=constrained, execute=execute,
-                                        max_rows=max_rows, timeout_s=timeout_s)
+                with calls or nullcontext():
+                    if candidates > 1:
+                        sampler = SQLGenerator(acomplete=sample, **style.generator_kwargs())
+                        result = await aask_selected(source, question, gen, sampler, candidates,
+                                                     constrained=constrained, execute=execute, max_rows=max_rows,
+                                                     timeout_s=timeout_s, when=sample_when)
+                    else:
+                        result = await aask(source, question, gen, constrained=constrained, execute=execute,
+                                            max_rows=max_rows, timeout_s=timeout_s)
         except Text2SQLError as exc:
             raise _refused_by_engine(exc) or api_error(exc) from None
         if isinstance(result.error, UnsafeSQL):

@@ -106,6 +106,26 @@ def test_asked_through_the_adapter_with_execution_guided_selection(server):
     assert httpx.delete(f"{server.base_url}/text2sql/schedules/{sched['id']}").json()["deleted"] is True
 
 
+def test_a_question_takes_one_admission_slot_whatever_its_candidates(server):
+    """k candidates are one request: with one slot left a question with 3 candidates is answered (each
+    candidate took a slot before, so k past what was left was a 429, or a 502 when a sample lost); with
+    none left it is a 429, as for a completion, not a 502."""
+    admission = server.state.admission
+    held = [admission.acquire() for _ in range(admission.limit - 1)]
+    try:
+        r = _post(server, "text2sql", {"source": "demo_shop", "question": "How many customers are there?",
+                                       "max_tokens": 32, "candidates": 3})
+        assert r["selection"]["candidates"] == 3 and admission.in_flight == admission.limit - 1
+        held.append(admission.acquire())
+        resp = httpx.post(f"{server.base_url}/text2sql", json={"source": "demo_shop", "question": "How many?"},
+                          timeout=60)
+        assert resp.status_code == 429 and resp.json()["error"]["code"] == "rate_limit_exceeded", resp.text
+        assert resp.headers["retry-after"]
+    finally:
+        for slot in held:
+            slot.release()
+
+
 def test_given_sql_max_rows_and_execute_false(server):
     r = _post(server, "text2sql", {"source": "demo_shop", "sql": "SELECT name FROM products ORDER BY product_id",
                                    "max_rows": 2})
