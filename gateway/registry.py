@@ -138,6 +138,11 @@ class ModelRegistry:
         if name in self.models:
             raise APIError(400, f"The model name `{name}` is already served.", param="lora_name",
                            code="lora_name_in_use")
+        from integrations.text2sql.adapter import LORA_NAME
+
+        if name == LORA_NAME:  # else it would be taken for the text-to-SQL adapter on everyone's questions
+            raise APIError(400, f"The name `{name}` is reserved for the text-to-SQL adapter.", param="lora_name",
+                           code="lora_name_reserved")
         model = self.resolve(base, param="base_model_name") if base else next(iter(self.embedded), None)
         if not isinstance(model, EmbeddedModel):
             raise APIError(400, "LoRA adapters need an embedded base model.", param="base_model_name")

@@ -32,6 +32,12 @@ def default_db_path() -> str:
     return str(Path(base) / "sllm" / "sllm.db")
 
 
+def _text2sql_lora() -> str:
+    from integrations.text2sql.adapter import LORA_NAME
+
+    return LORA_NAME
+
+
 def parse_lora_modules(value: Any) -> dict[str, str]:
     """vLLM's `--lora-modules NAME=PATH ...` (a list of such strings, or a NAME -> PATH table in a
     configuration file) as a dict."""
@@ -46,6 +52,9 @@ def parse_lora_modules(value: Any) -> dict[str, str]:
             raise ValueError(f"lora_modules {item!r}: expected NAME=PATH")
         if name.strip() in out:
             raise ValueError(f"lora_modules: {name.strip()!r} given twice")
+        if name.strip() == _text2sql_lora():
+            raise ValueError(f"lora_modules: {name.strip()!r} is reserved for the text-to-SQL adapter "
+                             "(--text2sql-adapter PATH serves another one)")
         out[name.strip()] = path.strip()
     return out
 

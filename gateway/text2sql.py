@@ -21,6 +21,7 @@ import logging
 import threading
 from collections.abc import Coroutine
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -31,7 +32,7 @@ from gateway import proxy
 from gateway.errors import APIError, ClientDisconnected, as_api_error
 from gateway.generation import Generation
 from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timings
-from gateway.registry import AdapterEngine, EmbeddedModel, Served, UpstreamModel
+from gateway.registry import AdapterEngine, EmbeddedModel, LoRAModel, Served, UpstreamModel
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
 from integrations.text2sql.adapter import LORA_NAME, AdapterStyle, adapter_style
@@ -264,8 +265,10 @@ class Text2SQL:
                     sample = _upstream_complete(self.state, served, limit, SAMPLE_TEMPERATURE)
                 else:
                     engine = await self._engine(served)
-                    if isinstance(engine, AdapterEngine):
+                    if isinstance(engine, AdapterEngine) and engine.lora_name == LORA_NAME:
                         style = self.adapter_style
+                    elif isinstance(served, LoRAModel):  # a LoRA named as the model: asked in its own style
+                        style = await asyncio.to_thread(adapter_style, Path(served.path))
                     calls = _EngineCalls(self.state, engine, request)
                     complete = async_engine_complete(calls, max_tokens=limit)
                     sample = async_engine_complete(calls, max_tokens=limit, temperature=SAMPLE_TEMPERATURE)

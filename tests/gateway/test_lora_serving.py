@@ -111,6 +111,8 @@ def test_load_and_unload_at_run_time(server, files, offline):
     assert admin(server, "load_lora_adapter", {"lora_name": "sql-a", "lora_path": str(adapters["c"])}
                  ).status_code == 400
     assert admin(server, "load_lora_adapter", {"lora_name": "sql-c"}).status_code == 400
+    taken = admin(server, "load_lora_adapter", {"lora_name": "sllm-text2sql", "lora_path": str(adapters["c"])})
+    assert taken.status_code == 400 and taken.json()["error"]["code"] == "lora_name_reserved"
     broken = files[0] / "broken"
     shutil.copytree(adapters["c"], broken, dirs_exist_ok=True)
     (broken / "adapter_model.safetensors").write_bytes(b"not a safetensors file")
@@ -177,6 +179,8 @@ def test_lora_settings_from_a_config_file_and_flags(tmp_path):
         Settings(lora_modules=["nopath"])
     with pytest.raises(ValueError, match="unique"):
         Settings(served_model_name="sql", lora_modules=["sql=/x"])
+    with pytest.raises(ValueError, match="reserved for the text-to-SQL adapter"):
+        Settings(lora_modules=["sllm-text2sql=/x"])
 
 
 def test_serve_takes_lora_modules_as_vllm_lists_them(monkeypatch):

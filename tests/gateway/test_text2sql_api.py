@@ -310,3 +310,35 @@ def test_an_upstream_samples_its_extra_candidates(monkeypatch):
     for temperature in (0.0, SAMPLE_TEMPERATURE):
         asyncio.run(_upstream_complete(None, served, 32, temperature)("P", None))
     assert [b["temperature"] for b in sent] == [0.0, SAMPLE_TEMPERATURE] and SAMPLE_TEMPERATURE > 0
+
+
+def test_a_lora_named_as_the_model_is_asked_in_its_own_style(server, tmp_path, monkeypatch):
+    """The shipped adapter's style (value hints, alias-free grammar) is for the shipped adapter; another
+    LoRA named as the model gets the style its own folder states (the plain one without `text2sql.json`)."""
+    import gateway.text2sql as t2s
+    from integrations.text2sql.adapter import SHIPPED
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copy(SHIPPED / name, mine / name)
+    def admin(path, body):
+        resp = httpx.post(f"{server.base_url}/{path}", json=body, timeout=60)
+        assert resp.status_code == 200, resp.text
+
+    admin("load_lora_adapter", {"lora_name": "mine-sql", "lora_path": str(mine)})
+    seen, real = [], t2s.aask
+
+    async def spy(source, question, gen, **kw):
+        seen.append((gen.grammar_options, gen.value_hints))
+        return await real(source, question, gen, **kw)
+
+    monkeypatch.setattr(t2s, "aask", spy)
+    try:
+        for model in ("mine-sql", None):
+            _post(server, "text2sql", {"source": "demo_shop", "question": "How many customers are there?",
+                                       "max_tokens": 16, **({"model": model} if model else {})})
+    finally:
+        admin("unload_lora_adapter", {"lora_name": "mine-sql"})
+    assert seen[0] == (None, False)
+    assert seen[1][1] is True and seen[1][0] is not None and not seen[1][0].table_aliases
