@@ -154,7 +154,7 @@ class LLMEngine:
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stops a request at once; its blocks return to the pool before this returns."""
-        req = self.requests.pop(request_id, None)
+        req = self.requests.get(request_id)
         if req is None:
             return None
         req.aborted = True
@@ -162,8 +162,7 @@ class LLMEngine:
             if not st.seq.is_finished:
                 st.seq.finish_reason = "abort"
                 self._finish(st.seq)
-        req.metrics.finished_time = time.monotonic()
-        self._release(req)
+        self._retire(req)
         return self.processor.make_output(req)
 
     def stop_sequence(self, request_id: str, index: int = 0) -> RequestOutput | None:
@@ -179,10 +178,15 @@ class LLMEngine:
         self._finish(st.seq)
         out = self.processor.make_output(req)
         if req.finished:
-            req.metrics.finished_time = time.monotonic()
-            del self.requests[request_id]
-            self._release(req)
+            self._retire(req)
         return out
+
+    def _retire(self, req: Request) -> None:
+        """A request that ended between steps (aborted, its last sample stopped), as a step retires the
+        ones it finishes (OutputProcessor.outputs, then _release): forgotten, its adapter let go."""
+        del self.requests[req.request_id]
+        req.metrics.finished_time = time.monotonic()
+        self._release(req)
 
     def _finish(self, seq: Sequence) -> None:
         self.scheduler.finish(seq)

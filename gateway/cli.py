@@ -138,12 +138,6 @@ def serve(
 ):
     """Serve the OpenAI-compatible API (under /v1) on embedded engines and upstream servers."""
     import json
-
-    # vLLM's form, `--lora-modules a=/x b=/y`: the names after the first arrive as extra arguments.
-    if ctx.args and not (lora_modules and all("=" in arg and not arg.startswith("-") for arg in ctx.args)):
-        raise typer.BadParameter(f"unexpected extra arguments {' '.join(ctx.args)!r} (only NAME=PATH after "
-                                 "--lora-modules)")
-    lora_modules = [*lora_modules, *ctx.args]
     import logging
 
     import uvicorn
@@ -153,6 +147,11 @@ def serve(
     from gateway.config_file import ConfigError, ConfigFileSource, cli_models
     from gateway.settings import Settings
 
+    # vLLM's form, `--lora-modules a=/x b=/y`: the names after the first arrive as extra arguments.
+    if ctx.args and not (lora_modules and all("=" in arg and not arg.startswith("-") for arg in ctx.args)):
+        raise typer.BadParameter(f"unexpected extra arguments {' '.join(ctx.args)!r} (only NAME=PATH after "
+                                 "--lora-modules)")
+    lora_modules = [*lora_modules, *ctx.args]
     flags = dict(
         host=host, port=port, api_keys=list(api_key),
         max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,

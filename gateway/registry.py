@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from engine import AsyncEngine, InvalidRequestError
 from gateway.errors import APIError
-from gateway.settings import ModelEntry, Settings
+from gateway.settings import ModelEntry, Settings, reserved_lora_name
 
 log = logging.getLogger(__name__)
 
@@ -138,9 +138,7 @@ class ModelRegistry:
         if name in self.models:
             raise APIError(400, f"The model name `{name}` is already served.", param="lora_name",
                            code="lora_name_in_use")
-        from integrations.text2sql.adapter import LORA_NAME
-
-        if name == LORA_NAME:  # else it would be taken for the text-to-SQL adapter on everyone's questions
+        if reserved_lora_name(name):
             raise APIError(400, f"The name `{name}` is reserved for the text-to-SQL adapter.", param="lora_name",
                            code="lora_name_reserved")
         model = self.resolve(base, param="base_model_name") if base else next(iter(self.embedded), None)

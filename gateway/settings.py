@@ -32,10 +32,12 @@ def default_db_path() -> str:
     return str(Path(base) / "sllm" / "sllm.db")
 
 
-def _text2sql_lora() -> str:
+def reserved_lora_name(name: str) -> bool:
+    """The engine-side name of the text-to-SQL adapter: an adapter served under it would be taken for that
+    one on everyone's questions."""
     from integrations.text2sql.adapter import LORA_NAME
 
-    return LORA_NAME
+    return name == LORA_NAME
 
 
 def parse_lora_modules(value: Any) -> dict[str, str]:
@@ -52,7 +54,7 @@ def parse_lora_modules(value: Any) -> dict[str, str]:
             raise ValueError(f"lora_modules {item!r}: expected NAME=PATH")
         if name.strip() in out:
             raise ValueError(f"lora_modules: {name.strip()!r} given twice")
-        if name.strip() == _text2sql_lora():
+        if reserved_lora_name(name.strip()):
             raise ValueError(f"lora_modules: {name.strip()!r} is reserved for the text-to-SQL adapter "
                              "(--text2sql-adapter PATH serves another one)")
         out[name.strip()] = path.strip()

@@ -62,7 +62,7 @@ DEMO_SCHEMAS = ("shop", "hr", "school", "library", "delivery")
 T = TypeVar("T")
 
 
-def _refused_by_engine(exc: Text2SQLError) -> Exception | None:
+def _call_error(exc: Text2SQLError) -> Exception | None:
     """The engine refused the model call as a bad request (the DDL and question past the model's context,
     max_tokens too large): the client's 400, as for a completion, not the 502 of a failed model call. What
     the gateway itself answered the call with (admission's 429, a client gone) stays what it was."""
@@ -283,7 +283,7 @@ class Text2SQL:
                         result = await aask(source, question, gen, constrained=constrained, execute=execute,
                                             max_rows=max_rows, timeout_s=timeout_s)
         except Text2SQLError as exc:
-            raise _refused_by_engine(exc) or api_error(exc) from None
+            raise _call_error(exc) or api_error(exc) from None
         if isinstance(result.error, UnsafeSQL):
             where = "the given SQL" if sql is not None else f"the generated SQL ({result.sql!r})"
             raise APIError(400, f"{where} was refused: {result.error.message}. Only a single read-only SELECT "

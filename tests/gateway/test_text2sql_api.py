@@ -276,7 +276,7 @@ def test_schedule_webhook_must_be_allowed(server):
 def test_what_the_gateway_answered_a_model_call_with_is_not_turned_into_a_502():
     """Admission's 429 (the server at capacity) reached the client as a 502 "the model call failed"."""
     from gateway.errors import APIError
-    from gateway.text2sql import _refused_by_engine
+    from gateway.text2sql import _call_error
     from integrations.text2sql.errors import GenerationError
 
     busy = APIError(429, "the server is at capacity", code="rate_limit_exceeded", headers={"retry-after": "1"})
@@ -286,7 +286,7 @@ def test_what_the_gateway_answered_a_model_call_with_is_not_turned_into_a_502():
         except APIError as exc:
             raise GenerationError(f"the model call failed: {exc}") from exc
     except GenerationError as wrapped:
-        assert _refused_by_engine(wrapped) is busy
+        assert _call_error(wrapped) is busy
 
 
 def test_an_upstream_samples_its_extra_candidates(monkeypatch):
