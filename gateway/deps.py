@@ -13,6 +13,7 @@ from gateway import rate_limits
 from gateway.errors import APIError
 from gateway.state import ServerState
 from gateway.tables.api_keys import ApiKey, find_active_key, hash_key
+from gateway.tenancy import ADMIN_CALLER, Caller
 
 
 def get_state(request: Request) -> ServerState:
@@ -41,6 +42,7 @@ def _unauthorized(message: str) -> APIError:
 
 
 async def require_api_key(request: Request, state: State) -> None:
+    request.state.caller = ADMIN_CALLER  # no keys, or a key given to the server: the operator
     if not state.auth_enabled:
         return
     header = request.headers.get("authorization", "")
@@ -60,12 +62,21 @@ async def require_api_key(request: Request, state: State) -> None:
         raise _unauthorized("Incorrect API key provided.")
     # The middleware reads these back: the key's usage once the request ends, the limit's headers.
     request.state.api_key_id = found.id
+    request.state.caller = Caller.for_key(found.id)
     limit = await rate_limits.check(state.db, state.settings, found)
     if limit is not None:
         request.state.rate_limit = limit
         if not limit.spent.admitted:
             request.state.api_key_id = None  # a refused request is not usage
             raise limit.error()
+
+
+async def get_caller(request: Request, _: Annotated[None, Depends(require_api_key)]) -> Caller:
+    """Who is asking (gateway/tenancy.py); the key is checked once per request, whoever asks first."""
+    return request.state.caller
+
+
+CallerDep = Annotated[Caller, Depends(get_caller)]
 
 
 async def require_admin_key(request: Request, state: State) -> None:

@@ -2,8 +2,18 @@
 plumbing (gateway/db.py), so that the schema's migrations (gateway/migrations/) read the tables
 without importing the module that runs them."""
 
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy import String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from gateway.tenancy import ADMIN
 
 
 class Base(DeclarativeBase):
     pass
+
+
+class Owned:
+    """The key that made a row (gateway/tenancy.py): `admin`, or `key_<id>` for a database key.
+    Rows from before revision 0007 belong to the admin."""
+
+    created_by: Mapped[str] = mapped_column(String(64), default=ADMIN, server_default=ADMIN, index=True)

@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import JSON, Float, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.tables.base import Base
+from gateway.tables.base import Base, Owned
 
 
-class Batch(Base):
+class Batch(Owned, Base):
     __tablename__ = "batches"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

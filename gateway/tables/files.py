@@ -7,10 +7,10 @@ import uuid
 from sqlalchemy import Float, ForeignKey, Integer, LargeBinary, String, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.tables.base import Base
+from gateway.tables.base import Base, Owned
 
 
-class StoredFile(Base):
+class StoredFile(Owned, Base):
     __tablename__ = "files"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

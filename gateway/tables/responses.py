@@ -8,10 +8,10 @@ from typing import Any
 from sqlalchemy import JSON, Float, Index, String, false
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.tables.base import Base
+from gateway.tables.base import Base, Owned
 
 
-class StoredResponse(Base):
+class StoredResponse(Owned, Base):
     __tablename__ = "responses"
     __table_args__ = (Index("ix_responses_status", "status"),)
 

@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gateway.tables.base import Base
+from gateway.tables.base import Base, Owned
 
 
-class Text2SQLSource(Base):
+class Text2SQLSource(Owned, Base):
     __tablename__ = "text2sql_sources"
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -25,7 +25,7 @@ class Text2SQLSource(Base):
     created_at: Mapped[float] = mapped_column(Float, default=time.time)
 
 
-class Text2SQLSchedule(Base):
+class Text2SQLSchedule(Owned, Base):
     __tablename__ = "text2sql_schedules"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)

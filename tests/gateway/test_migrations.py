@@ -54,9 +54,10 @@ def _v2_schema(conn) -> None:
     conn.execute(text("DROP TABLE alembic_version"))
     conn.execute(text("CREATE TABLE schema_version (version INTEGER NOT NULL)"))
     conn.execute(text("INSERT INTO schema_version VALUES (2)"))
-    conn.execute(insert(Text2SQLSchedule.__table__).values(
-        id="t2ssched_old", created_at=time.time(), cron="0 * * * *", source="demo_shop", question="q",
-        execute=True, max_rows=10, constrained=True, next_run_at=time.time() + 3600))
+    # In SQL: the table declared today has columns (created_by) that version 2 did not.
+    conn.execute(text("INSERT INTO text2sql_schedules (id, created_at, cron, source, question, execute, max_rows, "
+                      "constrained, next_run_at) VALUES ('t2ssched_old', :t, '0 * * * *', 'demo_shop', 'q', true, 10, "
+                      "true, :n)"), {"t": time.time(), "n": time.time() + 3600})
 
 
 def _state(conn) -> dict:
@@ -87,6 +88,42 @@ async def test_a_pre_alembic_database_upgrades_in_place(db_url, legacy):
         else:
             assert await session.get(Text2SQLSchedule, "t2ssched_old") is not None
     await db.dispose()
+    state = await _run_sync(db_url, _state)
+    assert state == {"heads": (head(),), "diff": [], "schema_version": [LEGACY_GUARD]}
+
+
+def _v0006_rows(conn) -> None:
+    """A database at revision 0006 (before owners were recorded) holding one object of each owned kind."""
+    from alembic import command
+
+    command.upgrade(alembic_config(conn), "0006")
+    t = time.time()
+    conn.execute(text("INSERT INTO files (id, created_at, filename, purpose, bytes) "
+                      "VALUES ('file-old', :t, 'a.jsonl', 'batch', 1)"), {"t": t})
+    conn.execute(text("INSERT INTO batches (id, created_at, endpoint, input_file_id, completion_window, status, "
+                      "total, completed, failed, input_tokens, cached_tokens, output_tokens) VALUES ('batch_old', :t, "
+                      "'/v1/chat/completions', 'file-old', '24h', 'completed', 0, 0, 0, 0, 0, 0)"), {"t": t})
+    conn.execute(text("INSERT INTO text2sql_sources (name, url, description, created_at) "
+                      "VALUES ('old', 'sqlite:///x.db', '', :t)"), {"t": t})
+    conn.execute(text(
+        "INSERT INTO text2sql_schedules (id, created_at, cron, source, question, execute, max_rows, constrained, "
+        "candidates, next_run_at) VALUES ('t2ssched_old', :t, '0 * * * *', 'old', 'q', true, 10, true, 1, :n)"),
+        {"t": t, "n": t + 3600})
+    conn.execute(text("INSERT INTO responses (id, created_at, model, status, conversation, body, background) "
+                      "VALUES ('resp_old', :d, 'm', 'completed', '[]', '{}', false)"), {"d": datetime(2025, 1, 1)})
+
+
+async def test_revision_0007_gives_existing_objects_to_the_admin(db_url):
+    await _run_sync(db_url, _v0006_rows)
+    db = Database(db_url)
+    await db.create_all()
+    await db.dispose()
+
+    def owners(conn) -> set:
+        return {(table, conn.execute(text(f"SELECT created_by FROM {table}")).scalar_one()) for table in (
+            "files", "batches", "responses", "text2sql_sources", "text2sql_schedules")}
+
+    assert {owner for _, owner in await _run_sync(db_url, owners)} == {"admin"}
     state = await _run_sync(db_url, _state)
     assert state == {"heads": (head(),), "diff": [], "schema_version": [LEGACY_GUARD]}
 
@@ -133,7 +170,7 @@ def test_the_migrations_ship_inside_the_package():
     assert folder.joinpath("env.py").is_file() and folder.joinpath("script.py.mako").is_file()
     assert sorted(p.name for p in folder.joinpath("versions").iterdir() if p.name[0].isdigit()) == [
         "0001_first_release.py", "0002_baseline.py", "0003_leases.py", "0004_rate_limits.py",
-        "0005_run_attempts.py", "0006_text2sql_candidates.py"]
+        "0005_run_attempts.py", "0006_text2sql_candidates.py", "0007_owners.py"]
 
 
 def test_database_urls_get_the_async_drivers(tmp_path):

@@ -1,0 +1,42 @@
+"""Who made a stored object, and who may see it.
+
+Every stored object (files, batches, responses, text-to-SQL sources and schedules) records in
+`created_by` the key that made it: `admin` for the keys given to the server (--api-key), or when
+the server runs without keys; `key_<id>` for a database key (`sllm keys create`). A database key
+sees and acts on its own objects only; anything else is answered as if it did not exist (404, as
+OpenAI answers for another project's objects), so ids cannot be probed. Admins see everything."""
+
+from dataclasses import dataclass
+from typing import Any
+
+ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The principal of a request, or of a job running for one."""
+
+    owner: str  # what objects it makes record in `created_by`
+    admin: bool
+    key_id: int | None = None  # the database key's id (usage, limits); None for admins
+
+    @classmethod
+    def for_key(cls, key_id: int) -> "Caller":
+        return cls(owner=f"key_{key_id}", admin=False, key_id=key_id)
+
+    @classmethod
+    def for_owner(cls, owner: str) -> "Caller":
+        """The principal a job runs as: the owner recorded on its row."""
+        if owner.startswith("key_") and owner[4:].isdigit():
+            return cls.for_key(int(owner[4:]))
+        return ADMIN_CALLER
+
+    def sees(self, row: Any) -> bool:
+        return self.admin or getattr(row, "created_by", None) == self.owner
+
+    def scope(self, model: Any) -> list[Any]:
+        """WHERE clauses limiting `model`'s rows to this caller's (none for an admin)."""
+        return [] if self.admin else [model.created_by == self.owner]
+
+
+ADMIN_CALLER = Caller(owner=ADMIN, admin=True)
