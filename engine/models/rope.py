@@ -17,7 +17,22 @@ def rope_inv_freq(
     rope: dict[str, Any], head_dim: int, max_position_embeddings: int
 ) -> tuple[torch.Tensor, float]:
     """(inv_freq [dim / 2] float32, attention scaling for cos and sin) from normalised rope parameters
-    (`ModelConfig.rope_parameters`: rope_type, rope_theta and the type's keys)."""
+    (`ModelConfig.rope_parameters`: rope_type, rope_theta and the type's keys).
+
+    `freq_factors` (a GGUF file's `rope_freqs`, engine/gguf_config.py) divide the frequencies one by one,
+    as llama.cpp applies them: it is how such files carry Llama 3's band scaling."""
+    inv_freq, scaling = _scaled_inv_freq(rope, head_dim, max_position_embeddings)
+    factors = rope.get("freq_factors")
+    if factors is not None:
+        if len(factors) != inv_freq.numel():
+            raise ValueError(f"freq_factors has {len(factors)} values for {inv_freq.numel()} rotary frequencies")
+        inv_freq = inv_freq / torch.tensor(factors, dtype=torch.float32)
+    return inv_freq, scaling
+
+
+def _scaled_inv_freq(
+    rope: dict[str, Any], head_dim: int, max_position_embeddings: int
+) -> tuple[torch.Tensor, float]:
     rope_type = rope.get("rope_type", "default")
     if rope_type not in SUPPORTED_ROPE_TYPES:
         raise ValueError(f"unsupported rope_type {rope_type!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
