@@ -111,7 +111,8 @@ class DeltaFunction(BaseModel):
 
 class DeltaToolCall(BaseModel):
     """One streamed piece of a tool call: `id`, `type` and `function.name` in a call's first delta
-    (with empty `arguments`), then `function.arguments` fragments; `index` on every one."""
+    (with the first `arguments` fragment), then further `function.arguments` fragments; `index` on every
+    one, and at most one item per index in a chunk."""
 
     index: int
     id: str | None = Field(None, exclude_if=_unset)

@@ -129,7 +129,9 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, incl
 
 def delta_messages(events: list[StreamEvent]) -> list[DeltaMessage]:
     """Parser events as chunk deltas, in order: a run of content is one delta, a run of tool-call
-    pieces another (their `delta.tool_calls` items each carry `index`)."""
+    pieces another (their `delta.tool_calls` items each carry `index`). A delta holds at most one item
+    per call index, as OpenAI sends them: the parser gives a call out whole (start, then arguments), and
+    the openai SDK's stream helper reads two items of one index in a chunk as two calls."""
     out: list[DeltaMessage] = []
     for ev in events:
         if isinstance(ev, ContentDelta):
@@ -144,7 +146,7 @@ def delta_messages(events: list[StreamEvent]) -> list[DeltaMessage]:
         else:
             assert isinstance(ev, ToolCallArguments)
             last = out[-1].tool_calls[-1] if out and out[-1].tool_calls else None
-            if last is not None and last.index == ev.index and last.id is None:  # one fragment per call per chunk
+            if last is not None and last.index == ev.index:  # the call's id, name and arguments in one item
                 last.function.arguments = (last.function.arguments or "") + ev.delta
                 continue
             item = DeltaToolCall(index=ev.index, function=DeltaFunction(arguments=ev.delta))

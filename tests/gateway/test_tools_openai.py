@@ -92,12 +92,15 @@ def test_streamed_calls_equal_plain_ones_for_a_seed(server, client):
     for chunk in chunks:
         for choice in chunk["choices"]:
             assert "<tool_call>" not in (choice["delta"].get("content") or "")
-            for item in choice["delta"].get("tool_calls", []):
+            items = choice["delta"].get("tool_calls", [])
+            assert len({item["index"] for item in items}) == len(items)  # one item per index per chunk
+            for item in items:
                 assert "index" in item
-                if item["index"] not in calls:  # a call's first delta: id, type and name
+                if item["index"] not in calls:  # a call's first delta: id, type, name and the first arguments
                     assert item["id"].startswith("call_") and item["type"] == "function"
-                    assert item["function"]["name"] and item["function"]["arguments"] == ""
-                    calls[item["index"]] = {"name": item["function"]["name"], "arguments": ""}
+                    assert item["function"]["name"] and isinstance(item["function"]["arguments"], str)
+                    calls[item["index"]] = {"name": item["function"]["name"],
+                                            "arguments": item["function"]["arguments"]}
                 else:  # then only argument fragments
                     assert set(item) == {"index", "function"} and set(item["function"]) == {"arguments"}
                     calls[item["index"]]["arguments"] += item["function"]["arguments"]
@@ -109,6 +112,25 @@ def test_streamed_calls_equal_plain_ones_for_a_seed(server, client):
     # Every call parses and matches its tool's schema (one cut by max_tokens is not returned).
     for call in expected:
         jsonschema.validate(json.loads(call["arguments"]), SCHEMAS[call["name"]])
+
+
+def test_the_sdk_stream_helper_reads_one_call_per_index(client):
+    """Issue 42: the chunk carrying a call held two items of index 0 (the head with empty arguments, then
+    the arguments), which the SDK's stream helper read as two calls, the first unparsable."""
+    strict = [{"type": "function", "function": {**t["function"], "strict": True}} for t in TOOLS]  # parsed by the SDK
+    body = {"model": MODEL, "messages": ASK, "tools": strict, "tool_choice": "required", "parallel_tool_calls": False,
+            "max_tokens": 48, "temperature": 0}
+    plain = client.chat.completions.create(**body).choices[0]
+    with client.chat.completions.stream(**body) as stream:
+        done = [e for e in stream if e.type == "tool_calls.function.arguments.done"]
+        final = stream.get_final_completion().choices[0]
+    assert final.finish_reason == plain.finish_reason == "tool_calls"
+    assert [(t.id[:5], t.function.name, t.function.arguments) for t in final.message.tool_calls] == \
+        [("call_", t.function.name, t.function.arguments) for t in plain.message.tool_calls]
+    _check_calls(final.message.tool_calls)
+    assert [(e.index, e.name, e.arguments) for e in done] == \
+        [(i, t.function.name, t.function.arguments) for i, t in enumerate(plain.message.tool_calls)]
+    assert done and all(e.parsed_arguments == json.loads(e.arguments) for e in done)
 
 
 WEATHER_TOOL = [TOOLS[0]]
