@@ -16,7 +16,8 @@ async def page(session: AsyncSession, model: Any, *where: Any, limit: int, after
     """(rows, has_more) of the page after the object `after`."""
     query = select(model).where(*where)
     if after is not None:
-        anchor = await session.get(model, after)
+        # Looked up under the same conditions: another key's id is no anchor, as it is no object.
+        anchor = await session.scalar(select(model).where(model.id == after, *where))
         if anchor is None:
             raise APIError(400, f"after: no object with id '{after}'", param="after")
         if order == "desc":

@@ -84,13 +84,17 @@ async def check(db: Database, settings: Settings, key: ApiKey) -> RateLimit | No
 
 async def record_usage(db: Database, key_id: int, record: RequestRecord) -> None:
     """A finished request of a database key: its tokens against the limit, and its usage."""
+    await charge_tokens(db, key_id, record.prompt_tokens or 0, record.completion_tokens or 0, record.request_id)
+
+
+async def charge_tokens(db: Database, key_id: int, prompt_tokens: int, completion_tokens: int, what: str) -> None:
+    """Tokens a database key spent (a request, or a line of its batch) against its limit and in its usage."""
     now = time.time()
     try:
         async with db.sessions() as session:
-            await charge(session, key_id, _window(now), int(now // 3600) * 3600, record.prompt_tokens or 0,
-                         record.completion_tokens or 0)
-    except Exception:  # accounting must not fail a request that was answered
-        log.exception("could not record the usage of request %s", record.request_id)
+            await charge(session, key_id, _window(now), int(now // 3600) * 3600, prompt_tokens, completion_tokens)
+    except Exception:  # accounting must not fail work that was done
+        log.exception("could not record the usage of %s", what)
 
 
 def response_headers(scope: Scope) -> dict[str, str]:

@@ -20,7 +20,7 @@ ENV_PREFIX = "SLLM_"
 # Settings whose variable keeps its flag's name, and list settings given space-separated, as the
 # flags' variables always took them.
 VARIABLE_NAMES = {"api_keys": "SLLM_API_KEY"}
-SPACE_SEPARATED = {"api_keys", "webhook_allow_hosts", "lora_modules"}
+SPACE_SEPARATED = {"api_keys", "webhook_allow_hosts", "lora_modules", "text2sql_allow_hosts"}
 # Sources after the flags while Settings.from_sources builds (None: settings built in code).
 _LATER_SOURCES: ContextVar[tuple[PydanticBaseSettingsSource, ...] | None] = ContextVar("sllm_settings_sources",
                                                                                         default=None)
@@ -217,6 +217,14 @@ class Settings(BaseSettings, _LoRAModules):
     rate_limit_tpm: int | None = Field(None, ge=1)
     max_file_bytes: int = Field(100 * 1024 * 1024, ge=1)
     max_batch_lines: int = Field(50_000, ge=1)
+    # What one database key's files (batch outputs included) may hold; None: no quota. Admins have none.
+    key_storage_quota_mb: float | None = Field(None, gt=0)
+    # Text-to-SQL sources (integrations/text2sql/source_policy.py): whether database keys may register
+    # their own (admins always may), the one folder SQLite sources are read from (None: none but the
+    # demo databases), and hosts a network source may name although they resolve to internal addresses.
+    text2sql_user_sources: bool = False
+    text2sql_source_dir: str | None = None
+    text2sql_allow_hosts: list[str] = Field(default_factory=list)
     # Webhooks: refused unless a secret and an allow-list of hosts are configured.
     webhook_secret: str | None = None
     webhook_allow_hosts: list[str] = Field(default_factory=list)

@@ -33,8 +33,10 @@ from gateway.errors import APIError, ClientDisconnected, as_api_error
 from gateway.generation import Generation
 from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timings
 from gateway.registry import AdapterEngine, EmbeddedModel, LoRAModel, Served, UpstreamModel
+from gateway.source_policy import SourcePolicy
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
+from gateway.tenancy import ADMIN, ADMIN_CALLER, Caller
 from integrations.text2sql.adapter import LORA_NAME, AdapterStyle, adapter_style
 from integrations.text2sql.ask import AskResult, aask, arun_sql
 from integrations.text2sql.errors import (
@@ -57,6 +59,15 @@ from integrations.text2sql.selection import SAMPLE_TEMPERATURE, aask_selected
 from integrations.text2sql.sources import Source, SourceSpec
 
 log = logging.getLogger(__name__)
+
+
+def _owner(spec: SourceSpec) -> str:
+    return spec.extra.get("created_by", ADMIN)
+
+
+def _visible(row: Text2SQLSource, caller: Caller) -> bool:
+    """The admin's sources (the demo databases among them) are every key's to ask; a key's own are its own."""
+    return row.created_by == ADMIN or caller.sees(row)
 
 DEMO_SCHEMAS = ("shop", "hr", "school", "library", "delivery")
 T = TypeVar("T")
@@ -136,7 +147,11 @@ class Text2SQL:
         self.state = state
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self.registry = SourceRegistry(FunctionSourceStore(self._load, self._save, self._delete, self._names))
+        from integrations.text2sql.dataset import cache_dir
+
+        self.policy = SourcePolicy(state.settings, demo_dir=cache_dir())
+        self.registry = SourceRegistry(FunctionSourceStore(self._load, self._save, self._delete, self._names),
+                                       guard_for=lambda spec: self.policy.guard_for(_owner(spec) == ADMIN))
         self.adapter = state.settings.text2sql_adapter_path()
         self.adapter_style = adapter_style(self.adapter)  # read once, not per question
         self._adapter_lock = asyncio.Lock()
@@ -177,12 +192,13 @@ class Text2SQL:
     async def load_spec(self, name: str) -> SourceSpec | None:
         async with self.state.db.sessions() as session:
             row = await session.get(Text2SQLSource, name)
-            return SourceSpec(row.name, row.url, row.description, row.db_schema) if row else None
+            return SourceSpec(row.name, row.url, row.description, row.db_schema,
+                              {"created_by": row.created_by}) if row else None
 
     async def _asave(self, spec: SourceSpec) -> None:
         async with self.state.db.sessions() as session:
             await session.merge(Text2SQLSource(name=spec.name, url=spec.url, description=spec.description,
-                                               db_schema=spec.db_schema))
+                                               db_schema=spec.db_schema, created_by=_owner(spec)))
             await session.commit()
 
     async def _adelete(self, name: str) -> bool:
@@ -205,27 +221,64 @@ class Text2SQL:
             if await self.load_spec(name) is None:
                 await self._asave(SourceSpec(name, f"sqlite:///{path}", f"demo database {schema!r}"))
 
+    def may_manage(self, caller: Caller) -> None:
+        """Registering, replacing and deleting sources: admins, and database keys only with
+        --text2sql-user-sources (403 otherwise)."""
+        if not caller.admin and not self.state.settings.text2sql_user_sources:
+            raise APIError(403, "managing text-to-SQL sources needs an admin key on this server (database keys may "
+                           "when it runs with --text2sql-user-sources)", code="insufficient_permissions")
+
     async def register(self, name: str, url: str, description: str = "", *, db_schema: str | None = None,
-                       replace: bool = False) -> Source:
-        """Opens and introspects the database first, so a URL that cannot work is refused now (400)."""
+                       replace: bool = False, caller: Caller = ADMIN_CALLER) -> Source:
+        """Opens and introspects the database first, so a URL that cannot work is refused now (400);
+        the source policy (gateway/source_policy.py) is asked before anything connects."""
+        self.may_manage(caller)
+        existing = await self._row(name)
+        if existing is not None and not replace:
+            raise APIError(409, f"a source named {name!r} already exists", param="name", code="duplicate_source")
+        if existing is not None and not caller.sees(existing):
+            # Another key's (or the admin's) source is never replaced by this key; its name is taken.
+            raise APIError(409, f"a source named {name!r} already exists and is not this key's to replace",
+                           param="name", code="duplicate_source")
         try:
             return await asyncio.to_thread(self.registry.register, name, url, description, replace=replace,
-                                           db_schema=db_schema, check=True)
+                                           db_schema=db_schema, check=True, extra={"created_by": caller.owner})
         except SourceUnavailable as exc:  # reachable or not, it cannot be registered as it is
             raise APIError(400, exc.message, param="url", code=exc.code) from None
         except Text2SQLError as exc:
             raise api_error(exc, "url" if exc.status == 400 else "name") from None
 
-    async def source(self, name: str, param: str = "source") -> Source:
+    async def _row(self, name: str) -> Text2SQLSource | None:
+        async with self.state.db.sessions() as session:
+            return await session.get(Text2SQLSource, name)
+
+    async def source(self, name: str, param: str = "source", caller: Caller = ADMIN_CALLER) -> Source:
+        """A source the caller may use: the admin's (shared with every key) and its own; another key's
+        is answered as unknown, and the hint names only sources the caller may use."""
+        row = await self._row(name)
+        if row is None or not _visible(row, caller):
+            known = [s.name for s in await self.sources(caller)]
+            hint = f"; registered: {', '.join(known)}" if known else "; none are registered"
+            raise api_error(UnknownSource(f"no text-to-SQL source named {name!r}{hint}"), param)
         try:
             return await asyncio.to_thread(self.registry.get, name)
         except Text2SQLError as exc:
             raise api_error(exc, param) from None
 
-    async def sources(self) -> list[Source]:
-        return await asyncio.to_thread(self.registry.list)
+    async def sources(self, caller: Caller = ADMIN_CALLER) -> list[Source]:
+        async with self.state.db.sessions() as session:
+            rows = (await session.scalars(select(Text2SQLSource).order_by(Text2SQLSource.name))).all()
+        names = [r.name for r in rows if _visible(r, caller)]
+        return [await asyncio.to_thread(self.registry.get, n) for n in names]
 
-    async def unregister(self, name: str) -> None:
+    async def unregister(self, name: str, caller: Caller = ADMIN_CALLER) -> None:
+        self.may_manage(caller)
+        row = await self._row(name)
+        if row is None or not caller.sees(row):
+            if row is not None and _visible(row, caller):  # the admin's shared source: seen, not this key's
+                raise APIError(403, f"source {name!r} is the admin's; a database key deletes only its own",
+                               param="name", code="insufficient_permissions")
+            raise api_error(UnknownSource(f"no text-to-SQL source named {name!r}"), "name")
         async with self.state.db.sessions() as session:
             used = (await session.scalars(select(Text2SQLSchedule.id).where(Text2SQLSchedule.source == name))).all()
         if used:
@@ -247,10 +300,11 @@ class Text2SQL:
     async def ask(self, served: Served | None, source_name: str, *, question: str | None = None,
                   sql: str | None = None, execute: bool = True, max_rows: int = 100, constrained: bool = True,
                   max_tokens: int | None = None, timeout_s: float = 5.0, request: Request | None = None,
-                  candidates: int = 1, sample_when: str = "always") -> AskResult:
-        """`question` through the model (`served`: embedded or upstream), or `sql` as given. Unsafe SQL is a 400
-        (and never reaches the database: the validator refuses it, the read-only connection too)."""
-        source = await self.source(source_name)
+                  candidates: int = 1, sample_when: str = "always", caller: Caller = ADMIN_CALLER) -> AskResult:
+        """`question` through the model (`served`: embedded or upstream), or `sql` as given, over a source
+        `caller` may use. Unsafe SQL is a 400 (and never reaches the database: the validator refuses it, the
+        read-only connection too)."""
+        source = await self.source(source_name, caller=caller)
         try:
             if sql is not None:
                 result = await arun_sql(source, sql, execute=execute, max_rows=max_rows, timeout_s=timeout_s,
@@ -313,7 +367,8 @@ class Text2SQL:
         try:
             result = await self.ask(served, schedule.source, question=schedule.question, execute=schedule.execute,
                                     max_rows=schedule.max_rows, constrained=schedule.constrained,
-                                    candidates=schedule.candidates or 1)
+                                    candidates=schedule.candidates or 1,
+                                    caller=Caller.for_owner(schedule.created_by))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -18,6 +18,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway import rate_limits
 from gateway.errors import APIError, as_api_error
 from gateway.jobs import webhooks
 from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
@@ -44,6 +45,7 @@ from gateway.protocol.responses import ResponsesRequest
 from gateway.state import ServerState
 from gateway.tables.batches import Batch, BatchLine, BatchResult
 from gateway.tables.files import StoredFile, add_file, new_file_id, read_content
+from gateway.tenancy import ADMIN_CALLER, Caller
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +78,10 @@ def batch_object(row: Batch) -> BatchObject:
     )
 
 
-async def load_batch(session: AsyncSession, batch_id: str) -> Batch:
+async def load_batch(session: AsyncSession, batch_id: str, caller: Caller = ADMIN_CALLER) -> Batch:
+    """The caller's batch (any batch for the job runner, which acts as the admin)."""
     row = await session.get(Batch, batch_id)
-    if row is None:
+    if row is None or not caller.sees(row):
         raise APIError(404, f"No batch found with id '{batch_id}'.", param="batch_id", code="batch_not_found")
     return row
 
@@ -159,15 +162,16 @@ def parse_input(data: bytes, served_models: list[str], max_lines: int) -> tuple[
 
 # -- creation ----------------------------------------------------------------------------------------
 async def create_batch(state: ServerState, session: AsyncSession, req: BatchCreateRequest,
-                       idempotency_key: str | None) -> BatchObject:
+                       idempotency_key: str | None, caller: Caller) -> BatchObject:
     # endpoint and completion_window are closed sets in the request model (a 400 before this runs)
     assert state.jobs is not None
     webhook_url = await state.jobs.webhooks.validate(req.metadata)
     digest = request_hash(req.model_dump_json())
-    if (earlier := await replay(session, "batches", idempotency_key, digest)) is not None:
-        return batch_object(await load_batch(session, earlier))
+    route = f"batches:{caller.owner}"  # one key's Idempotency-Key never replays another key's batch
+    if (earlier := await replay(session, route, idempotency_key, digest)) is not None:
+        return batch_object(await load_batch(session, earlier, caller))
     source = await session.get(StoredFile, req.input_file_id)
-    if source is None:
+    if source is None or not caller.sees(source):  # another key's file is one that does not exist
         raise APIError(400, f"input_file_id: no such File object: {req.input_file_id}", param="input_file_id",
                        code="file_not_found")
     if source.purpose != "batch":
@@ -179,7 +183,7 @@ async def create_batch(state: ServerState, session: AsyncSession, req: BatchCrea
     now = time.time()
     batch = Batch(id=f"batch_{uuid.uuid4().hex}", created_at=now, endpoint=req.endpoint, input_file_id=source.id,
                   completion_window=req.completion_window, metadata_=req.metadata, model=state.model_name,
-                  expires_at=now + COMPLETION_WINDOWS[req.completion_window])
+                  expires_at=now + COMPLETION_WINDOWS[req.completion_window], created_by=caller.owner)
     if errors:
         # Nothing of a failed file is kept but the batch itself, saying why, line by line.
         if len(errors) > MAX_REPORTED_ERRORS:
@@ -195,9 +199,9 @@ async def create_batch(state: ServerState, session: AsyncSession, req: BatchCrea
         session.add(batch)
         await session.flush()
         await session.execute(insert(BatchLine), [{"batch_id": batch.id, **r} for r in rows])
-    remember(session, "batches", idempotency_key, digest, batch.id)
-    if (earlier := await commit_or_replay(session, "batches", idempotency_key, digest)) is not None:
-        return batch_object(await load_batch(session, earlier))
+    remember(session, route, idempotency_key, digest, batch.id)
+    if (earlier := await commit_or_replay(session, route, idempotency_key, digest)) is not None:
+        return batch_object(await load_batch(session, earlier, caller))
     if errors:
         state.jobs.webhook_sender.wake.set()
     else:
@@ -206,7 +210,8 @@ async def create_batch(state: ServerState, session: AsyncSession, req: BatchCrea
     return batch_object(batch)
 
 
-async def cancel_batch(state: ServerState, session: AsyncSession, batch_id: str) -> BatchObject:
+async def cancel_batch(state: ServerState, session: AsyncSession, batch_id: str, caller: Caller) -> BatchObject:
+    await load_batch(session, batch_id, caller)  # another key's batch: a 404 before anything changes
     now = time.time()
     result = await session.execute(update(Batch).where(Batch.id == batch_id, Batch.status.in_(_CANCELLABLE))
                                    .values(status="cancelling", cancelling_at=now))
@@ -237,9 +242,11 @@ def _usage(url: str, body: dict[str, Any]) -> tuple[int, int, int]:
             usage.get("completion_tokens", 0))
 
 
-async def execute_line(state: ServerState, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """Runs one line through its endpoint's own function; (HTTP status, body) as the endpoint would
-    have answered it."""
+async def execute_line(state: ServerState, url: str, body: dict[str, Any],
+                       caller: Caller = ADMIN_CALLER) -> tuple[int, dict[str, Any]]:
+    """Runs one line through its endpoint's own function as the batch's owner (whose responses a
+    `previous_response_id` may continue, and who owns the responses it stores); (HTTP status, body) as
+    the endpoint would have answered it."""
     from gateway.serving.responses import run_response
     from gateway.serving.routing import route
 
@@ -250,7 +257,7 @@ async def execute_line(state: ServerState, url: str, body: dict[str, Any]) -> tu
             raise APIError(400, _pydantic_problem(exc, "body")[0]) from None
         if url == "/v1/responses":
             async with state.db.sessions() as session:
-                answer = await run_response(request, state, session)
+                answer = await run_response(request, state, session, caller=caller)
         else:
             answer = await route(url.removeprefix("/v1"), request, state, raw=body)
         if isinstance(answer, dict):  # an upstream's, as it gave it
@@ -267,9 +274,10 @@ async def execute_line(state: ServerState, url: str, body: dict[str, Any]) -> tu
 
 
 async def record_result(state: ServerState, batch_id: str, line: BatchLine, status: int,
-                        body: dict[str, Any]) -> bool:
+                        body: dict[str, Any], caller: Caller = ADMIN_CALLER) -> bool:
     """Stores one line's result and the batch's counters in one transaction; False when the line
-    already had one (the unique (batch_id, line) constraint), in which case nothing changes."""
+    already had one (the unique (batch_id, line) constraint), in which case nothing changes. A
+    database key's batch spends its tokens as its requests do (its limit's minute, its usage)."""
     ok = status == 200
     input_tokens, cached, output_tokens = _usage(line.url, body) if ok else (0, 0, 0)
     async with state.db.sessions() as session:
@@ -286,6 +294,9 @@ async def record_result(state: ServerState, batch_id: str, line: BatchLine, stat
             await session.rollback()
             log.warning("batch %s line %d already has a result; the new one is dropped", batch_id, line.line)
             return False
+    if caller.key_id is not None and ok:
+        await rate_limits.charge_tokens(state.db, caller.key_id, input_tokens, output_tokens,
+                                        f"batch {batch_id} line {line.line}")
     return True
 
 
@@ -361,10 +372,12 @@ async def finalize(state: ServerState, batch_id: str, owner: str | None = None) 
                                        error=BatchLineError(code=reason[0], message=reason[1])))
         if out:
             name = f"{batch_id}_output.jsonl"
-            batch.output_file_id = (await add_file(session, new_file_id(), name, "batch_output", _jsonl(out))).id
+            batch.output_file_id = (await add_file(session, new_file_id(), name, "batch_output", _jsonl(out),
+                                                   created_by=batch.created_by)).id
         if err:
             name = f"{batch_id}_error.jsonl"
-            batch.error_file_id = (await add_file(session, new_file_id(), name, "batch_output", _jsonl(err))).id
+            batch.error_file_id = (await add_file(session, new_file_id(), name, "batch_output", _jsonl(err),
+                                                  created_by=batch.created_by)).id
         batch.status, batch.finalizing_at = final, now
         setattr(batch, f"{final}_at", time.time())
         webhooks.enqueue(session, (batch.metadata_ or {}).get(webhooks.WEBHOOK_URL_KEY), f"batch.{final}", batch_id)

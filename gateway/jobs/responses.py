@@ -17,11 +17,12 @@ from gateway.serving.conversations import ACTIVE, finish, previous_conversation
 from gateway.serving.responses import check_request, response_object, run_response
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
+from gateway.tenancy import Caller
 
 log = logging.getLogger(__name__)
 
 async def submit(state: ServerState, session: AsyncSession, body: ResponsesRequest,
-                 idempotency_key: str | None) -> ResponseObject:
+                 idempotency_key: str | None, caller: Caller) -> ResponseObject:
     """Checks what can be checked now (model, parameters, previous response, webhook), then
     queues the response; the same request runs later through `run_response`."""
     model = check_request(state, body)
@@ -31,20 +32,21 @@ async def submit(state: ServerState, session: AsyncSession, body: ResponsesReque
     if not body.store:
         raise APIError(400, "background responses must be stored: store cannot be false with background",
                        param="store")
-    await previous_conversation(session, body.previous_response_id)  # exists and is finished
+    await previous_conversation(session, body.previous_response_id, caller)  # the caller's, and finished
     assert state.jobs is not None
     await state.jobs.webhooks.validate(body.metadata)
     digest = request_hash(body.model_dump_json())
-    if (earlier := await replay(session, "responses", idempotency_key, digest)) is not None:
+    route = f"responses:{caller.owner}"  # one key's Idempotency-Key never replays another key's response
+    if (earlier := await replay(session, route, idempotency_key, digest)) is not None:
         if (row := await session.get(StoredResponse, earlier)) is not None:
             return ResponseObject.model_validate(row.body)
     resp = response_object(body, model)
     resp.status, resp.background = "queued", True
     session.add(StoredResponse(id=resp.id, model=model, status="queued", previous_response_id=body.previous_response_id,
                                conversation=[], body=resp.model_dump(mode="json"), background=True,
-                               request=body.model_dump(mode="json")))
-    remember(session, "responses", idempotency_key, digest, resp.id)
-    if (earlier := await commit_or_replay(session, "responses", idempotency_key, digest)) is not None:
+                               request=body.model_dump(mode="json"), created_by=caller.owner))
+    remember(session, route, idempotency_key, digest, resp.id)
+    if (earlier := await commit_or_replay(session, route, idempotency_key, digest)) is not None:
         row = await session.get(StoredResponse, earlier)
         assert row is not None
         return ResponseObject.model_validate(row.body)
@@ -77,7 +79,7 @@ async def run_background(state: ServerState, response_id: str, lease: LeasePolic
             return
         try:
             body = ResponsesRequest.model_validate(row.request)
-            await run_response(body, state, session, queued=queued)
+            await run_response(body, state, session, queued=queued, caller=Caller.for_owner(row.created_by))
         except Exception as exc:  # not CancelledError: a cancelled run leaves the row to its canceller
             err = as_api_error(exc)
             if err.status == 503:
@@ -90,9 +92,9 @@ async def run_background(state: ServerState, response_id: str, lease: LeasePolic
             await session.commit()
 
 
-async def cancel(state: ServerState, session: AsyncSession, response_id: str) -> ResponseObject:
+async def cancel(state: ServerState, session: AsyncSession, response_id: str, caller: Caller) -> ResponseObject:
     row = await session.get(StoredResponse, response_id)
-    if row is None:
+    if row is None or not caller.sees(row):
         raise APIError(404, f"No response found with id '{response_id}'.", param="response_id", code="not_found")
     if not row.background:
         raise APIError(400, "Only responses created with background=true can be cancelled.", param="response_id")

@@ -26,6 +26,7 @@ from gateway.priority import run_as
 from gateway.state import ServerState
 from gateway.tables.batches import Batch, BatchLine
 from gateway.tables.responses import StoredResponse
+from gateway.tenancy import ADMIN_CALLER, Caller
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,7 @@ class BatchJob:
         self.cancelled = False
         self.engine_failed = False
         self.held: set[int] = set()  # lines this replica claimed and has not recorded
+        self.caller: Caller = ADMIN_CALLER  # the batch's owner, whose lines these are (read in run())
         self._lines: set[asyncio.Task] = set()
         self._dispatcher: asyncio.Task | None = None
 
@@ -46,6 +48,7 @@ class BatchJob:
             batch = await session.get(Batch, self.batch_id)
         if batch is None or batch.status in ("failed", "completed", "expired", "cancelled"):
             return
+        self.caller = Caller.for_owner(batch.created_by)
         self.cancelled = self.cancelled or batch.status == "cancelling"
         try:
             if batch.status in ("in_progress", "validating") and not self.cancelled:
@@ -122,10 +125,11 @@ class BatchJob:
     async def _line(self, line: BatchLine) -> None:
         run_as("batch")
         try:
-            status, body = await batches.execute_line(self.state, line.url, line.body)
+            status, body = await batches.execute_line(self.state, line.url, line.body, self.caller)
             # Once the answer exists it is recorded, even if a cancel arrives meanwhile, and before
             # this task ends: the batch is finalized only after every line task has ended.
-            record = asyncio.ensure_future(batches.record_result(self.state, self.batch_id, line, status, body))
+            record = asyncio.ensure_future(batches.record_result(self.state, self.batch_id, line, status, body,
+                                                                 self.caller))
             try:
                 await asyncio.shield(record)
             except asyncio.CancelledError:

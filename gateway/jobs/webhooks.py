@@ -7,13 +7,12 @@ keyed with `--webhook-secret` (a `whsec_<base64>` secret is base64-decoded first
 can check it with `openai.OpenAI().webhooks.unwrap(body, headers, secret=...)`.
 
 A server must not become a request-forgery tool, so a URL is accepted only when:
-- webhooks are enabled (a secret and an allow-list are configured) and the scheme is http(s);
+- webhooks are enabled (a secret and an allow-list are configured) and the scheme is https, or
+  http to a host the list names by its exact name, address or network (a wildcard opens https only);
 - its host is on the allow-list: a host name (`hooks.example.com`), a wildcard (`*.example.com`),
   an IP address or a CIDR network;
-- every address the host resolves to is public, or is covered by an IP/CIDR entry of the list, or
-  is private/loopback and the host was listed by its exact name. Link-local, cloud metadata,
-  multicast, unspecified and reserved addresses need an IP/CIDR entry that covers them, and a cloud
-  metadata address (169.254.169.254 and its kin) an entry naming that very address.
+- every address the host resolves to passes gateway/address_policy.py: public, or covered by an
+  IP/CIDR entry of the list, or private/loopback with the host listed by its exact name.
 The check runs when the job is created (a refused URL is a 400 then) and again before every
 attempt, which then connects to the address it checked (no DNS rebinding in between) and never
 follows redirects. Failed attempts are retried with exponential backoff; deliveries are rows, so
@@ -23,18 +22,24 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import ipaddress
 import logging
-import socket
 import time
 import uuid
-from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway.address_policy import (
+    METADATA_HOSTS,
+    AddressRefused,
+    AllowList,
+    IPAddress,
+    check_address,
+    checked_address,
+    literal_address,
+)
 from gateway.errors import APIError
 from gateway.protocol.webhooks import WebhookEvent, WebhookEventData, WebhookEventType
 from gateway.settings import Settings
@@ -44,62 +49,10 @@ log = logging.getLogger(__name__)
 
 WEBHOOK_URL_KEY = "webhook_url"
 IDLE_POLL_S = 1.0
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-# Cloud metadata services: a CIDR entry (169.254.0.0/16, 100.64.0.0/10) does not open them; only an
-# entry naming the address itself does.
-METADATA_ADDRESSES = {ipaddress.ip_address(a) for a in (
-    "169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200")}
-METADATA_HOSTS = {"metadata.google.internal", "metadata", "metadata.goog", "instance-data"}
 
 
 class WebhookRefused(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class AllowList:
-    names: frozenset[str]
-    wildcards: tuple[str, ...]  # ".example.com" for "*.example.com"
-    networks: tuple[IPNetwork, ...]
-
-    @classmethod
-    def parse(cls, entries: list[str]) -> "AllowList":
-        names, wildcards, networks = set(), [], []
-        for raw in entries:
-            entry = raw.strip().lower().rstrip(".")
-            if not entry:
-                continue
-            try:
-                networks.append(ipaddress.ip_network(entry.strip("[]"), strict=False))
-                continue
-            except ValueError:
-                pass
-            if entry.startswith("*."):
-                wildcards.append(entry[1:])
-            else:
-                names.add(entry)
-        return cls(frozenset(names), tuple(wildcards), tuple(networks))
-
-    def covers(self, address: IPAddress) -> bool:
-        return any(address in net for net in self.networks)
-
-
-def _literal_address(host: str) -> IPAddress | None:
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
-def _always_internal(address: IPAddress) -> bool:
-    """Addresses no URL may reach unless an IP/CIDR entry names them."""
-    return (address in METADATA_ADDRESSES or address.is_link_local or address.is_multicast
-            or address.is_unspecified or address.is_reserved)
 
 
 class WebhookPolicy:
@@ -127,45 +80,31 @@ class WebhookPolicy:
             raise WebhookRefused("the URL has no host")
         if host in METADATA_HOSTS:
             raise WebhookRefused(f"{host} is a cloud metadata host")
-        literal = _literal_address(host)
+        literal = literal_address(host)
         if literal is not None:
             if not self.allow.covers(literal):
                 raise WebhookRefused(f"{host} is not on this server's webhook allow-list")
-        elif host not in self.allow.names and not any(host.endswith(w) for w in self.allow.wildcards):
+        elif not self.allow.lists_name(host):
             raise WebhookRefused(f"{host} is not on this server's webhook allow-list")
+        # Plain http only where the operator named the host itself (its exact name, address or network):
+        # a wildcard entry opens https only, so a payload is never sent in clear to a host nobody listed.
+        if parts.scheme == "http" and literal is None and host not in self.allow.names:
+            raise WebhookRefused(f"{host} is allowed over https only (list it by its exact name to allow http)")
         return parts.scheme, host, port or (443 if parts.scheme == "https" else 80)
 
     def check_address(self, host: str, address: IPAddress) -> None:
-        if address in METADATA_ADDRESSES:  # only an entry naming this very address opens it
-            if not any(net.num_addresses == 1 and address in net for net in self.allow.networks):
-                raise WebhookRefused(f"{host} resolves to {address}, a cloud metadata address")
-            return
-        if self.allow.covers(address):
-            return
-        if _always_internal(address):
-            raise WebhookRefused(f"{host} resolves to {address}, a link-local, metadata or reserved address")
-        if not address.is_global and host not in self.allow.names:
-            raise WebhookRefused(f"{host} resolves to the internal address {address}; list the host by its exact "
-                                 "name or its network to allow it")
+        try:
+            check_address(self.allow, host, address)
+        except AddressRefused as exc:
+            raise WebhookRefused(str(exc)) from None
 
     async def resolve(self, url: str) -> tuple[str, IPAddress]:
-        """Checks `url` and the addresses its host resolves to; returns (host, the address to use)."""
+        """Checks `url` and every address its host resolves to; returns (host, the address to connect to)."""
         _, host, port = self.check_syntax(url)
-        literal = _literal_address(host)
-        if literal is not None:
-            self.check_address(host, literal)
-            return host, literal
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except OSError as exc:
-            raise WebhookRefused(f"{host} does not resolve: {exc}") from None
-        addresses = [_literal_address(info[4][0].split("%")[0]) for info in infos]
-        addresses = [a for a in addresses if a is not None]
-        if not addresses:
-            raise WebhookRefused(f"{host} does not resolve")
-        for address in addresses:  # every one: a resolver may answer differently next time
-            self.check_address(host, address)
-        return host, addresses[0]
+            return host, await asyncio.to_thread(checked_address, self.allow, host, port)
+        except AddressRefused as exc:
+            raise WebhookRefused(str(exc)) from None
 
     async def validate(self, metadata: dict[str, str] | None, param: str = "metadata") -> str | None:
         """The webhook URL in `metadata`, checked; a refused one is a 400 naming the reason."""

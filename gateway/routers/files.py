@@ -7,12 +7,14 @@ from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.responses import Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.deps import Session, State
+from gateway.deps import CallerDep, Session, State
 from gateway.errors import APIError
 from gateway.jobs.idempotency import IdempotencyHeader, commit_or_replay, remember, replay, request_hash
 from gateway.pagination import Order, page
 from gateway.protocol.files import FileDeleted, FileList, FileObject
-from gateway.tables.files import StoredFile, add_file, new_file_id, read_content
+from gateway.state import ServerState
+from gateway.tables.files import StoredFile, add_file, new_file_id, read_content, stored_bytes
+from gateway.tenancy import Caller
 
 router = APIRouter(prefix="/v1")
 
@@ -25,9 +27,11 @@ def file_object(row: StoredFile) -> FileObject:
                       purpose=row.purpose)
 
 
-async def load_file(session: AsyncSession, file_id: str, param: str = "file_id", status: int = 404) -> StoredFile:
+async def load_file(session: AsyncSession, file_id: str, caller: Caller, param: str = "file_id",
+                    status: int = 404) -> StoredFile:
+    """The caller's file; another key's is answered as one that does not exist."""
     row = await session.get(StoredFile, file_id)
-    if row is None:
+    if row is None or not caller.sees(row):
         raise APIError(status, f"No such File object: {file_id}", param=param, code="file_not_found")
     return row
 
@@ -43,9 +47,21 @@ async def _read_limited(upload: UploadFile, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+async def check_quota(state: ServerState, session: AsyncSession, caller: Caller, size: int) -> None:
+    """A database key's files (its batches' outputs included) may hold --key-storage-quota-mb at most."""
+    quota = state.settings.key_storage_quota_mb
+    if quota is None or caller.admin:
+        return
+    used, limit = await stored_bytes(session, caller.owner), int(quota * 1024 * 1024)
+    if used + size > limit:
+        raise APIError(413, f"this upload of {size} bytes would take your files past this key's storage quota of "
+                       f"{limit} bytes ({used} used); delete files you no longer need", param="file",
+                       code="storage_quota_exceeded")
+
+
 @router.post("/files", response_model=FileObject)
 async def upload_file(
-    state: State, session: Session,
+    state: State, session: Session, caller: CallerDep,
     # Not empty, and at most --max-file-bytes (413): both checked as the upload is read.
     file: Annotated[UploadFile, File(description="the JSONL input of a batch, one request per line",
                                      json_schema_extra={"minLength": 1})],
@@ -57,20 +73,23 @@ async def upload_file(
         raise APIError(400, "the file is empty", param="file", code="empty_file")
     filename = (file.filename or "upload.jsonl")[:512]
     digest = request_hash(purpose, filename, data)
-    if (earlier := await replay(session, "files", idempotency_key, digest)) is not None:
-        return file_object(await load_file(session, earlier))
-    row = await add_file(session, new_file_id(), filename, purpose, data)
-    remember(session, "files", idempotency_key, digest, row.id)
-    if (earlier := await commit_or_replay(session, "files", idempotency_key, digest)) is not None:
-        return file_object(await load_file(session, earlier))
+    route = f"files:{caller.owner}"  # one key's Idempotency-Key never replays another key's object
+    if (earlier := await replay(session, route, idempotency_key, digest)) is not None:
+        return file_object(await load_file(session, earlier, caller))
+    await check_quota(state, session, caller, len(data))
+    row = await add_file(session, new_file_id(), filename, purpose, data, created_by=caller.owner)
+    remember(session, route, idempotency_key, digest, row.id)
+    if (earlier := await commit_or_replay(session, route, idempotency_key, digest)) is not None:
+        return file_object(await load_file(session, earlier, caller))
     return file_object(row)
 
 
 @router.get("/files", response_model=FileList)
-async def list_files(session: Session, purpose: str | None = None,
+async def list_files(session: Session, caller: CallerDep, purpose: str | None = None,
                      limit: Annotated[int, Query(ge=1, le=10_000)] = 10_000,
                      order: Order = "desc", after: str | None = None) -> FileList:
     where = [StoredFile.purpose == purpose] if purpose else []
+    where += caller.scope(StoredFile)
     rows, has_more = await page(session, StoredFile, *where, limit=limit, after=after, order=order)
     data = [file_object(r) for r in rows]
     return FileList(data=data, first_id=data[0].id if data else None, last_id=data[-1].id if data else None,
@@ -78,21 +97,21 @@ async def list_files(session: Session, purpose: str | None = None,
 
 
 @router.get("/files/{file_id}", response_model=FileObject)
-async def retrieve_file(file_id: str, session: Session) -> FileObject:
-    return file_object(await load_file(session, file_id))
+async def retrieve_file(file_id: str, session: Session, caller: CallerDep) -> FileObject:
+    return file_object(await load_file(session, file_id, caller))
 
 
 @router.get("/files/{file_id}/content")
-async def file_content(file_id: str, session: Session) -> Response:
-    row = await load_file(session, file_id)
+async def file_content(file_id: str, session: Session, caller: CallerDep) -> Response:
+    row = await load_file(session, file_id, caller)
     data = await read_content(session, file_id) or b""
     return Response(data, media_type="application/jsonl" if row.filename.endswith(".jsonl") else
                     "application/octet-stream")
 
 
 @router.delete("/files/{file_id}", response_model=FileDeleted)
-async def delete_file(file_id: str, session: Session) -> FileDeleted:
-    await session.delete(await load_file(session, file_id))  # its content goes with it (ON DELETE CASCADE)
+async def delete_file(file_id: str, session: Session, caller: CallerDep) -> FileDeleted:
+    await session.delete(await load_file(session, file_id, caller))  # its content goes with it (ON DELETE CASCADE)
     await session.commit()
     return FileDeleted(id=file_id)
 

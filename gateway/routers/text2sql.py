@@ -13,7 +13,7 @@ import uuid
 from fastapi import APIRouter, Query, Request
 from sqlalchemy import delete, select
 
-from gateway.deps import Session, State
+from gateway.deps import CallerDep, Session, State
 from gateway.errors import APIError
 from gateway.jobs import schedules as scheduling  # its clock, `now()`, is patched by tests
 from gateway.protocol.text2sql import (
@@ -32,6 +32,7 @@ from gateway.protocol.text2sql import (
 )
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
+from gateway.tenancy import Caller
 from gateway.text2sql import Text2SQL, result_body
 
 router = APIRouter(prefix="/v1/text2sql")
@@ -44,7 +45,7 @@ def _service(state: ServerState) -> Text2SQL:
 
 
 @router.post("", response_model=AskResponse)
-async def ask(body: AskRequest, request: Request, state: State) -> AskResponse:
+async def ask(body: AskRequest, request: Request, state: State, caller: CallerDep) -> AskResponse:
     if (body.question is None) == (body.sql is None):
         raise APIError(400, "give either `question` (answered by the model) or `sql` (run as given)",
                        param="question")
@@ -52,7 +53,7 @@ async def ask(body: AskRequest, request: Request, state: State) -> AskResponse:
     result = await _service(state).ask(
         served, body.source, question=body.question, sql=body.sql, execute=body.execute, max_rows=body.max_rows,
         constrained=body.constrained, max_tokens=body.max_tokens, timeout_s=body.timeout_s, request=request,
-        candidates=body.candidates, sample_when=body.sample_when)
+        candidates=body.candidates, sample_when=body.sample_when, caller=caller)
     return result_body(result, served.name if served else None)
 
 
@@ -60,29 +61,29 @@ async def ask(body: AskRequest, request: Request, state: State) -> AskResponse:
 
 
 @router.post("/sources", response_model=SourceObject)
-async def create_source(body: SourceCreate, state: State) -> SourceObject:
+async def create_source(body: SourceCreate, state: State, caller: CallerDep) -> SourceObject:
     service = _service(state)
     source = await service.register(body.name, body.url, body.description, db_schema=body.db_schema,
-                                    replace=body.replace)
+                                    replace=body.replace, caller=caller)
     return await service.describe(source, with_schema=True)  # introspected already: what the model will see
 
 
 @router.get("/sources", response_model=SourceList)
-async def list_sources(state: State) -> SourceList:
+async def list_sources(state: State, caller: CallerDep) -> SourceList:
     service = _service(state)
-    return SourceList(data=[await service.describe(s) for s in await service.sources()])
+    return SourceList(data=[await service.describe(s) for s in await service.sources(caller)])
 
 
 @router.get("/sources/{name}", response_model=SourceObject)
-async def get_source(name: str, state: State) -> SourceObject:
+async def get_source(name: str, state: State, caller: CallerDep) -> SourceObject:
     """The source with its tables and the DDL the model is prompted with."""
     service = _service(state)
-    return await service.describe(await service.source(name, param="name"), with_schema=True)
+    return await service.describe(await service.source(name, param="name", caller=caller), with_schema=True)
 
 
 @router.delete("/sources/{name}", response_model=SourceDeleted)
-async def delete_source(name: str, state: State) -> SourceDeleted:
-    await _service(state).unregister(name)
+async def delete_source(name: str, state: State, caller: CallerDep) -> SourceDeleted:
+    await _service(state).unregister(name, caller)
     return SourceDeleted(name=name)
 
 
@@ -106,26 +107,27 @@ def _run_object(row: Text2SQLRun) -> RunObject:
                      result=row.result, error=row.error)
 
 
-async def _load_schedule(session, schedule_id: str) -> Text2SQLSchedule:
+async def _load_schedule(session, schedule_id: str, caller: Caller) -> Text2SQLSchedule:
+    """The caller's schedule; another key's is answered as one that does not exist."""
     row = await session.get(Text2SQLSchedule, schedule_id)
-    if row is None:
+    if row is None or not caller.sees(row):
         raise APIError(404, f"No schedule found with id '{schedule_id}'.", param="schedule_id", code="not_found")
     return row
 
 
 @router.post("/schedules", response_model=ScheduleObject)
-async def create_schedule(body: ScheduleCreate, state: State, session: Session) -> ScheduleObject:
+async def create_schedule(body: ScheduleCreate, state: State, session: Session, caller: CallerDep) -> ScheduleObject:
     service = _service(state)
     if (why := scheduling.check_cron(body.cron)) is not None:
         raise APIError(400, why, param="cron", code="invalid_cron")
-    await service.source(body.source)  # 404 for an unknown one, now rather than at every run
+    await service.source(body.source, caller=caller)  # 404 for one unknown to the caller, now, not at every run
     if body.webhook_url is not None:
         await _check_webhook(state, body.webhook_url)
     t = scheduling.now()
     row = Text2SQLSchedule(id=f"t2ssched_{uuid.uuid4().hex}", created_at=t, cron=body.cron.strip(),
                            source=body.source, question=body.question, execute=body.execute, max_rows=body.max_rows,
                            constrained=body.constrained, candidates=body.candidates, webhook_url=body.webhook_url,
-                           next_run_at=scheduling.next_after(body.cron, t))
+                           next_run_at=scheduling.next_after(body.cron, t), created_by=caller.owner)
     session.add(row)
     await session.commit()
     service.scheduler.wake()
@@ -144,19 +146,20 @@ async def _check_webhook(state: ServerState, url: str) -> None:
 
 
 @router.get("/schedules", response_model=ScheduleList)
-async def list_schedules(session: Session) -> ScheduleList:
-    rows = (await session.scalars(select(Text2SQLSchedule).order_by(Text2SQLSchedule.created_at))).all()
+async def list_schedules(session: Session, caller: CallerDep) -> ScheduleList:
+    rows = (await session.scalars(select(Text2SQLSchedule).where(*caller.scope(Text2SQLSchedule))
+                                  .order_by(Text2SQLSchedule.created_at))).all()
     return ScheduleList(data=[_schedule_object(r) for r in rows])
 
 
 @router.get("/schedules/{schedule_id}", response_model=ScheduleObject)
-async def get_schedule(schedule_id: str, session: Session) -> ScheduleObject:
-    return _schedule_object(await _load_schedule(session, schedule_id))
+async def get_schedule(schedule_id: str, session: Session, caller: CallerDep) -> ScheduleObject:
+    return _schedule_object(await _load_schedule(session, schedule_id, caller))
 
 
 @router.delete("/schedules/{schedule_id}", response_model=ScheduleDeleted)
-async def delete_schedule(schedule_id: str, session: Session) -> ScheduleDeleted:
-    row = await _load_schedule(session, schedule_id)
+async def delete_schedule(schedule_id: str, session: Session, caller: CallerDep) -> ScheduleDeleted:
+    row = await _load_schedule(session, schedule_id, caller)
     await session.execute(delete(Text2SQLRun).where(Text2SQLRun.schedule_id == schedule_id))
     await session.delete(row)
     await session.commit()
@@ -164,9 +167,10 @@ async def delete_schedule(schedule_id: str, session: Session) -> ScheduleDeleted
 
 
 @router.get("/schedules/{schedule_id}/runs", response_model=RunList)
-async def list_runs(schedule_id: str, session: Session, limit: int = Query(20, ge=1, le=100)) -> RunList:
+async def list_runs(schedule_id: str, session: Session, caller: CallerDep,
+                    limit: int = Query(20, ge=1, le=100)) -> RunList:
     """Newest first."""
-    await _load_schedule(session, schedule_id)
+    await _load_schedule(session, schedule_id, caller)
     rows = (await session.scalars(select(Text2SQLRun).where(Text2SQLRun.schedule_id == schedule_id)
                                   .order_by(Text2SQLRun.scheduled_for.desc()).limit(limit + 1))).all()
     return RunList(data=[_run_object(r) for r in rows[:limit]], has_more=len(rows) > limit)

@@ -14,6 +14,7 @@ from gateway.protocol.responses import (
 )
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
+from gateway.tenancy import Caller
 
 
 def input_messages(items: str | list[InputItem]) -> list[dict]:
@@ -46,11 +47,13 @@ def input_messages(items: str | list[InputItem]) -> list[dict]:
     return messages
 
 
-async def previous_conversation(session: AsyncSession, response_id: str | None) -> list[dict]:
+async def previous_conversation(session: AsyncSession, response_id: str | None, caller: Caller) -> list[dict]:
+    """The conversation a response continues: the caller's own responses only (another key's id is
+    refused as an unknown one, so a conversation never reaches past the key that had it)."""
     if response_id is None:
         return []
     stored = await session.get(StoredResponse, response_id)
-    if stored is None:
+    if stored is None or not caller.sees(stored):
         raise APIError(400, f"Previous response with id '{response_id}' not found.",
                        param="previous_response_id", code="previous_response_not_found")
     if stored.status not in ("completed", "incomplete"):  # a background response not done (or failed)
@@ -80,7 +83,8 @@ async def finish(session: AsyncSession, resp: ResponseObject, conversation: list
     return bool(result.rowcount)
 
 
-async def store(state: ServerState, resp: ResponseObject, conversation: list[dict]) -> None:
+async def store(state: ServerState, resp: ResponseObject, conversation: list[dict], owner: str) -> None:
+    """Stores a finished response as `owner`'s (a background one's row has its owner since it was queued)."""
     if not resp.store:
         return
     conversation = conversation + [assistant_turn(resp)]
@@ -90,7 +94,8 @@ async def store(state: ServerState, resp: ResponseObject, conversation: list[dic
         else:
             session.add(StoredResponse(id=resp.id, model=resp.model, status=resp.status,
                                        previous_response_id=resp.previous_response_id,
-                                       conversation=conversation, body=resp.model_dump(mode="json")))
+                                       conversation=conversation, body=resp.model_dump(mode="json"),
+                                       created_by=owner))
         await session.commit()
 
 

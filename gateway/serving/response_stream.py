@@ -102,7 +102,7 @@ class StreamedItems:
 
 
 async def stream_response(state: ServerState, gen: Generation, resp: ResponseObject, conversation: list[dict],
-                  prepared: PreparedChat) -> AsyncIterator[ServerSentEvent]:
+                  prepared: PreparedChat, owner: str) -> AsyncIterator[ServerSentEvent]:
     seq = 0
 
     def event(e: Event) -> ServerSentEvent:
@@ -133,7 +133,7 @@ async def stream_response(state: ServerState, gen: Generation, resp: ResponseObj
         for e in items.finish(final.outputs[0].finish_reason == "length" and not repeated):
             yield event(e)
         finish_response(resp, final, items.items, repeated)
-        await store(state, resp, conversation)
+        await store(state, resp, conversation, owner)
         # Always `response.completed` (a truncated answer says status "incomplete" inside it): the SDKs'
         # stream helpers and LangChain wait for that event to close the stream.
         yield event(ResponseLifecycleEvent(type="response.completed", response=resp))

@@ -32,6 +32,7 @@ from gateway.serving.response_stream import finish_response, stream_response
 from gateway.sse import sse_response
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
+from gateway.tenancy import Caller
 
 
 def _text_format(body: ResponsesRequest) -> dict | None:
@@ -68,17 +69,18 @@ def response_object(body: ResponsesRequest, model: str) -> ResponseObject:
 
 
 async def run_response(body: ResponsesRequest, state: ServerState, session: AsyncSession,
-                       request: Request | None = None, queued: ResponseObject | None = None
+                       request: Request | None = None, queued: ResponseObject | None = None, *, caller: Caller
                        ) -> ResponseObject | Response:
     """The endpoint itself, callable without HTTP: batch lines run through it with `request` None,
     background responses with `queued`, the object returned when they were queued (its id and
-    creation time carry over)."""
+    creation time carry over). `caller`: whose conversation it continues and who owns what it stores."""
     served = state.models.resolve(body.model)
     if isinstance(served, UpstreamModel):
-        return await _run_upstream(body, state, served, session, request, queued)
+        return await _run_upstream(body, state, served, session, request, queued, caller)
     engine = served.ready()
     model = check_request(state, body)
-    conversation = await previous_conversation(session, body.previous_response_id) + input_messages(body.input)
+    conversation = (await previous_conversation(session, body.previous_response_id, caller)
+                    + input_messages(body.input))
     turn = ([{"role": "system", "content": body.instructions}] if body.instructions else []) + conversation
     chat = chat_request(body, turn, state.settings.avoid_repeated_calls)
     prepared = prepare_chat(engine.tokenizer, chat, sampling_params(
@@ -90,24 +92,26 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     gen = Generation(state, engine, request, body.priority)
     await gen.start([prepared.prompt], prepared.params)
     if body.stream:
-        return sse_response(stream_response(state, gen, resp, conversation, prepared), gen.close)
+        return sse_response(stream_response(state, gen, resp, conversation, prepared, caller.owner), gen.close)
     (final,) = await gen.finals(RepeatWatch(gen.stop_choice) if prepared.parses_calls else None)
     items, repeated = _output_items(final.outputs[0].text, prepared)
     finish_response(resp, final, items, repeated)
-    await store(state, resp, conversation)
+    await store(state, resp, conversation, caller.owner)
     return resp
 
 
 async def _run_upstream(body: ResponsesRequest, state: ServerState, served: UpstreamModel, session: AsyncSession,
-                        request: Request | None, queued: ResponseObject | None) -> ResponseObject | Response:
+                        request: Request | None, queued: ResponseObject | None, caller: Caller
+                        ) -> ResponseObject | Response:
     """Forwarded to the upstream's /v1/responses. A previous response stored here goes as its
     conversation (the upstream never saw its id); answers that are not streamed are stored here too,
     so GET, background polling and later `previous_response_id` work as for embedded models."""
     raw = await proxy.request_body(request) if request is not None else body.model_dump(mode="json", exclude_unset=True)
     raw = {k: v for k, v in raw.items() if k != "background"}
     prior: list[dict] = []
-    if body.previous_response_id and await session.get(StoredResponse, body.previous_response_id) is not None:
-        prior = await previous_conversation(session, body.previous_response_id)
+    previous = await session.get(StoredResponse, body.previous_response_id) if body.previous_response_id else None
+    if previous is not None:  # another key's: refused as unknown here, never forwarded to the upstream
+        prior = await previous_conversation(session, body.previous_response_id, caller)
         given = raw["input"] if isinstance(raw["input"], list) else [{"role": "user", "content": raw["input"]}]
         raw = {k: v for k, v in raw.items() if k != "previous_response_id"}
         raw["input"] = as_input_items(prior) + given
@@ -118,7 +122,7 @@ async def _run_upstream(body: ResponsesRequest, state: ServerState, served: Upst
     resp.previous_response_id = body.previous_response_id
     if queued is not None:
         resp.id, resp.created_at, resp.background = queued.id, queued.created_at, True
-    await store(state, resp, prior + input_messages(body.input))
+    await store(state, resp, prior + input_messages(body.input), caller.owner)
     return resp
 
 

@@ -4,7 +4,7 @@ own so listing files never reads their content."""
 import time
 import uuid
 
-from sqlalchemy import Float, ForeignKey, Integer, LargeBinary, String, select
+from sqlalchemy import Float, ForeignKey, Integer, LargeBinary, String, func, select
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gateway.tables.base import Base, Owned
@@ -31,9 +31,10 @@ def new_file_id() -> str:
     return f"file-{uuid.uuid4().hex}"
 
 
-async def add_file(session, file_id: str, filename: str, purpose: str, data: bytes) -> StoredFile:
+async def add_file(session, file_id: str, filename: str, purpose: str, data: bytes, created_by: str) -> StoredFile:
     """Adds a file and its content to the caller's transaction."""
-    row = StoredFile(id=file_id, filename=filename, purpose=purpose, bytes=len(data), created_at=time.time())
+    row = StoredFile(id=file_id, filename=filename, purpose=purpose, bytes=len(data), created_at=time.time(),
+                     created_by=created_by)
     session.add(row)
     await session.flush()  # the content row refers to it (no ORM relationship orders the two)
     session.add(FileContent(file_id=file_id, data=data))
@@ -42,3 +43,9 @@ async def add_file(session, file_id: str, filename: str, purpose: str, data: byt
 
 async def read_content(session, file_id: str) -> bytes | None:
     return await session.scalar(select(FileContent.data).where(FileContent.file_id == file_id))
+
+
+async def stored_bytes(session, created_by: str) -> int:
+    """What one owner's files hold, batch outputs included: what its storage quota counts."""
+    return int(await session.scalar(select(func.coalesce(func.sum(StoredFile.bytes), 0))
+                                    .where(StoredFile.created_by == created_by)) or 0)

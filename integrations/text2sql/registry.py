@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from integrations.text2sql.errors import DuplicateSource, UnknownSource
-from integrations.text2sql.sources import Source, SourceSpec
+from integrations.text2sql.sources import Source, SourceSpec, URLGuard
 
 
 @runtime_checkable
@@ -141,16 +141,20 @@ def default_sources_path() -> Path:
 class SourceRegistry:
     """Registers, looks up and caches sources by name over a :class:`SourceStore`."""
 
-    def __init__(self, store: SourceStore | None = None):
+    def __init__(self, store: SourceStore | None = None,
+                 guard_for: Callable[[SourceSpec], URLGuard | None] | None = None):
+        """`guard_for`: the URL guard a source connects through (by its spec: a server may judge its owner)."""
         self.store: SourceStore = store if store is not None else MemorySourceStore()
+        self._guard_for = guard_for or (lambda _spec: None)
         self._live: dict[str, Source] = {}
         self._lock = threading.Lock()
 
     def register(self, name: str, url: str, description: str = "", *, replace: bool = False,
-                 db_schema: str | None = None, check: bool = True) -> Source:
+                 db_schema: str | None = None, check: bool = True, extra: dict | None = None) -> Source:
         """Adds a source; with ``check`` it is opened and introspected first, so a broken URL is
         refused at registration (:class:`BadSourceURL` / :class:`SourceUnavailable`), not at first use."""
-        source = Source(name, url, description, db_schema=db_schema)
+        spec = SourceSpec(name, url, description, db_schema, dict(extra or {}))
+        source = spec.open(self._guard_for(spec))
         if not replace and self.store.load(name) is not None:
             raise DuplicateSource(f"a source named {name!r} already exists")
         if check:
@@ -167,10 +171,11 @@ class SourceRegistry:
         """The live source of a spec the caller loaded itself; reused while name and URL match."""
         with self._lock:
             live = self._live.get(spec.name)
-            if live is not None and live.url == spec.url and live.db_schema == spec.db_schema:
+            if (live is not None and live.url == spec.url and live.db_schema == spec.db_schema
+                    and live.extra == spec.extra):
                 live.description = spec.description
                 return live
-            source = spec.open()
+            source = spec.open(self._guard_for(spec))
             self._live[spec.name] = source
         if live is not None:
             live.close()

@@ -14,6 +14,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,10 @@ from integrations.text2sql.value_hints import ValueIndex
 log = logging.getLogger(__name__)
 
 MAX_VALUE_BYTES = 16 * 1024 * 1024  # the largest string or blob a text-to-SQL query may build or read (SQLite)
+
+# What a source connects to in place of its URL: the same URL, or one pinned to checked addresses and
+# paths; it raises BadSourceURL for a target a server's policy refuses (gateway/source_policy.py).
+URLGuard = Callable[[URL], URL]
 
 # Query-string keys that carry secrets in some drivers' URLs (``?password=...``, tokens for cloud DBs).
 _SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token", "key", "credential")
@@ -106,7 +111,7 @@ class Source:
     """
 
     def __init__(self, name: str, url: str, description: str = "", *, db_schema: str | None = None,
-                 native_ddl: bool = True):
+                 native_ddl: bool = True, guard: URLGuard | None = None, extra: dict[str, Any] | None = None):
         if not name or not isinstance(name, str):
             raise BadSourceURL("a source needs a non-empty name", code="bad_source_name")
         self.name = name
@@ -114,6 +119,8 @@ class Source:
         self.db_schema = db_schema  # the database-side schema (PostgreSQL namespace), not ours
         self.native_ddl = native_ddl
         self._url = parse_url(url)
+        self._guard = guard
+        self.extra = dict(extra or {})  # what the store keeps beside the URL (the gateway: who made it)
         self._engine: Engine | None = None
         self._schema: Schema | None = None
         self._grammars: dict[GrammarOptions | None, str] = {}
@@ -149,13 +156,17 @@ class Source:
                 self._engine = self._create_engine()
             return self._engine
 
+    def _target(self) -> URL:
+        """The URL connections go to: the guard's answer, asked before anything connects."""
+        return self._guard(self._url) if self._guard is not None else self._url
+
     def _create_engine(self) -> Engine:
+        url = self._target()
         try:
             if self.is_sqlite:
-                url = self._url
                 return sa.create_engine("sqlite://", creator=lambda: connect_sqlite_readonly(url),
                                         poolclass=NullPool)
-            return sa.create_engine(self._url, pool_pre_ping=True)
+            return sa.create_engine(url, pool_pre_ping=True)
         except (ImportError, sa.exc.NoSuchModuleError) as exc:
             raise BadSourceURL(
                 f"no driver for {self.redacted_url()}: {exc} (install the DBAPI package for this dialect)"
@@ -166,7 +177,7 @@ class Source:
     def connect_readonly(self, timeout_s: float = 5.0) -> sqlite3.Connection:
         """A fresh read-only sqlite3 connection (SQLite sources only)."""
         assert self.is_sqlite, "connect_readonly is for SQLite sources"
-        return connect_sqlite_readonly(self._url, timeout_s)
+        return connect_sqlite_readonly(self._target(), timeout_s)
 
     # -- schema ------------------------------------------------------------------------------------
     def schema(self, refresh: bool = False) -> Schema:
@@ -226,7 +237,7 @@ class Source:
 
     # -- serialisation -----------------------------------------------------------------------------
     def spec(self) -> SourceSpec:
-        return SourceSpec(self.name, self.url, self.description, self.db_schema)
+        return SourceSpec(self.name, self.url, self.description, self.db_schema, self.extra)
 
     def to_dict(self, with_schema: bool = False) -> dict[str, Any]:
         """A JSON-ready description without credentials."""
@@ -259,8 +270,8 @@ class SourceSpec:
     db_schema: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    def open(self) -> Source:
-        return Source(self.name, self.url, self.description, db_schema=self.db_schema)
+    def open(self, guard: URLGuard | None = None) -> Source:
+        return Source(self.name, self.url, self.description, db_schema=self.db_schema, guard=guard, extra=self.extra)
 
 
 def demo_source(schema: str) -> Source:

@@ -1,0 +1,329 @@
+"""Tenancy on one server with an admin key and two database keys (alice, bob), on SQLite and on a real
+PostgreSQL server: every object alice makes (files, batches and their output files, stored and
+background responses, text-to-SQL sources and schedules with their runs) is a 404 to bob on retrieve,
+content, cancel and delete and absent from his lists, while the admin sees and acts on it; bob cannot
+build on alice's objects (a batch over her file, `previous_response_id` of her response, in a request,
+a background response or a batch line; a page `after` her id; her Idempotency-Key). Text-to-SQL
+sources: the server's own database under any spelling, files outside --text2sql-source-dir and
+internal hosts are refused before anything connects (a listener on 127.0.0.1 records no connection).
+A tiny random model keeps the server cheap to start."""
+
+import io
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine.loader import resolve_model
+from gateway.cli import create_key
+from integrations.text2sql.dataset import demo_database
+from tests.engine.conftest import make_tiny_llama
+from tests.gateway.jobs_helpers import WEBHOOK_SECRET, DbReader, database_for, jsonl
+from tests.gateway.server import RunningServer, run_server
+
+pytestmark = pytest.mark.default_model  # the tiny model borrows its tokenizer
+
+ADMIN_KEY = "sk-admin-tenancy-test"
+
+
+def _new_key(name: str, db: str) -> str:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        create_key(name=name, db=db, rpm=None, tpm=None)
+    return out.getvalue().strip()
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that counts every connection made to it."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def listener() -> Iterator[Listener]:
+    server = Listener()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def world(request, tmp_path_factory, listener) -> Iterator[tuple[RunningServer, dict[str, httpx.Client], Path]]:
+    tmp = tmp_path_factory.mktemp("tenancy")
+    db_url = database_for(request, tmp)
+    keys = {name: _new_key(name, db_url) for name in ("alice", "bob")}
+    tiny = make_tiny_llama(tmp / "tiny", resolve_model("default"), layers=1)
+    source_dir = tmp / "sources"
+    source_dir.mkdir()
+    (source_dir / "shop.sqlite").write_bytes(demo_database("shop").read_bytes())
+    with run_server(tmp, db=db_url, model=str(tiny), served_model_name="tiny", max_num_seqs=4, api_keys=[ADMIN_KEY],
+                    text2sql_user_sources=True, text2sql_source_dir=str(source_dir), job_scan_s=0.2,
+                    webhook_secret=WEBHOOK_SECRET, webhook_allow_hosts=["*.example.test"]) as server:
+        server.db = db_url
+        clients = {name: httpx.Client(base_url=server.base_url, timeout=60, headers={"authorization": f"Bearer {key}"})
+                   for name, key in [*keys.items(), ("admin", ADMIN_KEY)]}
+        yield server, clients, source_dir
+        for c in clients.values():
+            c.close()
+
+
+def _error(resp: httpx.Response, status: int, code: str | None = None) -> dict:
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    if code is not None:
+        assert error["code"] == code, error
+    return error
+
+
+def _upload(client: httpx.Client, lines: list[dict], headers: dict | None = None) -> str:
+    resp = client.post("/files", files={"file": ("in.jsonl", jsonl(lines))}, data={"purpose": "batch"},
+                       headers=headers or {})
+    assert resp.status_code == 200, resp.text
+    return resp.json()["id"]
+
+
+def _line(custom_id: str, **extra) -> dict:
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/completions",
+            "body": {"model": "tiny", "prompt": "Hello", "max_tokens": 2, **extra}}
+
+
+def _wait(client: httpx.Client, path: str, done, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(path).json()
+        if done(body) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def alices(world) -> dict[str, str]:
+    """One object of every kind, made by alice."""
+    _, c, source_dir = world
+    alice = c["alice"]
+    ids = {"file": _upload(alice, [_line("a-1"), _line("a-2")])}
+    batch = alice.post("/batches", json={"input_file_id": ids["file"], "endpoint": "/v1/completions",
+                                         "completion_window": "24h"}).json()
+    ids["batch"] = batch["id"]
+    finished = _wait(alice, f"/batches/{batch['id']}", lambda b: b["status"] == "completed")
+    assert finished["status"] == "completed", finished
+    ids["output_file"] = finished["output_file_id"]
+    stored = alice.post("/responses", json={"model": "tiny", "input": "Hi", "max_output_tokens": 2})
+    assert stored.status_code == 200, stored.text
+    ids["response"] = stored.json()["id"]
+    queued = alice.post("/responses", json={"model": "tiny", "input": "Hi", "max_output_tokens": 2,
+                                            "background": True})
+    ids["background"] = queued.json()["id"]
+    source = alice.post("/text2sql/sources", json={"name": "alice_shop", "url": f"sqlite:///{source_dir}/shop.sqlite"})
+    assert source.status_code == 200, source.text
+    schedule = alice.post("/text2sql/schedules", json={"cron": "0 0 1 1 *", "source": "alice_shop",
+                                                       "question": "How many products?"})
+    assert schedule.status_code == 200, schedule.text
+    ids["schedule"] = schedule.json()["id"]
+    return ids
+
+
+# (what, the path of one object, verbs: how each is asked, and which list shows it)
+OBJECTS = {
+    "file": ("/files/{id}", ["GET", "GET content", "DELETE"], "/files"),
+    "output_file": ("/files/{id}", ["GET", "GET content", "DELETE"], "/files"),
+    "batch": ("/batches/{id}", ["GET", "POST cancel"], "/batches"),
+    "response": ("/responses/{id}", ["GET", "POST cancel", "DELETE"], None),
+    "background": ("/responses/{id}", ["GET", "POST cancel", "DELETE"], None),
+    "schedule": ("/text2sql/schedules/{id}", ["GET", "GET runs", "DELETE"], "/text2sql/schedules"),
+}
+
+
+def _ask(client: httpx.Client, verb: str, path: str) -> httpx.Response:
+    method, _, suffix = verb.partition(" ")
+    return client.request(method, path + (f"/{suffix}" if suffix else ""))
+
+
+def test_another_key_gets_404_for_every_object_and_never_sees_it_listed(world, alices):
+    _, c, _ = world
+    for what, (template, verbs, listing) in OBJECTS.items():
+        path = template.format(id=alices[what])
+        for verb in verbs:
+            _error(_ask(c["bob"], verb, path), 404)
+        if listing is not None:
+            listed = [o["id"] for o in c["bob"].get(listing).json()["data"]]
+            assert alices[what] not in listed, what
+            assert alices[what] in [o["id"] for o in c["admin"].get(listing, params={"limit": 100}).json()["data"]]
+            if what != "schedule":  # a page after another key's id: no such object
+                _error(c["bob"].get(listing, params={"after": alices[what]}), 400)
+        assert c["alice"].get(path).status_code == 200, what
+        assert c["admin"].get(path).status_code == 200, what  # the admin sees everything
+    assert c["alice"].get(f"/files/{alices['output_file']}/content").text.count("\n") == 2
+    # Sources: bob neither sees nor uses nor deletes alice's; the admin's demo sources are everyone's.
+    assert "alice_shop" not in [s["name"] for s in c["bob"].get("/text2sql/sources").json()["data"]]
+    assert "demo_shop" in [s["name"] for s in c["bob"].get("/text2sql/sources").json()["data"]]
+    _error(c["bob"].get("/text2sql/sources/alice_shop"), 404)
+    _error(c["bob"].post("/text2sql", json={"source": "alice_shop", "sql": "SELECT 1"}), 404)
+    _error(c["bob"].delete("/text2sql/sources/alice_shop"), 404)
+    _error(c["bob"].post("/text2sql/schedules", json={"cron": "0 0 1 1 *", "source": "alice_shop",
+                                                      "question": "q"}), 404)
+    _error(c["bob"].post("/text2sql/sources", json={"name": "alice_shop", "url": "sqlite:///x", "replace": True}),
+           409)
+    _error(c["bob"].delete("/text2sql/sources/demo_shop"), 403)  # the admin's: seen, not bob's to delete
+    assert c["admin"].get("/text2sql/sources/alice_shop").status_code == 200
+    assert c["bob"].post("/text2sql", json={"source": "demo_shop", "sql": "SELECT 1"}).status_code == 200
+
+
+def test_another_key_cannot_build_on_alices_objects(world, alices):
+    server, c, _ = world
+    bob = c["bob"]
+    _error(bob.post("/batches", json={"input_file_id": alices["file"], "endpoint": "/v1/completions",
+                                      "completion_window": "24h"}), 400, "file_not_found")
+    for background in (False, True):
+        _error(bob.post("/responses", json={"model": "tiny", "input": "Go on", "max_output_tokens": 2,
+                                            "previous_response_id": alices["response"], "background": background}),
+               400, "previous_response_not_found")
+    # A batch line of bob's continuing alice's response fails as that request would.
+    line = {"custom_id": "r", "method": "POST", "url": "/v1/responses",
+            "body": {"model": "tiny", "input": "Go on", "max_output_tokens": 2,
+                     "previous_response_id": alices["response"]}}
+    batch = bob.post("/batches", json={"input_file_id": _upload(bob, [line]), "endpoint": "/v1/responses",
+                                       "completion_window": "24h"}).json()
+    done = _wait(bob, f"/batches/{batch['id']}", lambda b: b["status"] == "completed")
+    assert done["request_counts"]["failed"] == 1, done
+    error_line = json.loads(bob.get(f"/files/{done['error_file_id']}/content").text)
+    assert error_line["response"]["status_code"] == 400
+    assert error_line["response"]["body"]["error"]["code"] == "previous_response_not_found"
+    # The same continuation is alice's to make.
+    assert c["alice"].post("/responses", json={"model": "tiny", "input": "Go on", "max_output_tokens": 2,
+                                               "previous_response_id": alices["response"]}).status_code == 200
+    # One Idempotency-Key, two keys: two files, each its own.
+    same = {"Idempotency-Key": "shared-key-1"}
+    mine, theirs = _upload(c["alice"], [_line("x")], same), _upload(bob, [_line("x")], same)
+    assert mine != theirs and bob.get(f"/files/{theirs}").status_code == 200
+
+
+def test_the_admin_acts_for_any_key(world, alices):
+    _, c, _ = world
+    queued = c["alice"].post("/responses", json={"model": "tiny", "input": "Hi", "max_output_tokens": 2,
+                                                 "background": True}).json()
+    cancel = c["admin"].post(f"/responses/{queued['id']}/cancel")
+    assert cancel.status_code in (200, 409)  # it may have finished already
+    file_id = _upload(c["alice"], [_line("z")])
+    assert c["admin"].delete(f"/files/{file_id}").json()["deleted"] is True
+    _error(c["alice"].get(f"/files/{file_id}"), 404)
+
+
+def test_batch_lines_count_as_the_owners_usage(world, alices):
+    """Tokens only come from generations: the batch's tokens are what alice's usage grows by while it runs."""
+    server, c, _ = world
+    sql = ("SELECT coalesce(sum(u.prompt_tokens + u.completion_tokens), 0) FROM key_usage u "
+           "JOIN api_keys k ON k.id = u.key_id WHERE k.name = 'alice'")
+
+    def tokens() -> int:
+        with DbReader(server.db) as db:
+            return db.execute(sql).fetchone()[0]
+
+    before = tokens()
+    batch = c["alice"].post("/batches", json={"input_file_id": _upload(c["alice"], [_line("u-1"), _line("u-2")]),
+                                              "endpoint": "/v1/completions", "completion_window": "24h"}).json()
+    done = _wait(c["alice"], f"/batches/{batch['id']}", lambda b: b["status"] == "completed")
+    assert done["usage"]["total_tokens"] > 0
+    assert tokens() - before == done["usage"]["total_tokens"]
+
+
+# -- text-to-SQL sources: what no key may open -------------------------------------------------------------
+
+
+def _server_db_spellings(server: RunningServer, tmp: Path) -> list[str]:
+    if "://" in server.db:  # PostgreSQL: the same database by another host name and driver
+        from sqlalchemy.engine import make_url
+
+        url = make_url(server.db)
+        return [f"postgresql://{url.username}@localhost:{url.port}/{url.database}",
+                f"postgresql+psycopg2://{url.username}@127.0.0.1:{url.port}/{url.database}"]
+    path = Path(server.db).resolve()
+    link = tmp / "innocent.sqlite"
+    if not link.exists():
+        link.symlink_to(path)
+    hard = tmp / "hard.sqlite"
+    if not hard.exists():
+        os.link(path, hard)
+    rel = os.path.relpath(path, os.getcwd())
+    return [f"sqlite:///{path}", f"sqlite:///{link}", f"sqlite:///{hard}", f"sqlite:///{rel}",
+            f"sqlite:///file:{path}?mode=rw&uri=true", f"sqlite:///file://localhost{path}?mode=ro",
+            f"sqlite:///file:{str(path).replace('/', '%2F')}", f"sqlite:///{path.parent}/./{path.name}",
+            f"sqlite:///{path}-wal"]
+
+
+def test_the_servers_own_database_is_never_a_source(world, tmp_path):
+    server, c, source_dir = world
+    for url in _server_db_spellings(server, source_dir):
+        for who in ("admin", "alice"):
+            resp = c[who].post("/text2sql/sources", json={"name": "sneaky", "url": url})
+            assert resp.status_code == 400, (who, url, resp.text)
+            assert "server's own database" in _error(resp, 400, "source_refused")["message"], (who, url)
+    assert "sneaky" not in [s["name"] for s in c["admin"].get("/text2sql/sources").json()["data"]]
+
+
+def test_sqlite_files_outside_the_source_dir_are_refused(world, tmp_path):
+    _, c, source_dir = world
+    outside = tmp_path / "elsewhere.sqlite"
+    outside.write_bytes(demo_database("hr").read_bytes())
+    link = source_dir / "link-out.sqlite"
+    link.symlink_to(outside)
+    for url in (f"sqlite:///{outside}", f"sqlite:///{link}", f"sqlite:///{source_dir}/../{outside.name}"):
+        _error(c["alice"].post("/text2sql/sources", json={"name": "outside", "url": url}), 400, "source_refused")
+    inside = c["alice"].post("/text2sql/sources", json={"name": "inside", "url": f"sqlite:///{source_dir}/shop.sqlite"})
+    assert inside.status_code == 200, inside.text
+
+
+def test_internal_hosts_are_refused_before_any_connection(world, listener, monkeypatch):
+    _, c, _ = world
+    real = socket.getaddrinfo
+
+    def resolver(host, *args, **kwargs):  # a DNS name that resolves to a private address
+        if str(host).endswith(".example.test"):
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.1.2.3", args[0] if args else 0))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    port = listener.port
+    for url in (f"postgresql://u:p@127.0.0.1:{port}/db", f"postgresql://u@localhost:{port}/db",
+                f"postgresql://u@[::ffff:127.0.0.1]:{port}/db", f"mysql+pymysql://u@db.example.test:{port}/db",
+                "postgresql://u@169.254.169.254/db", "postgresql://u@/db",
+                f"postgresql://u@public.example.org/db?host=127.0.0.1&port={port}"):
+        _error(c["alice"].post("/text2sql/sources", json={"name": "net", "url": url}), 400, "source_refused")
+    # Webhooks: a name resolving to a private address, and a loopback address nobody listed.
+    for hook in ("https://hooks.example.test/x", f"http://127.0.0.1:{port}/x"):
+        _error(c["alice"].post("/text2sql/schedules", json={"cron": "0 0 1 1 *", "source": "demo_shop",
+                                                            "question": "q", "webhook_url": hook}),
+               400, "invalid_webhook_url")
+        _error(c["alice"].post("/responses", json={"model": "tiny", "input": "Hi", "background": True,
+                                                   "metadata": {"webhook_url": hook}}), 400, "invalid_webhook_url")
+    assert listener.connections == 0
