@@ -28,6 +28,7 @@ from gateway.routers import (
     text2sql,
     tokenize,
 )
+from gateway.secret_box import SecretBox
 from gateway.settings import LOOPBACK_HOSTS, Settings
 from gateway.state import ServerState
 from gateway.tables.api_keys import any_active_key
@@ -45,6 +46,7 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         await state.db.create_all()
+        await SecretBox(settings.secret_key).check_database(state.db)  # a missing key fails the start, saying so
         async for session in state.db.session():
             state.db_has_keys = await any_active_key(session)
         if not state.auth_enabled and settings.host not in LOOPBACK_HOSTS:

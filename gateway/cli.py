@@ -111,6 +111,25 @@ def serve(
     max_file_bytes: int | None = typer.Option(
         None, "--max-file-bytes",
         help="Largest file /v1/files accepts"),
+    max_upload_mb: float | None = typer.Option(
+        None, "--max-upload-mb",
+        help="Largest file /v1/files accepts, in MiB (sets --max-file-bytes)"),
+    max_batch_lines: int | None = typer.Option(
+        None, "--max-batch-lines",
+        help="Most requests one batch input file may hold (more: a 400 when the batch is created)"),
+    key_storage_quota_mb: float | None = typer.Option(
+        None, "--key-storage-quota-mb",
+        help="What one database key's files (batch outputs included) may hold, in MiB; admins have no quota"),
+    text2sql_user_sources: bool | None = typer.Option(
+        None, "--text2sql-user-sources/--no-text2sql-user-sources",
+        help="Let database keys register their own text-to-SQL sources (admins always may)"),
+    text2sql_source_dir: str | None = typer.Option(
+        None, "--text2sql-source-dir",
+        help="The folder SQLite text-to-SQL sources must lie in (without it only admins open SQLite files)"),
+    text2sql_allow_host: list[str] = typer.Option(
+        [], "--text2sql-allow-host",
+        help="Host a database key's text-to-SQL source may name though it resolves to an internal address: "
+             "name, *.domain, IP or CIDR; repeat for several"),
     enable_lora: bool | None = typer.Option(
         None, "--enable-lora/--no-enable-lora",
         help="Serve LoRA adapters (PEFT folders) on the embedded model; each adapter is a model name"),
@@ -168,7 +187,11 @@ def serve(
         rate_limit_rpm=rate_limit_rpm, rate_limit_tpm=rate_limit_tpm,
         enable_lora=enable_lora, lora_modules=list(lora_modules), max_loras=max_loras, max_lora_rank=max_lora_rank,
         text2sql_adapter=text2sql_adapter,
-        max_file_bytes=max_file_bytes, webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
+        max_file_bytes=int(max_upload_mb * 1024 * 1024) if max_upload_mb is not None else max_file_bytes,
+        max_batch_lines=max_batch_lines, key_storage_quota_mb=key_storage_quota_mb,
+        text2sql_user_sources=text2sql_user_sources, text2sql_source_dir=text2sql_source_dir,
+        text2sql_allow_hosts=list(text2sql_allow_host),
+        webhook_secret=webhook_secret, webhook_allow_hosts=list(webhook_allow_host),
         db=db,
     )
     try:

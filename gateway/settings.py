@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -225,6 +225,9 @@ class Settings(BaseSettings, _LoRAModules):
     text2sql_user_sources: bool = False
     text2sql_source_dir: str | None = None
     text2sql_allow_hosts: list[str] = Field(default_factory=list)
+    # The key source URLs with passwords are stored encrypted with (gateway/secret_box.py); from
+    # SLLM_SECRET_KEY or a configuration file, never a flag (argv is visible to every local user).
+    secret_key: SecretStr | None = None
     # Webhooks: refused unless a secret and an allow-list of hosts are configured.
     webhook_secret: str | None = None
     webhook_allow_hosts: list[str] = Field(default_factory=list)

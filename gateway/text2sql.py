@@ -33,6 +33,7 @@ from gateway.errors import APIError, ClientDisconnected, as_api_error
 from gateway.generation import Generation
 from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timings
 from gateway.registry import AdapterEngine, EmbeddedModel, LoRAModel, Served, UpstreamModel
+from gateway.secret_box import SecretBox, has_secret
 from gateway.source_policy import SourcePolicy
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
@@ -150,6 +151,7 @@ class Text2SQL:
         from integrations.text2sql.dataset import cache_dir
 
         self.policy = SourcePolicy(state.settings, demo_dir=cache_dir())
+        self.secrets = SecretBox(state.settings.secret_key)
         self.registry = SourceRegistry(FunctionSourceStore(self._load, self._save, self._delete, self._names),
                                        guard_for=lambda spec: self.policy.guard_for(_owner(spec) == ADMIN))
         self.adapter = state.settings.text2sql_adapter_path()
@@ -192,13 +194,14 @@ class Text2SQL:
     async def load_spec(self, name: str) -> SourceSpec | None:
         async with self.state.db.sessions() as session:
             row = await session.get(Text2SQLSource, name)
-            return SourceSpec(row.name, row.url, row.description, row.db_schema,
+            return SourceSpec(row.name, self.secrets.open(row.url), row.description, row.db_schema,
                               {"created_by": row.created_by}) if row else None
 
     async def _asave(self, spec: SourceSpec) -> None:
         async with self.state.db.sessions() as session:
-            await session.merge(Text2SQLSource(name=spec.name, url=spec.url, description=spec.description,
-                                               db_schema=spec.db_schema, created_by=_owner(spec)))
+            await session.merge(Text2SQLSource(name=spec.name, url=self.secrets.seal(spec.url),
+                                               description=spec.description, db_schema=spec.db_schema,
+                                               created_by=_owner(spec)))
             await session.commit()
 
     async def _adelete(self, name: str) -> bool:
@@ -233,6 +236,9 @@ class Text2SQL:
         """Opens and introspects the database first, so a URL that cannot work is refused now (400);
         the source policy (gateway/source_policy.py) is asked before anything connects."""
         self.may_manage(caller)
+        if has_secret(url) and not self.secrets.enabled:  # refused before anything connects
+            raise APIError(400, "this server stores database passwords encrypted and has no SLLM_SECRET_KEY; start it "
+                           "with one to register this URL", param="url", code="secret_key_missing")
         existing = await self._row(name)
         if existing is not None and not replace:
             raise APIError(409, f"a source named {name!r} already exists", param="name", code="duplicate_source")

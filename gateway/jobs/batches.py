@@ -179,6 +179,10 @@ async def create_batch(state: ServerState, session: AsyncSession, req: BatchCrea
                        param="input_file_id", code="invalid_file")
     data = await read_content(session, source.id) or b""
     rows, errors = await asyncio.to_thread(parse_input, data, list(state.models.models), state.settings.max_batch_lines)
+    if any(e.code == "too_many_lines" for e in errors):  # a limit of the server, not a problem of one line
+        raise APIError(400, f"input_file_id: the file has more than this server's {state.settings.max_batch_lines} "
+                       "requests a batch may hold (--max-batch-lines); split it", param="input_file_id",
+                       code="too_many_lines")
 
     now = time.time()
     batch = Batch(id=f"batch_{uuid.uuid4().hex}", created_at=now, endpoint=req.endpoint, input_file_id=source.id,
