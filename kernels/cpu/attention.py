@@ -20,13 +20,15 @@ def paged_decode_attention_cpu(
     scale: float,
     alibi_slopes: torch.Tensor | None = None,
     isa: str = "auto",
+    sliding_window: int | None = None,
 ) -> torch.Tensor:
     """q [B, Hq, D] -> [B, Hq, D]. `isa`: "auto" (the best path under the ceiling of `kernels.cpu.isa`
-    that takes head size D), or "generic", "avx2", "avx512" to name one (tests and benchmarks)."""
+    that takes head size D), or "generic", "avx2", "avx512" to name one (tests and benchmarks).
+    `sliding_window`: each row reads only its last that many keys (None: all)."""
     if not cpu_kernels_available():
         raise RuntimeError("the C++ CPU kernels are not available (see the warning logged at load)")
     return torch.ops.sllm_cpu.paged_decode_attention(
-        q, k_cache, v_cache, block_tables, context_lens, float(scale), alibi_slopes, isa
+        q, k_cache, v_cache, block_tables, context_lens, float(scale), alibi_slopes, isa, sliding_window or 0
     )
 
 
@@ -40,6 +42,7 @@ def paged_attention_cpu(
     scale: float,
     alibi_slopes: torch.Tensor | None = None,
     isa: str = "auto",
+    sliding_window: int | None = None,
 ) -> torch.Tensor:
     """Varlen causal attention (prefill, chunks, decode rows) as one decode problem per query token.
 
@@ -54,4 +57,5 @@ def paged_attention_cpu(
     seq = torch.repeat_interleave(torch.arange(q_lens.numel()), q_lens, output_size=num_tokens)
     offset = torch.arange(num_tokens) - qsl[:-1][seq]
     lens = (context_lens.long()[seq] - q_lens[seq] + offset + 1).to(torch.int32)
-    return paged_decode_attention_cpu(q, k_cache, v_cache, block_tables[seq], lens, scale, alibi_slopes, isa)
+    return paged_decode_attention_cpu(q, k_cache, v_cache, block_tables[seq], lens, scale, alibi_slopes, isa,
+                                      sliding_window)

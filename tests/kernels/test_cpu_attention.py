@@ -38,7 +38,7 @@ def head_major(cache: torch.Tensor) -> torch.Tensor:
     return cache.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
 
 
-def _run_case(path, dtype, block_size, group, head_dim, lens, alibi, layout, seed):
+def _run_case(path, dtype, block_size, group, head_dim, lens, alibi, layout, seed, window=None):
     gen = torch.Generator().manual_seed(seed)
     k_cache, v_cache, k_dirty, v_dirty, block_tables = paged_cache(
         lens, block_size, NUM_KV_HEADS, head_dim, dtype, gen
@@ -50,8 +50,9 @@ def _run_case(path, dtype, block_size, group, head_dim, lens, alibi, layout, see
     context_lens = torch.tensor(lens, dtype=torch.int32)
     slopes = alibi_slopes(num_q_heads) if alibi else None
     scale = head_dim**-0.5
-    out = paged_decode_attention_cpu(q, k_dirty, v_dirty, block_tables, context_lens, scale, slopes, isa=path)
-    ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale, slopes)
+    out = paged_decode_attention_cpu(q, k_dirty, v_dirty, block_tables, context_lens, scale, slopes, isa=path,
+                                     sliding_window=window)
+    ref = paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale, slopes, window)
     assert out.dtype == dtype and out.shape == ref.shape
     err = rel_err(out, ref)
     assert err < TOL[dtype], f"relative error {err:.3g} >= {TOL[dtype]}"
@@ -89,8 +90,10 @@ def _prefill_batch(block_size: int) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("block_size", [8, 16])
 @pytest.mark.parametrize("alibi", [False, True], ids=["rope", "alibi"])
-def test_varlen_prefill_matches_reference(path, dtype, block_size, alibi):
-    """Prefill, chunked prefill and decode rows in one packed batch, one decode query per token."""
+@pytest.mark.parametrize("window", [None, 13], ids=["full", "window13"])
+def test_varlen_prefill_matches_reference(path, dtype, block_size, alibi, window):
+    """Prefill, chunked prefill and decode rows in one packed batch, one decode query per token; with a
+    sliding window shorter than most contexts, so each row's first key moves with the row."""
     gen = torch.Generator().manual_seed(block_size + 100 * alibi)
     batch = _prefill_batch(block_size)
     q_lens = [n for n, _ in batch]
@@ -101,9 +104,10 @@ def test_varlen_prefill_matches_reference(path, dtype, block_size, alibi):
     context_lens = torch.tensor(ctx, dtype=torch.int32)
     slopes = alibi_slopes(3 * NUM_KV_HEADS) if alibi else None
     out = paged_attention_cpu(
-        q, head_major(k_dirty), head_major(v_dirty), block_tables, starts, context_lens, 0.125, slopes, isa=path
+        q, head_major(k_dirty), head_major(v_dirty), block_tables, starts, context_lens, 0.125, slopes, isa=path,
+        sliding_window=window,
     )
-    ref = paged_attention_ref(q, k_cache, v_cache, block_tables, starts, context_lens, 0.125, slopes)
+    ref = paged_attention_ref(q, k_cache, v_cache, block_tables, starts, context_lens, 0.125, slopes, window)
     assert out.dtype == dtype
     err = rel_err(out, ref)
     assert err < TOL[dtype], f"relative error {err:.3g} >= {TOL[dtype]}"
@@ -122,6 +126,18 @@ def test_varlen_prefill_matches_reference(path, dtype, block_size, alibi):
 )
 def test_split_context_decode_matches_reference(path, dtype, alibi, lens):
     _run_case(path, dtype, 16, 3, 64, lens, alibi, "head_major", seed=len(lens) + sum(lens))
+
+
+@pytest.mark.parametrize("path", cpu_paths(64))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("window", [1, 5, 16, 37, 200])
+def test_sliding_window_decode_matches_reference(path, dtype, window):
+    """Each row reads only its last `window` keys: windows inside one block, of exactly one block, across
+    blocks, and longer than some contexts; the long sequence alone is split into context partitions, the
+    first of which then lie wholly before the window."""
+    lens = [1, 8, 9, 45, 150]
+    _run_case(path, dtype, 16, 3, 64, lens, False, "head_major", seed=window, window=window)
+    _run_case(path, dtype, 16, 3, 64, [700], True, "head_major", seed=window + 1, window=window)
 
 
 def test_auto_picks_the_best_path_that_divides_the_size():

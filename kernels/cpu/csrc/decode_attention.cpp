@@ -161,7 +161,8 @@ DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cach
 
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
-                                  const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa) {
+                                  const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa,
+                                  int64_t sliding_window) {
   TORCH_CHECK(q.device().is_cpu(), "sllm_cpu: CPU tensors only");
   TORCH_CHECK(q.dim() == 3, "sllm_cpu: q must be [B, Hq, D]");
   const int64_t batch = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
@@ -170,6 +171,8 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
   const at::Tensor tables = block_tables.to(at::kInt).contiguous();
   const at::Tensor lens = context_lens.to(at::kInt).contiguous();
   DecodeProblem p = decode_problem(k_cache, v_cache, tables, lens, num_q_heads, head_dim);
+  TORCH_CHECK(sliding_window >= 0, "sllm_cpu: sliding_window must be >= 0");
+  p.sliding_window = sliding_window;
   at::Tensor slopes;
   if (alibi_slopes.has_value()) {
     slopes = alibi_slopes->to(at::kFloat).contiguous();
@@ -208,7 +211,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
 TORCH_LIBRARY(sllm_cpu, m) {
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-      "Tensor context_lens, float scale, Tensor? alibi_slopes=None, str isa='auto') -> Tensor");
+      "Tensor context_lens, float scale, Tensor? alibi_slopes=None, str isa='auto', int sliding_window=0) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sllm_cpu, CPU, m) { m.impl("paged_decode_attention", &sllm_cpu::paged_decode_attention); }

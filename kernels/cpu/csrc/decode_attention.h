@@ -26,6 +26,7 @@ struct DecodeProblem {
   int64_t block_table_stride;
   const int32_t* context_lens;  // [B]
   const float* alibi_slopes;    // [Hq] or nullptr
+  int64_t sliding_window;       // a row reads only its last that many keys; 0: its whole context
   int64_t num_q_heads;
   int64_t num_kv_heads;
   int64_t head_dim;

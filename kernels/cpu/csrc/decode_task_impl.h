@@ -70,8 +70,14 @@ inline void decode_task_impl(const DecodeProblem& p, int64_t seq, int64_t kv_hea
   for (int64_t i = 0; i < group * d; ++i) s.acc[i] = 0.0f;
 
   // This task's slice of the context; partitions are whole blocks, so `start` stays block-aligned.
-  const int64_t begin = p.num_parts > 1 ? part * p.partition_tokens : 0;
-  const int64_t end = p.num_parts > 1 && begin + p.partition_tokens < ctx ? begin + p.partition_tokens : ctx;
+  // A sliding window drops the keys before `first_key`: the blocks wholly before it are skipped, and
+  // the earlier slots of the block holding it score -inf.
+  const int64_t first_key = p.sliding_window > 0 && ctx > p.sliding_window ? ctx - p.sliding_window : 0;
+  int64_t begin = p.num_parts > 1 ? part * p.partition_tokens : 0;
+  if (begin < first_key / bs * bs) begin = first_key / bs * bs;
+  const int64_t end = p.num_parts > 1 && part * p.partition_tokens + p.partition_tokens < ctx
+                          ? part * p.partition_tokens + p.partition_tokens
+                          : ctx;
   for (int64_t start = begin; start < end; start += bs) {
     const int64_t n = end - start < bs ? end - start : bs;
     const int64_t block = table[start / bs];
@@ -90,6 +96,7 @@ inline void decode_task_impl(const DecodeProblem& p, int64_t seq, int64_t kv_hea
     Ops::scores(q, group, d, k, k_stride, n, s.scores);
     for (int64_t g = 0; g < group; ++g) {
       float* sg = s.scores + g * n;
+      for (int64_t t = 0; start + t < first_key; ++t) sg[t] = -INFINITY;
       if (p.alibi_slopes != nullptr) {
         // ALiBi: -slope * distance from the query, which sits at position ctx - 1.
         const float slope = p.alibi_slopes[first_head + g];
