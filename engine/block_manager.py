@@ -85,6 +85,8 @@ class BlockManager:
     def _root_hash(seq: Sequence) -> int | None:
         """Where a sequence's hash chain starts: the KV of a prompt depends on its LoRA adapter, so a
         block cached under one adapter (or none) never serves another."""
+        if seq.long_rope:  # rotated by LongRoPE's long factors: not the same KV as a short sequence's
+            return hash(("lora", seq.lora_int_id, "long_rope"))
         return hash(("lora", seq.lora_int_id)) if seq.lora_int_id else None
 
     def _cached_prefix(self, seq: Sequence) -> list[int]:

@@ -43,6 +43,7 @@ class LLMEngine:
         torch.manual_seed(config.seed)
         self.runner = ModelRunner(config, self.model_config, self.model_path, self.max_model_len)
         self.scheduler = Scheduler(config, self.runner.num_blocks)
+        self.scheduler.long_rope_from = self.runner.model.long_rope_from
         self.eos_token_ids = eos_token_ids(self.model_config, self.tokenizer)
         self.sampler = Sampler(self.tokenizer, self.eos_token_ids)
         self.vocab_size = self.runner.model.vocab_size

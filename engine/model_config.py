@@ -8,43 +8,69 @@ so a config means the same to us as to HF, whose outputs are our correctness ora
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "granite", "phi3", "smollm3", "gemma3_text")
 
-# transformers' RotaryEmbeddingConfigMixin.default_theta: none of our families overrides it.
+# transformers' RotaryEmbeddingConfigMixin.default_theta, which SmolLM3 and Gemma 3 override.
 DEFAULT_ROPE_THETA = 10_000.0
 
-# Defaults of LlamaConfig, MistralConfig and Qwen2Config (transformers 5) for the keys we read. They differ:
-# a Mistral config without num_key_value_heads has 8 of them, a Qwen2 one has no eos_token_id, and so on.
+# Defaults of each family's transformers 5 config class for the keys we read. They differ: a Mistral config
+# without num_key_value_heads has 8 of them, a Qwen2 one has no eos_token_id, and so on.
+_LLAMA = {
+    "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": None, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False, "eos_token_id": 2, "head_dim": None, "hidden_act": "silu",
+    "sliding_window": None, "rope_theta": DEFAULT_ROPE_THETA,
+}
 _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": {
-        "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-        "num_key_value_heads": None, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": False, "eos_token_id": 2,
-    },
-    "mistral": {
-        "vocab_size": 32000, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-        "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32, "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": False, "eos_token_id": 2,
-    },
+    "llama": _LLAMA,
+    "mistral": {**_LLAMA, "num_key_value_heads": 8, "max_position_embeddings": 4096 * 32, "sliding_window": 4096},
     "qwen2": {
-        "vocab_size": 151936, "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
-        "num_key_value_heads": 32, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
-        "tie_word_embeddings": False, "eos_token_id": None,
+        **_LLAMA, "vocab_size": 151936, "num_key_value_heads": 32, "max_position_embeddings": 32768,
+        "eos_token_id": None, "sliding_window": 4096, "max_window_layers": 28,
+    },
+    "qwen3": {
+        **_LLAMA, "vocab_size": 151936, "num_key_value_heads": 32, "max_position_embeddings": 32768,
+        "eos_token_id": None, "head_dim": 128, "sliding_window": 4096, "max_window_layers": 28,
+    },
+    "granite": {
+        **_LLAMA, "embedding_multiplier": 1.0, "residual_multiplier": 1.0, "attention_multiplier": 1.0,
+        "logits_scaling": 1.0,
+    },
+    "phi3": {
+        **_LLAMA, "vocab_size": 32064, "hidden_size": 3072, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+        "eos_token_id": 32000, "original_max_position_embeddings": 4096,
+    },
+    "smollm3": {
+        **_LLAMA, "vocab_size": 128256, "hidden_size": 2048, "num_hidden_layers": 36, "num_attention_heads": 16,
+        "num_key_value_heads": 4, "max_position_embeddings": 32768, "tie_word_embeddings": True,
+        "eos_token_id": 128001, "rope_theta": 2_000_000.0, "no_rope_layer_interval": 4,
+    },
+    "gemma3_text": {
+        **_LLAMA, "vocab_size": 262_208, "hidden_size": 2304, "num_hidden_layers": 26, "num_attention_heads": 8,
+        "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072, "tie_word_embeddings": True,
+        "eos_token_id": 1, "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 4096,
+        "query_pre_attn_scalar": 256, "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
+        "sliding_window_pattern": 6,
     },
 }
 
 # A config.json without model_type still names its class; AutoConfig would refuse it, we need not.
 _ARCHITECTURE_MODEL_TYPES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3", "GraniteForCausalLM": "granite", "Phi3ForCausalLM": "phi3",
+    "SmolLM3ForCausalLM": "smollm3", "Gemma3ForCausalLM": "gemma3_text",
 }
 
 # RoPE types scaled relative to a pretraining length; HF takes max_position_embeddings when none is given.
 _ROPE_TYPES_WITH_ORIGINAL_LENGTH = ("llama3", "yarn", "longrope")
 
+FULL_ATTENTION, SLIDING_ATTENTION = "full_attention", "sliding_attention"
+
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The fields of config.json that the engine reads, with HF's names and HF's resolved values."""
+    """The fields of config.json that the engine reads, with HF's names and HF's resolved values. Fields a
+    family does not have take the value that leaves the Llama computation unchanged (multipliers of 1)."""
 
     model_type: str
     architectures: list[str] | None
@@ -59,8 +85,22 @@ class ModelConfig:
     tie_word_embeddings: bool
     eos_token_id: int | list[int] | None
     # The transformers 5 layout whatever the file used: always rope_type and rope_theta, plus the keys of
-    # that type (factor, original_max_position_embeddings, ...).
+    # that type (factor, original_max_position_embeddings, ...). Gemma 3 has one such dict per layer type.
     rope_parameters: dict[str, Any]
+    hidden_act: str = "silu"  # Gemma's hidden_activation
+    # HF's layer_types: "sliding_attention" layers see only the last sliding_window keys. Mistral and Phi-3
+    # have no layer_types in HF; every layer of theirs slides when the config sets a window.
+    sliding_window: int | None = None
+    layer_types: list[str] | None = None
+    no_rope_layers: list[int] | None = None  # SmolLM3: 0 where a layer has no RoPE
+    # Granite's multipliers; attention_multiplier None is head_dim ** -0.5.
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    attention_multiplier: float | None = None
+    logits_scaling: float = 1.0
+    # Gemma 3
+    query_pre_attn_scalar: float | None = None
+    final_logit_softcapping: float | None = None
 
     @property
     def architecture(self) -> str:
@@ -68,6 +108,20 @@ class ModelConfig:
         if self.architectures:
             return self.architectures[0]
         return {v: k for k, v in _ARCHITECTURE_MODEL_TYPES.items()}[self.model_type]
+
+    def layer_type(self, layer: int) -> str:
+        return self.layer_types[layer] if self.layer_types else FULL_ATTENTION
+
+    def layer_rope_parameters(self, layer: int) -> dict[str, Any] | None:
+        """The RoPE settings of one layer, or None for a layer without RoPE (SmolLM3's NoPE layers)."""
+        if self.no_rope_layers is not None and not self.no_rope_layers[layer]:
+            return None
+        if self.model_type == "gemma3_text":
+            return self.rope_parameters[self.layer_type(layer)]
+        return self.rope_parameters
+
+    def layer_sliding_window(self, layer: int) -> int | None:
+        return self.sliding_window if self.layer_type(layer) == SLIDING_ATTENTION else None
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "ModelConfig":
@@ -81,41 +135,108 @@ class ModelConfig:
         defaults = _FAMILY_DEFAULTS[model_type]
 
         def get(key: str) -> Any:
-            return raw.get(key, defaults[key])
+            return raw.get(key, defaults.get(key))
 
         hidden_size, num_heads = get("hidden_size"), get("num_attention_heads")
+        num_layers = get("num_hidden_layers")
         max_position_embeddings = get("max_position_embeddings")
+        if model_type == "gemma3_text":
+            if raw.get("attn_logit_softcapping") is not None or raw.get("use_bidirectional_attention"):
+                raise ValueError("Gemma 3 attention logit soft-capping and bidirectional attention are not supported")
+            rope = {
+                FULL_ATTENTION: _rope_parameters(raw, max_position_embeddings, FULL_ATTENTION, get("rope_theta")),
+                SLIDING_ATTENTION: _rope_parameters(raw, max_position_embeddings, SLIDING_ATTENTION,
+                                                    get("rope_local_base_freq")),
+            }
+        else:
+            rope = _rope_parameters(raw, max_position_embeddings, None, get("rope_theta"))
+            if model_type == "phi3":
+                rope.setdefault("partial_rotary_factor", 1.0)
+                if rope["rope_type"] in ("su", "yarn"):  # Phi-3's early names for LongRoPE
+                    rope["rope_type"] = "longrope"
+                if rope["rope_type"] == "longrope":  # Phi3Config's own field wins, even at its default
+                    rope["original_max_position_embeddings"] = get("original_max_position_embeddings")
+        sliding_window, layer_types = _layer_types(model_type, raw, get, num_layers)
+        no_rope_layers = None
+        if model_type == "smollm3":
+            interval = get("no_rope_layer_interval")
+            no_rope_layers = raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
         return cls(
             model_type=model_type,
             architectures=architectures,
             vocab_size=get("vocab_size"),
             hidden_size=hidden_size,
-            num_hidden_layers=get("num_hidden_layers"),
+            num_hidden_layers=num_layers,
             num_attention_heads=num_heads,
             # An explicit null means as many as query heads in every family; an absent key, the default.
             num_key_value_heads=get("num_key_value_heads") or num_heads,
             # Qwen2Config has no head_dim field, but its model reads one from config.json like the others.
-            head_dim=raw.get("head_dim") or hidden_size // num_heads,
+            head_dim=get("head_dim") or hidden_size // num_heads,
             rms_norm_eps=get("rms_norm_eps"),
             max_position_embeddings=max_position_embeddings,
             tie_word_embeddings=bool(get("tie_word_embeddings")),
             eos_token_id=get("eos_token_id"),
-            rope_parameters=_rope_parameters(raw, max_position_embeddings),
+            rope_parameters=rope,
+            hidden_act=get("hidden_activation") or get("hidden_act"),
+            sliding_window=sliding_window,
+            layer_types=layer_types,
+            no_rope_layers=no_rope_layers,
+            embedding_multiplier=get("embedding_multiplier") or 1.0,
+            residual_multiplier=get("residual_multiplier") or 1.0,
+            attention_multiplier=get("attention_multiplier"),
+            logits_scaling=get("logits_scaling") or 1.0,
+            query_pre_attn_scalar=get("query_pre_attn_scalar"),
+            final_logit_softcapping=raw.get("final_logit_softcapping"),
         )
 
 
-def _rope_parameters(raw: dict[str, Any], max_position_embeddings: int) -> dict[str, Any]:
+def _layer_types(model_type: str, raw: dict[str, Any], get, num_layers: int) -> tuple[int | None, list[str]]:
+    """(sliding_window, layer_types) as each family's config class resolves them."""
+    window = get("sliding_window")
+    if model_type in ("llama", "granite"):
+        return None, [FULL_ATTENTION] * num_layers
+    if model_type in ("mistral", "phi3"):  # one window for every layer, when set
+        return window, [SLIDING_ATTENTION if window is not None else FULL_ATTENTION] * num_layers
+    if model_type in ("qwen2", "qwen3", "smollm3") and not raw.get("use_sliding_window", False):
+        window = None
+    if raw.get("layer_types"):
+        return window, list(raw["layer_types"])
+    if model_type in ("qwen2", "qwen3"):
+        first = get("max_window_layers")
+        return window, [SLIDING_ATTENTION if window is not None and i >= first else FULL_ATTENTION
+                        for i in range(num_layers)]
+    if model_type == "smollm3":
+        interval = get("no_rope_layer_interval")
+        no_rope = raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
+        return window, [SLIDING_ATTENTION if window is not None and not no_rope[i] else FULL_ATTENTION
+                        for i in range(num_layers)]
+    pattern = get("sliding_window_pattern")  # gemma3_text
+    return window, [SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION for i in range(num_layers)]
+
+
+def _rope_parameters(raw: dict[str, Any], max_position_embeddings: int, layer_type: str | None,
+                     default_theta: float) -> dict[str, Any]:
     """Normalises both layouts into transformers 5's: `rope_parameters: {rope_theta, rope_type, ...}` and
-    the older top-level `rope_theta` plus `rope_scaling: {type | rope_type, factor, ...}`.
+    the older top-level `rope_theta` plus `rope_scaling: {type | rope_type, factor, ...}`. `layer_type`
+    picks one dict of Gemma 3's per-layer-type ones, whose old layout has rope_local_base_freq for the
+    sliding layers' theta and rope_scaling for the full ones only.
 
     Precedence follows transformers' standardisation: rope_scaling over rope_parameters, a theta inside the
     dict over a top-level one, and a top-level original_max_position_embeddings over one inside (Phi-3)."""
-    rope = dict(raw.get("rope_scaling") or raw.get("rope_parameters") or {})
-    if any(isinstance(v, dict) for v in rope.values()):
-        raise ValueError("per-layer-type rope_parameters are not supported; expected one flat dict")
+    nested = raw.get("rope_parameters") or {}
+    if layer_type is None:
+        rope = dict(raw.get("rope_scaling") or nested)
+        if any(isinstance(v, dict) for v in rope.values()):
+            raise ValueError("per-layer-type rope_parameters are not supported for this model type")
+        theta = raw.get("rope_theta", default_theta)
+    else:
+        rope = dict(nested.get(layer_type) or {})
+        if layer_type == FULL_ATTENTION and raw.get("rope_scaling"):
+            rope.update(raw["rope_scaling"])
+        theta = raw.get("rope_theta" if layer_type == FULL_ATTENTION else "rope_local_base_freq", default_theta)
     legacy_type = rope.pop("type", None)
     rope["rope_type"] = rope.get("rope_type") or legacy_type or "default"
-    rope.setdefault("rope_theta", raw.get("rope_theta", DEFAULT_ROPE_THETA))
+    rope.setdefault("rope_theta", theta)
     if raw.get("partial_rotary_factor") is not None:
         rope.setdefault("partial_rotary_factor", raw["partial_rotary_factor"])
     if rope["rope_type"] in _ROPE_TYPES_WITH_ORIGINAL_LENGTH:

@@ -10,7 +10,7 @@ from engine.config import EngineConfig
 from engine.loader import load_weights
 from engine.lora import LoRABatch, LoRAManager
 from engine.model_config import ModelConfig
-from engine.models import AttentionMetadata, LlamaForCausalLM
+from engine.models import AttentionMetadata, model_class
 from engine.scheduler import SchedulerOutput
 from kernels.cpu import cpu_kernels_available
 
@@ -58,7 +58,7 @@ class ModelRunner:
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.block_size = config.block_size
-        self.model = LlamaForCausalLM(model_config, self.dtype, self.device, max_model_len)
+        self.model = model_class(model_config)(model_config, self.dtype, self.device, max_model_len)
         self.model.load_weights(
             load_weights(folder, config.model, config.quantization, self.device, self.dtype, model_config)
         )
@@ -107,6 +107,7 @@ class ModelRunner:
         bs = self.block_size
         ids: list[int] = []
         positions: list[int] = []
+        rope_rows: list[int] = []  # each token's cos/sin row: its position, but for LongRoPE's long rows
         slots: list[int] = []
         starts = [0]
         ctx_lens: list[int] = []
@@ -123,6 +124,7 @@ class ModelRunner:
             for p in range(start, start + n):
                 positions.append(p)
                 slots.append(table[p // bs] * bs + p % bs)
+            rope_rows.extend(self.model.rope_positions(positions[-n:], seq.long_rope))
             starts.append(starts[-1] + n)
             ctx_lens.append(start + n)
             tables.append(table)
@@ -150,7 +152,7 @@ class ModelRunner:
         )
         return StepInputs(
             input_ids=torch.tensor(ids, dtype=torch.long, device=dev),
-            positions=torch.tensor(positions, dtype=torch.long, device=dev),
+            positions=torch.tensor(rope_rows, dtype=torch.long, device=dev),
             meta=meta,
             logits_indices=torch.tensor(logits_idx, dtype=torch.long, device=dev),
             lora=self.loras.batch(row_loras, dev) if self.loras is not None else None,

@@ -116,6 +116,9 @@ class Scheduler:
         self.preemptions_by_priority: dict[int, int] = {}  # keyed by the victim's own priority
         self._admissions = 0
         self._key_admitted: dict[Hashable | None, int] = {}  # fairness key -> its last admission
+        # LongRoPE's original context (the model's long_rope_from): a sequence longer than it is computed
+        # with the long factors, all its tokens, as HF computes it.
+        self.long_rope_from: int | None = None
 
     @property
     def block_manager(self) -> BlockManager:
@@ -123,7 +126,26 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         seq.queued_at = self.clock()
+        self._set_long_rope(seq)
         self.waiting.append(seq)
+
+    def _set_long_rope(self, seq: Sequence) -> None:
+        """Called whenever a sequence's cache is to be computed from its first token."""
+        seq.long_rope = self.long_rope_from is not None and len(seq) > self.long_rope_from
+
+    def _recompute_outgrown(self) -> None:
+        """HF's Phi-3 drops a sequence's cache and computes it again with LongRoPE's long factors when the
+        sequence outgrows the original context; so do we, once per sequence: it waits for a prefill again."""
+        if self.long_rope_from is None:
+            return
+        for seq in [s for s in self.running if not s.long_rope and len(s) > self.long_rope_from]:
+            self.running.remove(seq)
+            self.bm.free(seq)
+            seq.num_computed_tokens = 0
+            seq.spec_tokens = []
+            seq.status = SequenceStatus.WAITING
+            self._set_long_rope(seq)
+            self.waiting.append(seq)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -155,6 +177,7 @@ class Scheduler:
         seq.num_computed_tokens = 0
         seq.spec_tokens = []
         seq.status = SequenceStatus.WAITING
+        self._set_long_rope(seq)
         self.waiting.append(seq)
         out.preempted.append(seq)
         self.num_preemptions += 1
@@ -324,6 +347,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         now = self.clock()
+        self._recompute_outgrown()
         for seq in self.running:  # they age too: see the module's docstring
             seq.effective_priority = self.effective_priority(seq, now)
         # The best waiting sequence, picked once (a scan of the queue): planning starts from it and,
@@ -385,6 +409,7 @@ class Scheduler:
         """An n > 1 sample joins the batch beside its parent, with the parent's place in the order,
         sharing every block of it until one of them writes (copy-on-write)."""
         self.bm.fork(parent, child)
+        child.long_rope = parent.long_rope
         child.priority, child.fairness_key = parent.priority, parent.fairness_key
         child.effective_priority, child.admitted_order = parent.effective_priority, parent.admitted_order
         child.queued_at = parent.queued_at

@@ -1,3 +1,27 @@
+"""One forward pass per architecture family, and the registry from config.json's `architectures` to it
+(as vLLM's model executor keeps one)."""
+
+from engine.model_config import ModelConfig
+from engine.models.gemma3 import Gemma3ForCausalLM
 from engine.models.llama import AttentionMetadata, LlamaForCausalLM
 
-__all__ = ["AttentionMetadata", "LlamaForCausalLM"]
+ARCHITECTURES: dict[str, type[LlamaForCausalLM]] = {
+    "LlamaForCausalLM": LlamaForCausalLM,
+    "MistralForCausalLM": LlamaForCausalLM,
+    "Qwen2ForCausalLM": LlamaForCausalLM,
+    "Qwen3ForCausalLM": LlamaForCausalLM,
+    "GraniteForCausalLM": LlamaForCausalLM,
+    "Phi3ForCausalLM": LlamaForCausalLM,
+    "SmolLM3ForCausalLM": LlamaForCausalLM,
+    "Gemma3ForCausalLM": Gemma3ForCausalLM,
+}
+
+
+def model_class(config: ModelConfig) -> type[LlamaForCausalLM]:
+    arch = config.architecture
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unsupported architecture {arch}; supported: {sorted(ARCHITECTURES)}")
+    return ARCHITECTURES[arch]
+
+
+__all__ = ["ARCHITECTURES", "AttentionMetadata", "Gemma3ForCausalLM", "LlamaForCausalLM", "model_class"]

@@ -1,10 +1,15 @@
-"""Our forward pass for Llama-family decoders (Llama, Mistral, Qwen2, SmolLM2).
+"""Our forward pass for Llama-family decoders: Llama, Mistral, Qwen2, SmolLM2, and the families that are
+Llama plus a few switches read from the config and the checkpoint: Qwen3 (per-head q/k RMSNorm), Granite
+(embedding, residual, attention and logit multipliers), Phi-3 / Phi-4-mini (fused qkv and gate_up in the
+checkpoint, LongRoPE, partial rotary), SmolLM3 (layers without RoPE); Gemma 3 (engine/models/gemma3.py)
+adds a norm on each branch's output.
 
 Tokens of all scheduled sequences are packed into one flat batch [T, hidden]; attention is the only
 place where sequences are told apart, through `AttentionMetadata` and the paged KV cache. Q, K and V
 share one matmul, as do gate and up: fewer, larger GEMMs are what a CPU or GPU runs best."""
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -17,7 +22,7 @@ from kernels.linear import small_linear_takes
 from kernels.quantized import QuantizedWeight, cat_rows, dequantize
 from kernels.rotary import build_cos_sin_cache
 
-SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
+ACTIVATIONS = {"silu": kernels.silu_and_mul, "gelu_pytorch_tanh": kernels.gelu_tanh_and_mul}
 
 
 @dataclass
@@ -29,20 +34,47 @@ class AttentionMetadata:
     all_decode: bool  # one row per token, row i attending over block_tables[i] up to context_lens[i]
 
 
-def rope_parameters(config: ModelConfig) -> tuple[torch.Tensor, float]:
-    """inv_freq and attention scaling from the config's rope settings (engine/models/rope.py)."""
-    inv_freq, scaling = rope_inv_freq(config.rope_parameters, config.head_dim, config.max_position_embeddings)
-    # The rotary kernels rotate whole heads (a cos/sin cache of head_dim), as HF Llama does.
-    if inv_freq.numel() * 2 != config.head_dim:
-        raise ValueError("partial rotary embeddings (partial_rotary_factor < 1) are not supported")
+def rotary_dim(config: ModelConfig, rope: dict[str, Any]) -> int:
+    """Head dimensions RoPE rotates. HF's default RoPE ignores partial_rotary_factor in every family but
+    Phi-3, whose own default honours it; the scaled types all do."""
+    if rope.get("rope_type", "default") == "default" and config.model_type != "phi3":
+        return config.head_dim
+    return int(config.head_dim * rope.get("partial_rotary_factor", 1.0))
+
+
+def rope_parameters(config: ModelConfig, rope: dict[str, Any] | None = None,
+                    long_context: bool = False) -> tuple[torch.Tensor, float]:
+    """inv_freq [rotary_dim / 2] and attention scaling of `rope` (the config's, by default)."""
+    rope = config.rope_parameters if rope is None else rope
+    dim = rotary_dim(config, rope)
+    whole = {k: v for k, v in rope.items() if k != "partial_rotary_factor"}  # dim has it already
+    inv_freq, scaling = rope_inv_freq(whole, dim, config.max_position_embeddings, long_context)
     return inv_freq, float(scaling)
 
 
+def rotary_permutation(head_dim: int, rot: int) -> torch.Tensor | None:
+    """The order of head dimensions that turns a partial rotation into a whole-head one, or None.
+
+    The rotary kernels pair dimension i with i + head_dim / 2; HF's partial RoPE pairs i with i + rot / 2
+    below rot and leaves the rest alone. Reordering q's and k's dimensions alike (their dot product does
+    not change) to [rot's first half, rest's first half, rot's second half, rest's second half] makes the
+    pairs line up, and the rest rotates by angle 0 (cos 1, sin 0: exact)."""
+    if rot == head_dim:
+        return None
+    if rot % 2 or (head_dim - rot) % 2:
+        raise ValueError(f"partial rotary embeddings need even splits: {rot} of {head_dim} head dimensions")
+    half, rest = rot // 2, (head_dim - rot) // 2
+    idx = torch.arange(head_dim)
+    return torch.cat([idx[:half], idx[rot : rot + rest], idx[half:rot], idx[rot + rest :]])
+
+
 class LlamaForCausalLM:
+    # The checkpoint's name of each per-layer norm we apply: before attention, before the MLP, and (where
+    # the family has them) on the attention and MLP outputs before the residual add.
+    norm_names = {"in_norm": "input_layernorm", "post_norm": "post_attention_layernorm"}
+    norm_offset = 0.0  # added to every RMSNorm weight at load: Gemma's norms scale by (1 + w)
+
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device, max_position: int):
-        arch = config.architecture
-        if arch not in SUPPORTED_ARCHITECTURES:
-            raise ValueError(f"unsupported architecture {arch}; supported: {sorted(SUPPORTED_ARCHITECTURES)}")
         c = config
         self.config = c
         self.dtype, self.device = dtype, device
@@ -53,26 +85,88 @@ class LlamaForCausalLM:
         self.head_dim = c.head_dim
         self.eps = c.rms_norm_eps
         self.vocab_size = c.vocab_size
-        self.scale = self.head_dim**-0.5
+        if c.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"unsupported hidden activation {c.hidden_act!r}; supported: {sorted(ACTIVATIONS)}")
+        self.act_and_mul = ACTIVATIONS[c.hidden_act]
+        self.scale = self.head_dim**-0.5 if c.attention_multiplier is None else c.attention_multiplier
+        self.embed_scale = c.embedding_multiplier
         self.tie_word_embeddings = c.tie_word_embeddings
-        inv_freq, attn_scaling = rope_parameters(c)
-        self.cos_sin_cache = build_cos_sin_cache(inv_freq, max_position, attn_scaling).to(device)
+        self.max_position = max_position
+        # A window at least as long as the longest sequence hides nothing: those layers attend in full.
+        self.windows = [w if w is not None and w < max_position else None
+                        for w in (c.layer_sliding_window(i) for i in range(self.num_layers))]
+        self._init_rope(max_position)
         self.weights: dict[str, torch.Tensor] = {}
         self.packed: dict[str, torch.Tensor] = {}  # CPU bf16/fp16 matmul weights, packed once (kernels/linear.py)
 
+    # -- rotary embeddings ----------------------------------------------------------------------
+    def _init_rope(self, max_position: int) -> None:
+        """One cos/sin cache per distinct RoPE setting, shared by the layers that use it (None for a layer
+        without RoPE). A LongRoPE cache holds the short-factor rows, then the long-factor ones; the
+        `rope_positions` of a sequence past the original length index the second half."""
+        c = self.config
+        caches: dict[str, torch.Tensor] = {}
+        self.rope_caches: list[torch.Tensor | None] = []
+        self.long_rope_from: int | None = None
+        self.rope_perm: torch.Tensor | None = None
+        for i in range(self.num_layers):
+            rope = c.layer_rope_parameters(i)
+            if rope is None:
+                self.rope_caches.append(None)
+                continue
+            key = repr(sorted(rope.items()))
+            if key not in caches:
+                caches[key] = self._rope_cache(rope, max_position).to(self.device)
+            self.rope_caches.append(caches[key])
+        # The cache of the common case, for callers that take one (the one-call C++ decode op).
+        self.cos_sin_cache = next((x for x in self.rope_caches if x is not None), None)
+
+    def _rope_cache(self, rope: dict[str, Any], max_position: int) -> torch.Tensor:
+        rot = rotary_dim(self.config, rope)
+        perm = rotary_permutation(self.head_dim, rot)
+        if perm is not None:
+            if self.rope_perm is not None and not torch.equal(perm, self.rope_perm):
+                raise ValueError("layers with different partial rotary dimensions are not supported")
+            self.rope_perm = perm
+        sets = [False]
+        if rope["rope_type"] == "longrope":
+            self.long_rope_from = rope["original_max_position_embeddings"]
+            sets.append(True)
+        parts = []
+        for long_context in sets:
+            inv_freq, scaling = rope_parameters(self.config, rope, long_context)
+            parts.append(build_cos_sin_cache(inv_freq, max_position, scaling))
+        cache = torch.cat(parts)
+        if rot < self.head_dim:  # the dimensions left alone rotate by 0, unscaled
+            cos, sin = cache.chunk(2, dim=-1)
+            pad = torch.zeros(cache.shape[0], (self.head_dim - rot) // 2)
+            cache = torch.cat([cos, pad + 1, sin, pad], dim=-1)
+        return cache
+
+    def rope_positions(self, positions: list[int], long_rope: bool) -> list[int]:
+        """The cos/sin rows of one sequence's tokens: their positions, in LongRoPE's long rows for a
+        sequence longer than the original context (`Sequence.long_rope`; the scheduler recomputes a
+        sequence's cache when it outgrows that context, as HF's Phi-3 does)."""
+        return [p + self.max_position for p in positions] if long_rope and self.long_rope_from else positions
+
     # -- weights ---------------------------------------------------------------------------------
     def load_weights(self, state: dict[str, torch.Tensor | QuantizedWeight]) -> None:
-        """Takes an HF-named state dict and fuses q/k/v and gate/up per layer. Matrices may come
-        quantized (GGUF blocks, engine/gguf_weights.py): they stay so on the CPU."""
+        """Takes an HF-named state dict and fuses q/k/v and gate/up per layer (Phi-3 checkpoints have them
+        fused already). Matrices may come quantized (GGUF blocks, engine/gguf_weights.py): they stay so
+        on the CPU."""
         def get(name: str) -> torch.Tensor | QuantizedWeight:
             value = state.pop(name)
             if isinstance(value, QuantizedWeight):
                 return value if self.device.type == "cpu" else dequantize(value, self.dtype).to(self.device)
             return value.to(self.device, self.dtype)
 
+        def norm(name: str) -> torch.Tensor:
+            w = get(name)
+            return w + self.norm_offset if self.norm_offset else w
+
         w = self.weights
         w["embed"] = get("model.embed_tokens.weight")
-        w["norm"] = get("model.norm.weight")
+        w["norm"] = norm("model.norm.weight")
         if "lm_head.weight" in state and not self.tie_word_embeddings:
             w["lm_head"] = get("lm_head.weight")
         else:
@@ -80,14 +174,23 @@ class LlamaForCausalLM:
             w["lm_head"] = w["embed"]
         for i in range(self.num_layers):
             p = f"model.layers.{i}."
-            w[p + "qkv"] = cat_rows([get(p + f"self_attn.{x}_proj.weight") for x in "qkv"])
-            if p + "self_attn.q_proj.bias" in state:
-                w[p + "qkv_bias"] = torch.cat([get(p + f"self_attn.{x}_proj.bias") for x in "qkv"])
-            w[p + "o"] = get(p + "self_attn.o_proj.weight")
-            w[p + "gate_up"] = cat_rows([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")])
-            w[p + "down"] = get(p + "mlp.down_proj.weight")
-            w[p + "in_norm"] = get(p + "input_layernorm.weight")
-            w[p + "post_norm"] = get(p + "post_attention_layernorm.weight")
+            a, m = p + "self_attn.", p + "mlp."
+            fused_qkv = a + "qkv_proj.weight" in state
+            w[p + "qkv"] = get(a + "qkv_proj.weight") if fused_qkv else cat_rows(
+                [get(a + f"{x}_proj.weight") for x in "qkv"])
+            if a + "q_proj.bias" in state:
+                w[p + "qkv_bias"] = torch.cat([get(a + f"{x}_proj.bias") for x in "qkv"])
+            w[p + "o"] = get(a + "o_proj.weight")
+            w[p + "gate_up"] = get(m + "gate_up_proj.weight") if m + "gate_up_proj.weight" in state else cat_rows(
+                [get(m + "gate_proj.weight"), get(m + "up_proj.weight")])
+            w[p + "down"] = get(m + "down_proj.weight")
+            for ours, theirs in self.norm_names.items():
+                w[p + ours] = norm(p + theirs + ".weight")
+            if a + "q_norm.weight" in state:  # Qwen3, Gemma 3: RMSNorm of each q and k head
+                w[p + "q_norm"] = norm(a + "q_norm.weight")
+                w[p + "k_norm"] = norm(a + "k_norm.weight")
+            if self.rope_perm is not None:
+                self._permute_rotary(p)
         leftovers = [k for k in state if "rotary_emb" not in k]
         if leftovers:
             raise ValueError(f"unexpected weights in checkpoint: {leftovers[:5]}")
@@ -101,11 +204,36 @@ class LlamaForCausalLM:
         self.decode_layers = self._decode_layer_lists()
         self.decode_rows = decode_max_rows(self.decode_layers) if self.decode_layers is not None else 0
 
+    def _permute_rotary(self, p: str) -> None:
+        """Reorders each q and k head's dimensions by `rope_perm` (see `rotary_permutation`)."""
+        w, d = self.weights, self.head_dim
+        heads = self.num_heads + self.num_kv_heads  # q's and k's heads lead the fused rows; v's stay
+        qkv = w[p + "qkv"]
+        rows = torch.cat([h * d + self.rope_perm for h in range(heads)] + [torch.arange(heads * d, qkv.shape[0])])
+        if isinstance(qkv, QuantizedWeight):
+            w[p + "qkv"] = QuantizedWeight(qkv.data.index_select(0, rows).contiguous(), qkv.qtype, qkv.shape)
+        else:
+            w[p + "qkv"] = qkv.index_select(0, rows.to(qkv.device)).contiguous()
+        if p + "qkv_bias" in w:
+            w[p + "qkv_bias"] = w[p + "qkv_bias"][rows.to(self.device)]
+        for name in ("q_norm", "k_norm"):
+            if p + name in w:
+                w[p + name] = w[p + name][self.rope_perm.to(self.device)]
+
     def _decode_layer_lists(self) -> dict[str, list[torch.Tensor]] | None:
         """Per-layer weight lists for the one-call C++ decode path (`decode_layers_cpu`), or None where
-        it does not apply: it takes fp32 CPU weights that the few-row C++ matmul can read, or GGUF blocks
-        (the quantized C++ matmul)."""
+        it does not apply: it takes plain Llama layers (one RoPE, no q/k norms, windows or residual
+        multiplier) whose matrices are fp32 CPU weights that the few-row C++ matmul can read, or GGUF
+        blocks (the quantized C++ matmul)."""
         w = self.weights
+        plain = (
+            "model.layers.0.q_norm" not in w and "model.layers.0.attn_out_norm" not in w
+            and all(x is self.cos_sin_cache for x in self.rope_caches) and self.cos_sin_cache is not None
+            and not any(self.windows) and self.config.residual_multiplier == 1.0
+            and self.act_and_mul is kernels.silu_and_mul
+        )
+        if not plain:
+            return None
         names = ("in_norm", "qkv", "o", "post_norm", "gate_up", "down")
         lists = {n: [w[f"model.layers.{i}.{n}"] for i in range(self.num_layers)] for n in names}
         lists["qkv_bias"] = [w[f"model.layers.{i}.qkv_bias"] for i in range(self.num_layers)
@@ -130,12 +258,14 @@ class LlamaForCausalLM:
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         lora: LoRABatch | None = None,
     ) -> torch.Tensor:
-        """`lora`: the step's adapter per row (engine/lora.py), applied inside the one-call C++ decode op
-        as in the Python layer loop."""
+        """`positions`: each token's cos/sin row (`rope_positions`). `lora`: the step's adapter per row
+        (engine/lora.py), applied inside the one-call C++ decode op as in the Python layer loop."""
         w = self.weights
         t = input_ids.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         x = kernels.embedding(input_ids, w["embed"])
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
         if meta.all_decode and self.decode_layers is not None and t <= self.decode_rows:
             return decode_layers_cpu(
                 x, positions, self.cos_sin_cache, self.decode_layers, w["norm"],
@@ -144,6 +274,7 @@ class LlamaForCausalLM:
                 lora=lora.decode_args() if lora is not None else None,
             )
         residual = None
+        branch_scale = self.config.residual_multiplier
         for i in range(self.num_layers):
             p = f"model.layers.{i}."
             if residual is None:
@@ -153,29 +284,49 @@ class LlamaForCausalLM:
                 h, residual = kernels.rms_norm(x, w[p + "in_norm"], self.eps, residual)
             qkv = self._linear(h, p + "qkv", w.get(p + "qkv_bias"), lora)
             q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+            if p + "q_norm" in w:
+                q = kernels.rms_norm(q.reshape(t * hq, d), w[p + "q_norm"], self.eps)
+                k = kernels.rms_norm(k.reshape(t * hkv, d), w[p + "k_norm"], self.eps)
             q = q.reshape(t, hq, d)
             k = k.reshape(t, hkv, d)
             v = v.reshape(t, hkv, d)
-            kernels.rotary_embedding(positions, q, k, self.cos_sin_cache)
+            if self.rope_caches[i] is not None:
+                kernels.rotary_embedding(positions, q, k, self.rope_caches[i])
             k_cache, v_cache = kv_caches[i]
             kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
             if meta.all_decode:
                 o = kernels.paged_decode_attention(
-                    q, k_cache, v_cache, meta.block_tables, meta.context_lens, self.scale
+                    q, k_cache, v_cache, meta.block_tables, meta.context_lens, self.scale,
+                    sliding_window=self.windows[i],
                 )
             else:
                 o = kernels.paged_attention(
-                    q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.context_lens, self.scale
+                    q, k_cache, v_cache, meta.block_tables, meta.query_start_loc, meta.context_lens, self.scale,
+                    sliding_window=self.windows[i],
                 )
-            x = self._linear(o.reshape(t, hq * d), p + "o", lora=lora)
+            x = self._branch_out(self._linear(o.reshape(t, hq * d), p + "o", lora=lora), p + "attn_out_norm",
+                                 branch_scale)
             h, residual = kernels.rms_norm(x, w[p + "post_norm"], self.eps, residual)
-            x = self._linear(kernels.silu_and_mul(self._linear(h, p + "gate_up", lora=lora)), p + "down", lora=lora)
+            x = self._linear(self.act_and_mul(self._linear(h, p + "gate_up", lora=lora)), p + "down", lora=lora)
+            x = self._branch_out(x, p + "mlp_out_norm", branch_scale)
         h, _ = kernels.rms_norm(x, w["norm"], self.eps, residual)
         return h
 
+    def _branch_out(self, x: torch.Tensor, norm: str, scale: float) -> torch.Tensor:
+        """An attention or MLP output before it joins the residual: normed (Gemma) or scaled (Granite)."""
+        if norm in self.weights:
+            x = kernels.rms_norm(x, self.weights[norm], self.eps)
+        return x * scale if scale != 1.0 else x
+
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self._linear(hidden, "lm_head").float()
+        logits = self._linear(hidden, "lm_head")
+        if self.config.logits_scaling != 1.0:
+            logits = logits / self.config.logits_scaling
+        cap = self.config.final_logit_softcapping
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits.float()
 
     def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
         itemsize = torch.empty((), dtype=dtype).element_size()

@@ -1,8 +1,9 @@
 """RoPE inverse frequencies and attention scaling for each rope_type we serve.
 
 The formulas are those of the papers and model cards (position interpolation, NTK-aware dynamic scaling,
-Llama 3.1's frequency bands, YaRN), written so the float32 results equal what transformers 5 computes at
-model init: HF's outputs are our correctness oracle, so the same rounding matters more than extra precision.
+Llama 3.1's frequency bands, YaRN, Phi-3's LongRoPE), written so the float32 results equal what transformers 5
+computes at model init: HF's outputs are our correctness oracle, so the same rounding matters more than extra
+precision.
 Importing transformers' rotary code instead would pull in torch._dynamo and seconds of imports."""
 
 import math
@@ -10,18 +11,19 @@ from typing import Any
 
 import torch
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
 
 def rope_inv_freq(
-    rope: dict[str, Any], head_dim: int, max_position_embeddings: int
+    rope: dict[str, Any], head_dim: int, max_position_embeddings: int, long_context: bool = False
 ) -> tuple[torch.Tensor, float]:
     """(inv_freq [dim / 2] float32, attention scaling for cos and sin) from normalised rope parameters
-    (`ModelConfig.rope_parameters`: rope_type, rope_theta and the type's keys).
+    (`ModelConfig.rope_parameters`: rope_type, rope_theta and the type's keys). `long_context`: LongRoPE's
+    frequencies for sequences past the original length (its long factors), else those up to it.
 
     `freq_factors` (a GGUF file's `rope_freqs`, engine/gguf_config.py) divide the frequencies one by one,
     as llama.cpp applies them: it is how such files carry Llama 3's band scaling."""
-    inv_freq, scaling = _scaled_inv_freq(rope, head_dim, max_position_embeddings)
+    inv_freq, scaling = _scaled_inv_freq(rope, head_dim, max_position_embeddings, long_context)
     factors = rope.get("freq_factors")
     if factors is not None:
         if len(factors) != inv_freq.numel():
@@ -31,7 +33,7 @@ def rope_inv_freq(
 
 
 def _scaled_inv_freq(
-    rope: dict[str, Any], head_dim: int, max_position_embeddings: int
+    rope: dict[str, Any], head_dim: int, max_position_embeddings: int, long_context: bool
 ) -> tuple[torch.Tensor, float]:
     rope_type = rope.get("rope_type", "default")
     if rope_type not in SUPPORTED_ROPE_TYPES:
@@ -48,6 +50,8 @@ def _scaled_inv_freq(
         return _dynamic_ntk(rope, base, dim, max_position_embeddings), 1.0
     if rope_type == "llama3":
         return _llama3(rope, base, dim), 1.0
+    if rope_type == "longrope":
+        return _longrope(rope, base, dim, max_position_embeddings, long_context)
     return _yarn(rope, base, dim, max_position_embeddings)
 
 
@@ -134,3 +138,22 @@ def _yarn(
     keep = 1 - ramp  # weight of the unscaled frequency per dimension
     inv_freq = interpolated * (1 - keep) + extrapolated * keep
     return inv_freq, attention_factor
+
+
+def _longrope(
+    rope: dict[str, Any], base: float, dim: int, max_position_embeddings: int, long_context: bool
+) -> tuple[torch.Tensor, float]:
+    """LongRoPE (Phi-3): each frequency divided by a searched factor, one list for sequences up to the
+    original length and one beyond; cos and sin scaled by sqrt(1 + ln(factor) / ln(original))."""
+    original = _required(rope, "original_max_position_embeddings")
+    factor = rope.get("factor")
+    if factor is None:
+        factor = max_position_embeddings / original
+    attention_factor = rope.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    ext_factors = torch.tensor(_required(rope, "long_factor" if long_context else "short_factor"), dtype=torch.float32)
+    if ext_factors.numel() * 2 != dim:
+        raise ValueError(f"LongRoPE factors: {ext_factors.numel()} given, {dim // 2} rotary frequencies")
+    # As transformers writes it: the factor multiplies the wavelength before the reciprocal.
+    return 1.0 / (ext_factors * base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), attention_factor

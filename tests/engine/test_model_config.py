@@ -11,13 +11,25 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoTokenizer, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import (
+    AutoConfig,
+    AutoTokenizer,
+    Gemma3TextConfig,
+    GraniteConfig,
+    LlamaConfig,
+    MistralConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+    SmolLM3Config,
+)
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
 
 from engine.loader import load_model_config, load_tokenizer
 from engine.model_config import ModelConfig
-from engine.models import LlamaForCausalLM
-from engine.models.llama import rope_parameters
+from engine.models import model_class
+from engine.models.llama import rope_parameters, rotary_permutation
 from engine.models.rope import SUPPORTED_ROPE_TYPES, rope_inv_freq
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,8 +51,18 @@ def hf_value(hf, name: str):
         return getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     if name == "rope_parameters":
         hf.standardize_rope_params()
-        return {k: v for k, v in hf.rope_parameters.items() if k != "type"}  # legacy alias of rope_type
-    return getattr(hf, name)
+        rope = hf.rope_parameters
+        if "full_attention" in rope:  # Gemma 3: one dict per layer type
+            return {t: {k: v for k, v in r.items() if k != "type"} for t, r in rope.items()}
+        return {k: v for k, v in rope.items() if k != "type"}  # legacy alias of rope_type
+    if name == "hidden_act":  # Gemma's name for it
+        return getattr(hf, "hidden_activation", None) or hf.hidden_act
+    if name == "layer_types":  # Mistral and Phi-3 have none: one window for every layer, when set
+        window = getattr(hf, "sliding_window", None)
+        return getattr(hf, "layer_types", None) or [
+            "sliding_attention" if window else "full_attention"] * hf.num_hidden_layers
+    # Fields other families lack, as our defaults mean them (multipliers of 1).
+    return getattr(hf, name, {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "logits_scaling": 1.0}.get(name))
 
 
 CONFIGS = {
@@ -63,6 +85,25 @@ CONFIGS = {
         "model_type": "qwen2", **TINY, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
         "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192},
     },
+    "qwen3": Qwen3Config(**TINY, num_key_value_heads=2, head_dim=32),
+    "qwen3_sliding": Qwen3Config(**TINY, use_sliding_window=True, sliding_window=8, max_window_layers=1),
+    "qwen3_minimal": {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4},
+    "granite": GraniteConfig(**TINY, embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.015625,
+                             logits_scaling=8.0),
+    "granite_minimal": {"model_type": "granite", "hidden_size": 64, "num_attention_heads": 4},
+    "phi3_longrope": Phi3Config(**TINY, max_position_embeddings=131072, original_max_position_embeddings=4096,
+                                partial_rotary_factor=0.75, sliding_window=262144,
+                                rope_scaling={"type": "longrope", "short_factor": [1.0] * 6, "long_factor": [2.0] * 6}),
+    "phi3_minimal": {"model_type": "phi3", "hidden_size": 64, "num_attention_heads": 4},
+    "smollm3": SmolLM3Config(**TINY),
+    "smollm3_minimal": {"model_type": "smollm3", "hidden_size": 64, "num_attention_heads": 4},
+    "gemma3": Gemma3TextConfig(**TINY, head_dim=32, layer_types=["sliding_attention", "full_attention"],
+                               sliding_window=16),
+    "gemma3_old_rope_keys": {
+        "model_type": "gemma3_text", **TINY, "rope_theta": 5e5, "rope_local_base_freq": 1e4,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window_pattern": 2,
+    },
+    "gemma3_minimal": {"model_type": "gemma3_text", "hidden_size": 64, "num_attention_heads": 4},
     "old_llama3": {
         "model_type": "llama", **TINY, "max_position_embeddings": 131072, "rope_theta": 500000.0,
         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -86,7 +127,7 @@ def test_default_model_config_equals_transformers(default_model_dir):
 
 
 def test_unknown_model_type_is_a_clear_error():
-    with pytest.raises(ValueError, match="unsupported model_type 'gpt2'.*llama, mistral, qwen2"):
+    with pytest.raises(ValueError, match="unsupported model_type 'gpt2'.*llama, mistral, qwen2, qwen3, granite"):
         ModelConfig.from_dict({"model_type": "gpt2", "hidden_size": 64, "num_attention_heads": 4})
     with pytest.raises(ValueError, match="unsupported model_type None"):
         ModelConfig.from_dict({"hidden_size": 64, "num_attention_heads": 4})
@@ -97,7 +138,7 @@ def test_unknown_model_type_is_a_clear_error():
 def test_unknown_architecture_is_a_clear_error():
     config = ModelConfig.from_dict({"model_type": "llama", "architectures": ["LlamaForSequenceClassification"], **TINY})
     with pytest.raises(ValueError, match="unsupported architecture LlamaForSequenceClassification"):
-        LlamaForCausalLM(config, torch.float32, torch.device("cpu"), 16)
+        model_class(config)
 
 
 ROPES = {
@@ -142,20 +183,53 @@ def test_old_rope_scaling_layout_equals_transformers(tmp_path, name):
                      LlamaRotaryEmbedding(AutoConfig.from_pretrained(folder)))
 
 
-def test_partial_rotary_frequencies_equal_transformers_but_the_model_refuses_them(tmp_path):
+def test_partial_rotary_frequencies_equal_transformers(tmp_path):
     rope = {**ROPES["yarn"], "partial_rotary_factor": 0.5}
     folder = write_config(tmp_path, LlamaConfig(**TINY, max_position_embeddings=4096, rope_parameters=rope))
     ours = load_model_config(folder)
     hf = LlamaRotaryEmbedding(AutoConfig.from_pretrained(folder))
     assert_same_rope(rope_inv_freq(ours.rope_parameters, ours.head_dim, ours.max_position_embeddings), hf)
-    with pytest.raises(ValueError, match="partial rotary"):
-        rope_parameters(ours)
+    assert_same_rope(rope_parameters(ours), hf)
+
+
+@pytest.mark.parametrize("long_context", [False, True], ids=["short", "long"])
+def test_longrope_equals_transformers(tmp_path, long_context):
+    """Phi-3's LongRoPE with partial rotary: the short factors, and the long ones HF switches to past the
+    original context (its rope module's long_inv_freq, computed on the first long forward pass)."""
+    hf_config = Phi3Config(**TINY, max_position_embeddings=8192, original_max_position_embeddings=1024,
+                           partial_rotary_factor=0.5,
+                           rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.5, 2.0, 4.0],
+                                         "long_factor": [2.0, 3.0, 5.0, 9.0]})
+    folder = write_config(tmp_path, hf_config)
+    hf = Phi3RotaryEmbedding(AutoConfig.from_pretrained(folder))
+    if long_context:
+        hf(torch.zeros(1), torch.tensor([[1024]]))  # one position past the original context
+    assert_same_rope(rope_parameters(load_model_config(folder), long_context=long_context), hf)
+
+
+def test_rotary_permutation_turns_a_partial_rotation_into_a_whole_head_one():
+    """q and k reordered alike keep their dot products, and HF's rotation of the first `rot` dimensions
+    becomes the kernels' whole-head rotate-half with angle 0 on the rest."""
+    d, rot, pos = 16, 8, 5
+    perm = rotary_permutation(d, rot)
+    inv_freq = 1.0 / (100.0 ** (torch.arange(0, rot, 2).float() / rot))
+    q = torch.randn(d)
+    angle = pos * inv_freq
+    cos, sin = torch.cat([angle.cos()] * 2), torch.cat([angle.sin()] * 2)
+    half = rot // 2
+    hf = torch.cat([q[:rot] * cos + torch.cat([-q[half:rot], q[:half]]) * sin, q[rot:]])
+    padded = torch.cat([angle, torch.zeros((d - rot) // 2)])
+    qp = q[perm]
+    c, s = torch.cat([padded.cos()] * 2), torch.cat([padded.sin()] * 2)
+    ours = qp * c + torch.cat([-qp[d // 2 :], qp[: d // 2]]) * s
+    torch.testing.assert_close(ours, hf[perm])
+    assert rotary_permutation(d, d) is None
 
 
 def test_unsupported_rope_type_names_the_supported_ones():
-    rope = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}
+    rope = {"rope_type": "mrope", "rope_theta": 10000.0}
     with pytest.raises(ValueError,
-                       match="unsupported rope_type 'longrope'; supported: " + ", ".join(SUPPORTED_ROPE_TYPES)):
+                       match="unsupported rope_type 'mrope'; supported: " + ", ".join(SUPPORTED_ROPE_TYPES)):
         rope_inv_freq(rope, 16, 4096)
     with pytest.raises(ValueError, match="needs 'factor'"):
         rope_inv_freq({"rope_type": "linear", "rope_theta": 10000.0}, 16, 4096)
