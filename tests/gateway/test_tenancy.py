@@ -31,6 +31,7 @@ from tests.gateway.server import RunningServer, run_server
 pytestmark = pytest.mark.default_model  # the tiny model borrows its tokenizer
 
 ADMIN_KEY = "sk-admin-tenancy-test"
+QUOTA_MB = 0.1
 
 
 def _new_key(name: str, db: str) -> str:
@@ -80,13 +81,15 @@ def listener() -> Iterator[Listener]:
 def world(request, tmp_path_factory, listener) -> Iterator[tuple[RunningServer, dict[str, httpx.Client], Path]]:
     tmp = tmp_path_factory.mktemp("tenancy")
     db_url = database_for(request, tmp)
-    keys = {name: _new_key(name, db_url) for name in ("alice", "bob")}
+    keys = {name: _new_key(name, db_url) for name in ("alice", "bob", "carol")}
     tiny = make_tiny_llama(tmp / "tiny", resolve_model("default"), layers=1)
     source_dir = tmp / "sources"
     source_dir.mkdir()
     (source_dir / "shop.sqlite").write_bytes(demo_database("shop").read_bytes())
     with run_server(tmp, db=db_url, model=str(tiny), served_model_name="tiny", max_num_seqs=4, api_keys=[ADMIN_KEY],
                     text2sql_user_sources=True, text2sql_source_dir=str(source_dir), job_scan_s=0.2,
+                    key_storage_quota_mb=QUOTA_MB, max_batch_lines=20, max_file_bytes=64 * 1024,
+                    max_request_body_bytes=256 * 1024,
                     webhook_secret=WEBHOOK_SECRET, webhook_allow_hosts=["*.example.test"]) as server:
         server.db = db_url
         clients = {name: httpx.Client(base_url=server.base_url, timeout=60, headers={"authorization": f"Bearer {key}"})
@@ -257,6 +260,28 @@ def test_batch_lines_count_as_the_owners_usage(world, alices):
     assert tokens() - before == done["usage"]["total_tokens"]
 
 
+def test_limits_are_4xx_in_openais_shape(world):
+    _, c, _ = world
+    carol, admin = c["carol"], c["admin"]
+    blob = [_line(f"q-{i}", prompt="x" * 2000) for i in range(20)]  # about 42 KB, 20 lines
+    first = _upload(carol, blob)
+    # The quota (0.1 MiB) counts what the key holds: a third such file is over it; deleting one makes room.
+    _upload(carol, blob)
+    assert "storage quota" in _error(carol.post("/files", files={"file": ("b.jsonl", jsonl(blob))},
+                                                data={"purpose": "batch"}), 413, "storage_quota_exceeded")["message"]
+    assert carol.delete(f"/files/{first}").status_code == 200
+    _upload(carol, blob)
+    _upload(admin, blob), _upload(admin, blob), _upload(admin, blob)  # admins have no quota
+    # Lines per batch: 21 requests against --max-batch-lines 20 is a 400 when the batch is created.
+    many = _upload(admin, [_line(f"m-{i}") for i in range(21)])
+    _error(admin.post("/batches", json={"input_file_id": many, "endpoint": "/v1/completions",
+                                        "completion_window": "24h"}), 400, "too_many_lines")
+    # An upload past --max-file-bytes, and a request body past --max-request-body-bytes.
+    _error(admin.post("/files", files={"file": ("big.jsonl", b"x" * (65 * 1024))}, data={"purpose": "batch"}),
+           413, "file_too_large")
+    _error(admin.post("/completions", json={"model": "tiny", "prompt": "x" * (300 * 1024)}), 413)
+
+
 # -- text-to-SQL sources: what no key may open -------------------------------------------------------------
 
 
@@ -314,11 +339,14 @@ def test_internal_hosts_are_refused_before_any_connection(world, listener, monke
 
     monkeypatch.setattr(socket, "getaddrinfo", resolver)
     port = listener.port
-    for url in (f"postgresql://u:p@127.0.0.1:{port}/db", f"postgresql://u@localhost:{port}/db",
+    for url in (f"postgresql://u@127.0.0.1:{port}/db", f"postgresql://u@localhost:{port}/db",
                 f"postgresql://u@[::ffff:127.0.0.1]:{port}/db", f"mysql+pymysql://u@db.example.test:{port}/db",
                 "postgresql://u@169.254.169.254/db", "postgresql://u@/db",
                 f"postgresql://u@public.example.org/db?host=127.0.0.1&port={port}"):
         _error(c["alice"].post("/text2sql/sources", json={"name": "net", "url": url}), 400, "source_refused")
+    # A password is never stored in clear: without SLLM_SECRET_KEY such a URL is refused before connecting.
+    _error(c["admin"].post("/text2sql/sources", json={"name": "pw", "url": f"postgresql://u:pw@127.0.0.1:{port}/db"}),
+           400, "secret_key_missing")
     # Webhooks: a name resolving to a private address, and a loopback address nobody listed.
     for hook in ("https://hooks.example.test/x", f"http://127.0.0.1:{port}/x"):
         _error(c["alice"].post("/text2sql/schedules", json={"cron": "0 0 1 1 *", "source": "demo_shop",
