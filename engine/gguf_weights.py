@@ -1,10 +1,9 @@
 """A GGUF file's weights as the model serves them: quantized tensors stay in their GGUF blocks
-(`kernels.quantized.QuantizedWeight`, read from the memory-mapped file), float tensors become torch
-tensors, and every name becomes the Hugging Face name `LlamaForCausalLM.load_weights` takes.
+(`kernels.quantized.QuantizedWeight`, views of the memory-mapped file), float tensors become torch
+tensors, and every name becomes the Hugging Face name the model's `load_weights` takes.
 
-The config and tokenizer still come from the converted folder (engine/loader.py); this module only
-replaces the dequantized fp32 weights, so `--quantization none` (that folder's safetensors) stays the
-reference the quantized model is compared with."""
+The config and tokenizer come from the same file (engine/gguf_config.py, engine/gguf_tokenizer.py);
+`--quantization none` dequantizes these blocks in memory, the float reference the blocks are compared with."""
 
 from __future__ import annotations
 
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.gguf_file import GGUFFile
 from engine.model_config import ModelConfig
 from kernels.quantized import SUPPORTED_TYPES, QuantizedWeight
 
@@ -23,18 +23,31 @@ LAYER_NAMES = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+    "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
+}
+# Where an architecture's converter names a tensor differently from the Llama layout.
+ARCH_LAYER_NAMES = {
+    # Phi-3 keeps q/k/v and gate/up fused, as its checkpoints do.
+    "phi3": {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"},
+    # Gemma 3: a norm before and after both attention and the MLP.
+    "gemma3": {"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+               "post_ffw_norm": "post_feedforward_layernorm"},
 }
 GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-# llama.cpp stores Llama's q and k rows interleaved per head for its rotary layout; HF's are not.
-PERMUTED_ARCHITECTURES = {"llama", "mistral"}
+# llama.cpp stores these architectures' q and k rows interleaved per head for its rotary layout; HF's are not.
+PERMUTED_ARCHITECTURES = {"llama", "mistral", "granite", "smollm3"}
+# Gemma's RMSNorm multiplies by (1 + w); llama.cpp's converter stores 1 + w, so the file's norms are shifted.
+SHIFTED_NORM_ARCHITECTURES = {"gemma3"}
 _LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 
 
-def hf_name(gguf_name: str) -> str | None:
-    """The Hugging Face name of a GGUF tensor, or None for tensors the model does not take (rope_freqs)."""
+def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
+    """The Hugging Face name of a GGUF tensor, or None for tensors the model does not take (rope_freqs
+    and Phi-3's rope factors, which engine/gguf_config.py reads into the config)."""
     if m := _LAYER.match(gguf_name):
         layer, part, kind = m.groups()
-        return f"model.layers.{layer}.{LAYER_NAMES[part]}.{kind}" if part in LAYER_NAMES else None
+        name = ARCH_LAYER_NAMES.get(arch, {}).get(part) or LAYER_NAMES.get(part)
+        return f"model.layers.{layer}.{name}.{kind}" if name else None
     base, _, kind = gguf_name.rpartition(".")
     return f"{GLOBAL_NAMES[base]}.{kind}" if base in GLOBAL_NAMES else None
 
@@ -46,30 +59,33 @@ def unpermute_rows(rows: np.ndarray, heads: int) -> np.ndarray:
     return rows.reshape(heads, half, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
 
 
-def read_gguf_weights(path: Path, config: ModelConfig) -> dict[str, torch.Tensor | QuantizedWeight]:
+def read_gguf_weights(path: Path | GGUFFile, config: ModelConfig,
+                      keep_quantized: bool = True) -> dict[str, torch.Tensor | QuantizedWeight]:
     """Every tensor of the file under its HF name; quantized ones of a type the kernels take are kept
-    quantized, others (F32, F16, BF16, types without a kernel) become float32 tensors."""
-    import gguf
+    quantized (unless `keep_quantized` is False: the float reference), others (F32, F16, BF16, types
+    without a kernel) become float32 tensors."""
+    import gguf as gguf_package
 
-    reader = gguf.GGUFReader(str(path))
-    field = reader.fields.get("general.architecture")
-    arch = bytes(field.parts[field.data[0]]).decode() if field else "llama"
+    file = path if isinstance(path, GGUFFile) else GGUFFile(path)
+    arch = file.architecture
     state: dict[str, torch.Tensor | QuantizedWeight] = {}
-    for t in reader.tensors:
-        name = hf_name(t.name)
+    for t in file.tensors.values():
+        name = hf_name(t.name, arch)
         if name is None:
             continue
         rows = t.data
         if arch in PERMUTED_ARCHITECTURES and (".q_proj." in name or ".k_proj." in name):
             heads = config.num_attention_heads if ".q_proj." in name else config.num_key_value_heads
             rows = unpermute_rows(rows, heads)
-        qtype = int(t.tensor_type)
-        shape = tuple(int(n) for n in reversed(t.shape))  # GGUF lists ne0 (the row length) first
-        if qtype in SUPPORTED_TYPES and len(shape) == 2:
-            state[name] = QuantizedWeight(_tensor(rows), qtype, (shape[0], shape[1]))
-        else:
-            values = gguf.quants.dequantize(rows, t.tensor_type)  # F32 comes back as it is, F16/BF16 widened
-            state[name] = _tensor(np.asarray(values, dtype=np.float32)).reshape(shape)
+        shape = t.rows_shape
+        if keep_quantized and t.qtype in SUPPORTED_TYPES and len(shape) == 2:
+            state[name] = QuantizedWeight(_tensor(rows), t.qtype, (shape[0], shape[1]))
+            continue
+        qtype = gguf_package.GGMLQuantizationType(t.qtype)
+        values = _tensor(np.asarray(gguf_package.quants.dequantize(rows, qtype), dtype=np.float32)).reshape(shape)
+        if arch in SHIFTED_NORM_ARCHITECTURES and name.endswith("norm.weight"):
+            values = values - 1
+        state[name] = values
     return state
 
 

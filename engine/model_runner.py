@@ -7,9 +7,8 @@ import torch
 
 import kernels
 from engine.config import EngineConfig
-from engine.loader import load_weights
+from engine.loader import ModelSource
 from engine.lora import LoRABatch, LoRAManager
-from engine.model_config import ModelConfig
 from engine.models import AttentionMetadata, model_class
 from engine.scheduler import SchedulerOutput
 from kernels.cpu import cpu_kernels_available
@@ -53,15 +52,13 @@ class StepInputs:
 
 
 class ModelRunner:
-    def __init__(self, config: EngineConfig, model_config: ModelConfig, folder, max_model_len: int):
+    def __init__(self, config: EngineConfig, source: ModelSource, max_model_len: int):
         self.config = config
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
         self.block_size = config.block_size
-        self.model = model_class(model_config)(model_config, self.dtype, self.device, max_model_len)
-        self.model.load_weights(
-            load_weights(folder, config.model, config.quantization, self.device, self.dtype, model_config)
-        )
+        self.model = model_class(source.config)(source.config, self.dtype, self.device, max_model_len)
+        self.model.load_weights(source.weights(config.quantization, self.device, self.dtype))
         self.loras = (LoRAManager(self.model, config.max_loras, config.max_lora_rank)
                       if config.enable_lora else None)
         self.num_blocks = self._num_blocks()

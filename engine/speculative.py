@@ -79,18 +79,18 @@ class DraftModel:
     """The draft method: a second, smaller model decoding K tokens ahead of each sequence."""
 
     def __init__(self, target_config: EngineConfig, spec: SpeculativeConfig, target_tokenizer, max_model_len: int):
-        from engine.loader import load_model_config, load_tokenizer, resolve_model
+        from engine.loader import open_model
         from engine.model_runner import ModelRunner
 
-        folder = resolve_model(spec.model or "")
-        if load_tokenizer(folder).get_vocab() != target_tokenizer.get_vocab():
+        source = open_model(spec.model or "")
+        if source.tokenizer().get_vocab() != target_tokenizer.get_vocab():
             raise ValueError(f"the draft model {spec.model!r} does not share the target model's tokenizer")
         target_kv = target_config.kv_cache_bytes
         cfg = EngineConfig(model=spec.model or "default", block_size=target_config.block_size,
                            dtype=target_config.dtype, quantization=target_config.quantization,
                            device=target_config.device, kv_cache_bytes=target_kv and target_kv // 4,
                            enable_prefix_caching=False)
-        self.runner = ModelRunner(cfg, load_model_config(folder), folder, max_model_len)
+        self.runner = ModelRunner(cfg, source, max_model_len)
         self.bm = BlockManager(self.runner.num_blocks, cfg.block_size, enable_prefix_caching=False)
         self.mirrors: dict[int, Sequence] = {}
 

@@ -3,22 +3,18 @@
 decode step, the quantized embedding and tied LM head, n-gram speculation) against the same file
 dequantized to fp32 (`quantization="none"`): the same greedy tokens, on every CPU path."""
 
-import shutil
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
-from safetensors.torch import save_file
-from transformers import LlamaConfig
+from transformers import LlamaConfig, PreTrainedTokenizerFast
 
 from engine import LLM, SamplingParams
-from engine.gguf_weights import read_gguf_weights
-from engine.loader import _gguf_cache_folder, load_model_config
 from kernels.cpu.build import cpu_kernels_available
-from kernels.quantized import Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, QuantizedWeight, dequantize
+from kernels.quantized import Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, QuantizedWeight
 from tests.cpu_paths import cpu_paths
-from tests.engine.conftest import TOKENIZER_FILES
+from tests.gguf_files import add_bpe_tokenizer, add_hyper_parameters
 from tests.kernels.test_quantized import random_weight
 
 pytestmark = pytest.mark.skipif(not cpu_kernels_available(), reason="the C++ CPU kernels did not build")
@@ -29,8 +25,10 @@ LAYER_TYPES = [(Q4_K, Q5_K, Q4_K, Q6_K), (Q5_0, Q5_1, Q6_K, Q4_K)]
 EMBEDDING_TYPE = Q6_K  # also the tied LM head, as K-quant files often store it
 
 
-def _write_gguf(path: Path, config: LlamaConfig) -> None:
+def _write_gguf(path: Path, config: LlamaConfig, tokenizer_from: Path) -> None:
     writer = gguf.GGUFWriter(str(path), "llama")
+    add_hyper_parameters(writer, "llama", config.to_dict())
+    add_bpe_tokenizer(writer, PreTrainedTokenizerFast.from_pretrained(str(tokenizer_from)), "smollm")
     heads, kv = config.num_attention_heads, config.num_key_value_heads
     head_dim = HIDDEN // heads
 
@@ -59,28 +57,16 @@ def _write_gguf(path: Path, config: LlamaConfig) -> None:
 
 @pytest.fixture(scope="module")
 def kquant_gguf(tmp_path_factory, default_model_dir):
-    """The .gguf file, and its converted folder placed where the loader looks for it (config, the
-    default model's tokenizer, and the file's weights dequantized: the fp32 reference)."""
+    """The .gguf file (with the default model's tokenizer); `quantization="none"` dequantizes its blocks in
+    memory, the fp32 reference."""
     path = tmp_path_factory.mktemp("kquant") / "tiny-kquant.gguf"
     config = LlamaConfig(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=len(LAYER_TYPES),
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True,
         rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2, architectures=["LlamaForCausalLM"],
     )
-    _write_gguf(path, config)
-    folder = _gguf_cache_folder(path)
-    folder.mkdir(parents=True)
-    try:
-        config.save_pretrained(folder)
-        for name in TOKENIZER_FILES:
-            if (default_model_dir / name).exists():
-                shutil.copy(default_model_dir / name, folder / name)
-        state = read_gguf_weights(path, load_model_config(folder))
-        save_file({k: dequantize(v) if isinstance(v, QuantizedWeight) else v.contiguous() for k, v in state.items()},
-                  str(folder / "model.safetensors"))
-        yield path
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
+    _write_gguf(path, config, default_model_dir)
+    return path
 
 
 def _greedy(llm: LLM, prompts: list[list[int]]) -> list[list[int]]:

@@ -1,0 +1,168 @@
+"""A GGUF file's hyper-parameters as the config.json of the same model would state them.
+
+llama.cpp's converter writes each architecture's settings under `{arch}.*` keys (`llama.embedding_length`,
+`qwen2.attention.head_count_kv`, ...) and some of them as tensors (Llama 3's `rope_freqs`, Phi-3's
+`rope_factors_long/short`). We translate them back into transformers' names so `ModelConfig.from_dict`
+reads a GGUF model exactly as it reads an HF folder: one config path, one set of defaults."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from engine.gguf_file import GGUFFile
+
+# GGUF architecture -> (config.json model_type, HF class).
+ARCHITECTURES = {
+    "llama": ("llama", "LlamaForCausalLM"),
+    "qwen2": ("qwen2", "Qwen2ForCausalLM"),
+    "qwen3": ("qwen3", "Qwen3ForCausalLM"),
+    "granite": ("granite", "GraniteForCausalLM"),
+    "phi3": ("phi3", "Phi3ForCausalLM"),
+    "gemma3": ("gemma3_text", "Gemma3ForCausalLM"),
+    "smollm3": ("smollm3", "SmolLM3ForCausalLM"),
+}
+
+# Gemma 3 files leave these to the loader (llama.cpp's defaults for the architecture).
+GEMMA3_SLIDING_WINDOW_PATTERN = 6
+GEMMA3_LOCAL_ROPE_BASE = 10_000.0
+# SmolLM3 skips RoPE in every fourth layer; llama.cpp fixes the step for the architecture.
+SMOLLM3_NO_ROPE_STEP = 4
+
+
+def gguf_config_dict(gguf: GGUFFile) -> dict[str, Any]:
+    """The config.json of the model in `gguf`."""
+    arch = gguf.architecture
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"{gguf.path.name}: GGUF architecture {arch!r} is not supported; "
+                         f"supported: {', '.join(ARCHITECTURES)}")
+    model_type, hf_class = ARCHITECTURES[arch]
+
+    def need(key: str) -> Any:
+        value = gguf.arch_get(key)
+        if value is None:
+            raise ValueError(f"{gguf.path.name} lacks {arch}.{key}")
+        return _scalar(value, f"{arch}.{key}")
+
+    hidden, heads = int(need("embedding_length")), int(need("attention.head_count"))
+    head_dim = int(_scalar(gguf.arch_get("attention.key_length", hidden // heads), "key_length"))
+    embedding = gguf.tensors["token_embd.weight"]
+    tokens = gguf.get("tokenizer.ggml.tokens")
+    config: dict[str, Any] = {
+        "model_type": model_type,
+        "architectures": [hf_class],
+        "vocab_size": int(gguf.arch_get("vocab_size") or embedding.rows_shape[0] or len(tokens or [])),
+        "hidden_size": hidden,
+        "intermediate_size": int(need("feed_forward_length")),
+        "num_hidden_layers": int(need("block_count")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": int(_scalar(gguf.arch_get("attention.head_count_kv", heads), "head_count_kv")),
+        "head_dim": head_dim,
+        "rms_norm_eps": float(gguf.arch_get("attention.layer_norm_rms_epsilon", 1e-6)),
+        "max_position_embeddings": int(need("context_length")),
+        "rope_theta": float(gguf.arch_get("rope.freq_base", 10_000.0)),
+        "tie_word_embeddings": "output.weight" not in gguf.tensors,
+        "attention_bias": "blk.0.attn_q.bias" in gguf.tensors,
+        "bos_token_id": _int_or_none(gguf.get("tokenizer.ggml.bos_token_id")),
+        "eos_token_id": _eos_ids(gguf),
+    }
+    rotary = gguf.arch_get("rope.dimension_count")
+    if rotary is not None and int(rotary) != head_dim:
+        config["partial_rotary_factor"] = int(rotary) / head_dim
+    rope = _rope_scaling(gguf, arch)
+    if rope:
+        config["rope_scaling"] = rope
+        if "original_max_position_embeddings" in rope:
+            config["original_max_position_embeddings"] = rope["original_max_position_embeddings"]
+    config.update(_family_extras(gguf, arch, config))
+    return config
+
+
+def _rope_scaling(gguf: GGUFFile, arch: str) -> dict[str, Any] | None:
+    """RoPE scaling as HF's rope_scaling dict. Llama 3's band scaling arrives as llama.cpp applies it: one
+    divisor per frequency (the `rope_freqs` tensor), which we pass on as `freq_factors`."""
+    kind = gguf.arch_get("rope.scaling.type")
+    factor = gguf.arch_get("rope.scaling.factor")
+    original = gguf.arch_get("rope.scaling.original_context_length")
+    rope: dict[str, Any] = {}
+    if "rope_factors_long.weight" in gguf.tensors:  # Phi-3 LongRoPE
+        rope = {"rope_type": "longrope", "long_factor": _floats(gguf, "rope_factors_long.weight"),
+                "short_factor": _floats(gguf, "rope_factors_short.weight")}
+        if gguf.arch_get("rope.scaling.attn_factor") is not None:
+            rope["attention_factor"] = float(gguf.arch_get("rope.scaling.attn_factor"))
+    elif kind in ("linear", "yarn") and factor:
+        rope = {"rope_type": kind, "factor": float(factor)}
+        if kind == "yarn":
+            for ours, theirs in (("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow")):
+                if gguf.arch_get(f"rope.scaling.{theirs}") is not None:
+                    rope[ours] = float(gguf.arch_get(f"rope.scaling.{theirs}"))
+    elif kind not in (None, "none", "linear", "yarn"):
+        raise ValueError(f"{gguf.path.name}: rope scaling {kind!r} is not supported (linear, yarn, longrope are)")
+    if "rope_freqs.weight" in gguf.tensors:
+        rope = {"rope_type": "default", **rope, "freq_factors": _floats(gguf, "rope_freqs.weight")}
+    if rope and original:
+        rope["original_max_position_embeddings"] = int(original)
+    return rope or None
+
+
+def _family_extras(gguf: GGUFFile, arch: str, config: dict[str, Any]) -> dict[str, Any]:
+    if arch == "granite":
+        names = {"embedding_multiplier": "embedding_scale", "attention_multiplier": "attention.scale",
+                 "residual_multiplier": "residual_scale", "logits_scaling": "logit_scale"}
+        return {ours: float(gguf.arch_get(theirs)) for ours, theirs in names.items()
+                if gguf.arch_get(theirs) is not None}
+    if arch == "gemma3":
+        layers = config["num_hidden_layers"]
+        window = int(gguf.arch_get("attention.sliding_window", 0) or 0)
+        pattern = gguf.arch_get("attention.sliding_window_pattern", GEMMA3_SLIDING_WINDOW_PATTERN)
+        # Either one flag per layer (sliding or not) or every n-th layer global, as llama.cpp reads it.
+        sliding = ([bool(x) for x in pattern] if isinstance(pattern, np.ndarray | list)
+                   else [(i + 1) % int(pattern) != 0 for i in range(layers)])
+        extras: dict[str, Any] = {
+            "rope_local_base_freq": float(gguf.arch_get("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_BASE)),
+            "hidden_activation": "gelu_pytorch_tanh",
+            # llama.cpp's choice: 27B (62 layers) scales queries by hidden / heads, the others by head_dim.
+            "query_pre_attn_scalar": (config["hidden_size"] // config["num_attention_heads"] if layers == 62
+                                      else config["head_dim"]),
+            "final_logit_softcapping": gguf.arch_get("final_logit_softcapping"),
+        }
+        extras["sliding_window"] = window or None  # no window in the file: every layer is global
+        if window:
+            extras["layer_types"] = ["sliding_attention" if s else "full_attention" for s in sliding]
+        return extras
+    if arch == "smollm3":
+        step = SMOLLM3_NO_ROPE_STEP
+        return {"no_rope_layers": [int((i + 1) % step != 0) for i in range(config["num_hidden_layers"])],
+                "no_rope_layer_interval": step}
+    return {}
+
+
+def _eos_ids(gguf: GGUFFile) -> int | list[int] | None:
+    """EOS and the other end-of-generation ids the file names (end of turn, end of message)."""
+    ids = []
+    for key in ("eos", "eot", "eom"):
+        i = _int_or_none(gguf.get(f"tokenizer.ggml.{key}_token_id"))
+        if i is not None and i not in ids:
+            ids.append(i)
+    return None if not ids else ids[0] if len(ids) == 1 else ids
+
+
+def _floats(gguf: GGUFFile, name: str) -> list[float]:
+    t = gguf.tensors[name]
+    if t.qtype != 0:
+        raise ValueError(f"{gguf.path.name}: {name} must be F32")
+    return np.frombuffer(t.data.tobytes(), dtype=np.float32).tolist()
+
+
+def _scalar(value: Any, key: str) -> Any:
+    """Per-layer arrays (some files list head counts per layer) must agree to be one number."""
+    if isinstance(value, np.ndarray | list):
+        if len(set(np.asarray(value).tolist())) != 1:
+            raise ValueError(f"per-layer {key} values differ; not supported")
+        return np.asarray(value).tolist()[0]
+    return value
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -1,0 +1,189 @@
+"""A GGUF file's tokenizer (`tokenizer.ggml.*`), rebuilt with the `tokenizers` library as a fast HF tokenizer.
+
+llama.cpp is the reference for what a GGUF file means, so the choices follow its reading of the file:
+- `gpt2` model: byte-level BPE over the file's tokens and merges, split first by the pre-tokenizer that
+  `tokenizer.ggml.pre` names (llama.cpp maps each name to regexes; we use the original regexes of those
+  models' tokenizer.json, which HF's Oniguruma engine runs as written);
+- `llama` model: SentencePiece's BPE, as llama.cpp runs it: the pair whose merged piece has the highest
+  score merges first, unknown bytes fall back to `<0xXX>` pieces, and a space is prefixed to every run of
+  text (the first, and each after a special token) when `add_space_prefix` says so;
+- control tokens are special tokens, user-defined ones are matched whole but are not special;
+- `add_bos_token`/`add_eos_token` as the file says, else llama.cpp's defaults for the model kind.
+The chat template comes from `tokenizer.chat_template`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.gguf_file import GGUFFile
+
+# Token types of `tokenizer.ggml.token_type` (llama.cpp's llama_token_type).
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+           r"|\s+(?!\S)|\s+")
+_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+          r"|\s+(?!\S)|\s+")
+_QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
+_CONTRACTIONS = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+_GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTIONS}|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
+          rf"{_CONTRACTIONS}|\p{{N}}{{1,3}}| ?[^\s\p{{L}}\p{{N}}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_TEKKEN = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*|\p{{N}}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_DEFAULT = [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"]
+
+
+def _family(names: str, regexes: list[str], ignore_merges: bool = False, clean_spaces: bool = True,
+            add_bos: bool = False) -> dict[str, tuple[list[str], bool, bool, bool]]:
+    return {name: (regexes, ignore_merges, clean_spaces, add_bos) for name in names.split()}
+
+
+# `tokenizer.ggml.pre` -> (regexes applied in turn, whole pre-tokens in the vocabulary skip the merges,
+# clean up spaces before punctuation when decoding, add BOS by default), grouped as llama.cpp groups them.
+PRE_TOKENIZERS: dict[str, tuple[list[str], bool, bool, bool]] = {
+    **_family("default", _DEFAULT),
+    **_family("gpt-2 phi-2 mpt olmo jais trillion exaone4 mellum modern-bert granite-docling jina-es jina-de "
+              "gigachat", [_GPT2]),
+    **_family("llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2", [_LLAMA3], ignore_merges=True,
+              add_bos=True),
+    **_family("dbrx smaug-bpe", [_LLAMA3]),
+    **_family("qwen2 deepseek-r1-qwen kormo", [_QWEN2], clean_spaces=False),
+    **_family("stablelm2 megrez hunyuan", [_QWEN2]),
+    **_family("qwen35", [_QWEN35], clean_spaces=False),
+    **_family("starcoder refact codeshell exaone minerva-7b", [r"\p{N}", _GPT2]),
+    **_family("smollm command-r", [r"\p{N}", _GPT2], clean_spaces=False),
+    **_family("gpt-4o llama4", [_GPT4O], clean_spaces=False),
+    **_family("tekken", [_TEKKEN], ignore_merges=True, clean_spaces=False, add_bos=True),
+}
+
+
+def load_gguf_tokenizer(gguf: GGUFFile):
+    """A `PreTrainedTokenizerFast` equivalent to the file's tokenizer, chat template included."""
+    from transformers import PreTrainedTokenizerFast
+
+    model = gguf.get("tokenizer.ggml.model")
+    tokens: list[str] | None = gguf.get("tokenizer.ggml.tokens")
+    if not tokens:
+        raise ValueError(f"{gguf.path.name} has no tokenizer (tokenizer.ggml.tokens)")
+    types = [int(t) for t in gguf.get("tokenizer.ggml.token_type", [NORMAL] * len(tokens))]
+    if model == "gpt2":
+        tokenizer, add_bos, clean_spaces = _byte_level_bpe(gguf, tokens)
+    elif model == "llama":
+        tokenizer, add_bos, clean_spaces = _sentencepiece_bpe(gguf, tokens, types)
+    else:
+        raise ValueError(f"{gguf.path.name}: tokenizer model {model!r} is not supported (gpt2 and llama are)")
+    add_bos = bool(gguf.get("tokenizer.ggml.add_bos_token", add_bos))
+    add_eos = bool(gguf.get("tokenizer.ggml.add_eos_token", False))
+
+    from tokenizers import AddedToken
+
+    # Ids of the special and user-defined tokens are those of the file: each is already in the vocabulary.
+    tokenizer.add_tokens([AddedToken(tokens[i], special=types[i] == CONTROL, normalized=False)
+                          for i in range(len(tokens)) if types[i] in (CONTROL, USER_DEFINED)])
+    specials = _special_tokens(gguf, tokens)
+    _post_processor(tokenizer, specials, add_bos, add_eos)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, clean_up_tokenization_spaces=clean_spaces,
+        chat_template=gguf.get("tokenizer.chat_template"), **specials,
+    )
+    fast.add_bos_token, fast.add_eos_token = add_bos, add_eos
+    return fast
+
+
+def _byte_level_bpe(gguf: GGUFFile, tokens: list[str]):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    pre = gguf.get("tokenizer.ggml.pre") or "default"
+    if pre not in PRE_TOKENIZERS:
+        raise ValueError(f"{gguf.path.name}: pre-tokenizer {pre!r} is not supported; "
+                         f"supported: {', '.join(sorted(PRE_TOKENIZERS))}")
+    regexes, ignore_merges, clean_spaces, add_bos = PRE_TOKENIZERS[pre]
+    merges = [_split_merge(m) for m in gguf.get("tokenizer.ggml.merges", [])]
+    bpe = models.BPE(vocab=_vocab(tokens), merges=merges, ignore_merges=ignore_merges)
+    tokenizer = Tokenizer(bpe)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer, add_bos, clean_spaces
+
+
+def _sentencepiece_bpe(gguf: GGUFFile, tokens: list[str], types: list[int]):
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    scores = gguf.get("tokenizer.ggml.scores")
+    if scores is None:
+        raise ValueError(f"{gguf.path.name}: a SentencePiece tokenizer needs tokenizer.ggml.scores")
+    vocab = _vocab(tokens)
+    unk = gguf.get("tokenizer.ggml.unknown_token_id")
+    bpe = models.BPE(vocab=vocab, merges=_merges_by_score(tokens, [float(s) for s in scores], types, vocab),
+                     unk_token=tokens[int(unk)] if unk is not None else None, byte_fallback=True, fuse_unk=True)
+    tokenizer = Tokenizer(bpe)
+    space_prefix = bool(gguf.get("tokenizer.ggml.add_space_prefix", True))
+    steps = [normalizers.Prepend("\u2581")] if space_prefix else []
+    tokenizer.normalizer = normalizers.Sequence([*steps, normalizers.Replace(" ", "\u2581")])
+    decode = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if space_prefix:
+        decode.append(decoders.Strip(" ", 1, 0))
+    tokenizer.decoder = decoders.Sequence(decode)
+    return tokenizer, True, False
+
+
+def _vocab(tokens: list[str]) -> dict[str, int]:
+    vocab: dict[str, int] = {}
+    for i, token in enumerate(tokens):
+        vocab.setdefault(token, i)  # a repeated piece keeps its first id, as a lookup by text finds it
+    return vocab
+
+
+def _split_merge(merge: str) -> tuple[str, str]:
+    cut = merge.find(" ", 1)  # llama.cpp's split: the first space after the first character
+    if cut < 0:
+        raise ValueError(f"malformed BPE merge {merge!r}")
+    return merge[:cut], merge[cut + 1:]
+
+
+def _merges_by_score(tokens: list[str], scores: list[float], types: list[int],
+                     vocab: dict[str, int]) -> list[tuple[str, str]]:
+    """SentencePiece keeps no merge list: any two pieces whose concatenation is a normal piece may merge,
+    the one with the higher score first. As BPE ranks: every such split of every normal piece, ordered by
+    the merged piece's score (then its id, then the left piece's length, for a stable order)."""
+    ranked = []
+    for i, piece in enumerate(tokens):
+        if types[i] != NORMAL or len(piece) < 2:
+            continue
+        for cut in range(1, len(piece)):
+            left, right = piece[:cut], piece[cut:]
+            if left in vocab and right in vocab:
+                ranked.append((-scores[i], i, cut, left, right))
+    ranked.sort()
+    return [(left, right) for *_, left, right in ranked]
+
+
+def _special_tokens(gguf: GGUFFile, tokens: list[str]) -> dict[str, Any]:
+    found = {}
+    for hf, key in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):
+        i = gguf.get(f"tokenizer.ggml.{key}_token_id")
+        if i is not None and 0 <= int(i) < len(tokens):
+            found[f"{hf}_token"] = tokens[int(i)]
+    return found
+
+
+def _post_processor(tokenizer, specials: dict[str, Any], add_bos: bool, add_eos: bool) -> None:
+    from tokenizers import processors
+
+    bos, eos = specials.get("bos_token"), specials.get("eos_token")
+    add_bos, add_eos = add_bos and bos is not None, add_eos and eos is not None
+    if not (add_bos or add_eos):
+        return
+    single = ([f"{bos}:0"] if add_bos else []) + ["$A:0"] + ([f"{eos}:0"] if add_eos else [])
+    pair = single + ([f"{bos}:1"] if add_bos else []) + ["$B:1"] + ([f"{eos}:1"] if add_eos else [])
+    used = {t for t, wanted in ((bos, add_bos), (eos, add_eos)) if wanted}
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=" ".join(single), pair=" ".join(pair),
+        special_tokens=[(t, tokenizer.token_to_id(t)) for t in used],
+    )
