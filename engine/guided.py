@@ -18,8 +18,9 @@ Two steering rules sit on top of the grammar, both off-able engine settings:
   auto), a logit bias on the tokens that begin a trigger at the first generated token, where the
   model decides between answering in text and opening a call.
 - Budget-aware closing (`EngineConfig.guided_budget_close`, `SamplingParams.guided_budget_close`):
-  compact JSON and tool calls are closed when the tokens left before max_tokens are just enough
-  (engine/json_budget.py); after sampling, so it can replace the sampled token.
+  compact JSON and tool calls are closed when the tokens left before max_tokens are just enough, and a
+  call list ends after a complete call where another would not fit (engine/json_budget.py); after
+  sampling, so it can replace the sampled token.
 - Avoided texts (`GuidedSpec.avoid`, per request): the output is steered off
   each text at the last structural choice on its way (engine/avoid_texts.py); the chat layer
   passes the tool calls whose results are already in the conversation."""

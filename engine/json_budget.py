@@ -9,6 +9,11 @@ can say the shortest text that completes it: close the string, write each missin
 the smallest value its schema accepts, close the brackets (`JsonState.closing`). Tool calls add the
 rest of the call's tag around the arguments (`CallsState`).
 
+Once a call list holds a complete call, the answer is already good: what follows must not turn it into
+a `length` finish. So between calls the end-of-sequence token is reserved, a later call is closed whole
+(end tag and end-of-sequence token included), and a later call is not begun where the tokens left cannot
+hold its smallest valid form: the answer ends there instead (`finish_reason` "tool_calls").
+
 `BudgetCloser` does the per-step work for one sequence. While the budget is far it costs nothing
 (its state catches up lazily). Near it, each sampled token is checked: if after that token the
 closing (plus the end-of-sequence token) no longer fits in what is left, the closing of the text
@@ -471,6 +476,8 @@ class CallsState:
         self.args: JsonState | None = None
         self.done_calls = 0
         self.broken = False
+        self.written = bytearray()  # the call being written, from its trigger on
+        self.shortest = b""  # the shortest complete call written
 
     def copy(self) -> "CallsState":
         new = CallsState.__new__(CallsState)
@@ -478,12 +485,15 @@ class CallsState:
         new.mode, new.tail, new.call = self.mode, bytearray(self.tail), self.call
         new.args = self.args.copy() if self.args is not None else None
         new.done_calls, new.broken = self.done_calls, self.broken
+        new.written, new.shortest = bytearray(self.written), self.shortest
         return new
 
     def feed(self, data: bytes) -> None:
         for b in data:
             if self.broken:
                 return
+            if self.mode != "outside":
+                self.written.append(b)
             if self.mode == "args":
                 assert self.args is not None
                 self.args.feed(bytes([b]))
@@ -495,7 +505,7 @@ class CallsState:
             self.tail.append(b)
             if self.mode == "outside":
                 if self.tail.endswith(self.trigger):
-                    self.mode, self.tail = "begin", bytearray(self.trigger)
+                    self.mode, self.tail, self.written = "begin", bytearray(self.trigger), bytearray(self.trigger)
                 else:
                     del self.tail[: max(0, len(self.tail) - len(self.trigger))]
             elif self.mode == "begin":
@@ -511,13 +521,41 @@ class CallsState:
                 end = self.call.end.encode()
                 if bytes(self.tail) == end:
                     self.mode, self.tail, self.done_calls = "outside", bytearray(), self.done_calls + 1
+                    if not self.shortest or len(self.written) < len(self.shortest):
+                        self.shortest = bytes(self.written)
                 elif not end.startswith(self.tail):
                     self.broken = True
 
+    @property
+    def ends_cleanly(self) -> bool:
+        """A complete call is in hand: the answer must end with the end-of-sequence token (a "tool_calls"
+        finish), not be cut by max_tokens after it."""
+        return self.done_calls > 0
+
+    @property
+    def between_calls(self) -> bool:
+        """After a complete call, with nothing of another begun: the answer may end here."""
+        return self.mode == "outside" and self.done_calls > 0 and not self._trigger_started()
+
+    def next_calls(self) -> tuple[str, str]:
+        """Texts of a whole call that may follow a complete call (separator, tag, arguments, end tag):
+        the smallest valid one ("" when none can be computed), and the shortest this output has written.
+        A small model writes its next call much as it wrote the last: begun where only the smallest
+        form fits, it would be closed with its values cut short (`{"city": ""}`)."""
+        sep = "\n" if self.at_least_one and not self.tail.endswith(b"\n") else ""  # call ("\n" call)*
+        try:
+            smallest = sep + self._cheapest(b"")
+        except Unclosable:
+            smallest = ""
+        return smallest, (sep + self.shortest.decode("utf-8", errors="replace") if self.shortest else "")
+
     def needed(self) -> str:
         """What must be written for the call to be returned: the closing up to the end of its
-        arguments (the parser returns a call whose end tag was cut, never one whose arguments were)."""
+        arguments (the parser returns a call whose end tag was cut, never one whose arguments were).
+        After a complete call, all of the closing: the answer ends cleanly or the later call is not begun."""
         text = self.closing()
+        if self.ends_cleanly:
+            return text
         if self.mode == "end" or not text:
             return ""
         end = self.call.end if self.call is not None and self.mode == "args" else None
@@ -529,10 +567,10 @@ class CallsState:
         if self.broken:
             raise Unclosable("not a call we follow")
         if self.mode == "outside":
-            if self.done_calls or not self.at_least_one:
+            started = self._trigger_started()  # a trigger partly written is continued
+            # Under auto, text (a "<" included) may end anywhere; under required a begun tag is a call.
+            if not self.at_least_one or (self.done_calls and not started):
                 return ""
-            tail = bytes(self.tail)  # a trigger partly written is continued
-            started = next((tail[k:] for k in range(len(tail)) if self.trigger.startswith(tail[k:])), b"")
             return self._cheapest(started)
         if self.mode == "begin":
             return self._cheapest(bytes(self.tail))
@@ -541,6 +579,10 @@ class CallsState:
             assert self.args is not None
             return self.args.closing() + self.call.end
         return self.call.end[len(self.tail.decode("utf-8", errors="replace")):]
+
+    def _trigger_started(self) -> bytes:
+        tail = bytes(self.tail)
+        return next((tail[k:] for k in range(len(tail)) if self.trigger.startswith(tail[k:])), b"")
 
     def _cheapest(self, written: bytes) -> str:
         options = []
@@ -559,25 +601,54 @@ class CallsState:
 # -- per sequence ----------------------------------------------------------------------------------
 
 
+def _need(state: JsonState | CallsState, encode: Callable[[str], list[int]]) -> int:
+    """Tokens that must still fit: the needed closing, and the end-of-sequence token after a complete call."""
+    eos = isinstance(state, CallsState) and state.ends_cleanly
+    return len(encode(state.needed())) + eos
+
+
+def _call_room(state: JsonState | CallsState, encode: Callable[[str], list[int]]) -> int:
+    """Tokens another call takes (separator and end tag included; CallsState.next_calls); 0 for JSON."""
+    if not isinstance(state, CallsState):
+        return 0
+    return max(len(encode(text)) for text in state.next_calls())
+
+
+def _call_bytes(state: JsonState | CallsState) -> int:
+    """A bound on the tokens another call could take, in bytes: how far ahead of max_tokens a call list
+    is checked every step."""
+    if not isinstance(state, CallsState):
+        return 0
+    return max(len(text.encode()) for text in state.next_calls())
+
+
+def _begins_a_call(before: JsonState | CallsState, after: JsonState | CallsState) -> bool:
+    """The token between `before` and `after` is the first of another call (the separator aside)."""
+    return isinstance(before, CallsState) and before.between_calls and not after.between_calls
+
+
 class BudgetCloser:
     """One constrained sequence's budget steering (see the module's docstring). `encode` turns a
     closing text into token ids (cached by the caller); `vocab` holds each token's bytes."""
 
-    __slots__ = ("state", "consumed", "need", "forced", "off", "eos")
+    __slots__ = ("state", "consumed", "need", "forced", "off", "eos", "far")
 
     def __init__(self, state: JsonState | CallsState, eos: int):
         self.state = state
         self.consumed = 0  # output tokens read into `state`
-        self.need: int | None = None  # tokens the last closing took
+        self.need: int | None = None  # tokens the last closing took, and room for another call in a call list
         self.forced: list[int] = []  # the rest of a closing being forced
         self.off = False  # the grammar alone from here on
         self.eos = eos
+        # A call list is checked every step from where another call in its smallest form might not fit
+        # (its bytes bound its tokens): where a call ends, the next step may begin another.
+        self.far = FAR_TOKENS + _call_bytes(state)
 
     def is_near(self, left: int) -> bool:
         """Whether this step must be checked, with `left` tokens left including this step's."""
-        if self.forced:
+        if self.forced or (left <= self.far and isinstance(self.state, CallsState)):
             return True
-        return left <= (FAR_TOKENS if self.need is None else self.need + NEAR_TOKENS)
+        return left <= (self.far if self.need is None else self.need + NEAR_TOKENS)
 
     def catch_up(self, output: list[int], vocab: Sequence[bytes]) -> None:
         for token in output[self.consumed:]:
@@ -595,12 +666,16 @@ class BudgetCloser:
                 return sampled
             after = self.state.copy()
             after.feed(vocab[sampled])
-            need = len(encode(after.needed()))
+            if _begins_a_call(self.state, after) and _call_room(self.state, encode) + 1 > left and accepts([self.eos]):
+                return self.eos  # another call would not fit: the answer ends with the calls it has
+            need = _need(after, encode)
             if need <= left - 1:
-                self.need = need
+                # In a call list the next check must come before another call could begin: the closing
+                # grows from one token (the end-of-sequence) to a whole call in one step.
+                self.need = need + _call_bytes(after)
                 return sampled
             plan = encode(self.state.closing()) + [self.eos]
-            need = len(encode(self.state.needed()))
+            need = _need(self.state, encode)
         except Unclosable:
             plan = None
         # What parses must fit; the rest (a call's end tag, the end-of-sequence token that makes the

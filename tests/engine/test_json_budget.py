@@ -9,7 +9,7 @@ import pytest
 import xgrammar as xgr
 
 from engine.chat.constraints import guided_for_tools
-from engine.json_budget import CallsState, JsonState, Unclosable, minimal_value
+from engine.json_budget import BudgetCloser, CallsState, JsonState, Unclosable, minimal_value
 
 PERSON = {"type": "object", "properties": {
     "name": {"type": "string"},
@@ -131,3 +131,89 @@ def test_every_prefix_of_tool_calls_closes_into_calls(choice):
             assert isinstance(json.loads(c.arguments), dict)
         if "<tool_call>" in text[:k]:
             assert calls, done  # an opened call is completed, never dropped
+
+
+# -- the end of a call list (issue 42) -------------------------------------------------------------
+# One token per ASCII character and an end-of-sequence token, with the engine's own grammar as oracle.
+EOS = 128
+VOCAB = [bytes([i]) for i in range(128)] + [b""]
+
+
+class _Steered:
+    """A tool-call output written one character-token at a time through BudgetCloser.step, as the sampler does."""
+
+    def __init__(self, choice: str, max_tokens: int):
+        spec = guided_for_tools(TOOLS, choice).constraint
+        info = xgr.TokenizerInfo([chr(i) for i in range(128)] + ["</s>"], stop_token_ids=[EOS])
+        tag = json.dumps(spec.tag)
+        self.matcher = xgr.GrammarMatcher(xgr.GrammarCompiler(info, cache_enabled=False).compile_structural_tag(tag))
+        calls = spec.tool_calls
+        self.closer = BudgetCloser(CallsState(list(calls.calls), calls.trigger, calls.at_least_one), EOS)
+        self.max_tokens, self.out = max_tokens, []
+
+    def accepts(self, tokens: list[int]) -> bool:
+        taken = 0
+        for t in tokens:
+            if not self.matcher.accept_token(t):
+                break
+            taken += 1
+        if taken:
+            self.matcher.rollback(taken)
+        return taken == len(tokens)
+
+    def write(self, text: str) -> str:
+        """Offers `text` character by character (then EOS); returns what was written in its place."""
+        for token in [*text.encode(), EOS]:
+            left = self.max_tokens - len(self.out)
+            if left <= 0 or (self.out and self.out[-1] == EOS):
+                break
+            if self.closer.is_near(left):
+                self.closer.catch_up(self.out, VOCAB)
+                token = self.closer.step(token, left, VOCAB, lambda s: list(s.encode()), self.accepts)
+            assert self.matcher.accept_token(token), (bytes(self.out), token)
+            self.out.append(token)
+        return bytes(t for t in self.out if t != EOS).decode()
+
+
+SEOUL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Seoul", "unit": "celsius"}}\n</tool_call>'
+OSLO = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+ADD = '<tool_call>\n{"name": "add", "arguments": {"a": 1234567890123456789, "b": 22}}\n</tool_call>'  # > Oslo's
+
+
+ROOM = len("\n" + SEOUL) + 1  # after Seoul's call: another as long, and the EOS token
+THIRD = 2 * len(OSLO) + 3  # after Oslo's (shorter): "\n", Oslo, "\n", another as long as Oslo's, EOS
+
+
+@pytest.mark.parametrize("spare", [1, 10, ROOM - 1, ROOM, THIRD - 1, THIRD, THIRD + 40])
+def test_a_call_list_ends_with_its_calls_not_a_cut(spare):
+    """After a complete call, another is begun only when the tokens left hold it whole (as small as
+    the valid form or the shortest call written, whichever is longer) with the end-of-sequence token;
+    a later call begun is closed whole. Either way the answer ends with EOS: finish "tool_calls"."""
+    from engine.chat.parser import parse_answer
+
+    steered = _Steered("required", len(SEOUL) + spare)
+    text = steered.write(SEOUL + "\n" + OSLO + "\n" + ADD)
+    assert steered.out[-1] == EOS, text
+    content, calls, _ = parse_answer(text)
+    assert content is None and calls[0].arguments == '{"city": "Seoul", "unit": "celsius"}'
+    if spare < ROOM:  # a call as long as the one written does not fit: the answer ends after it
+        assert text.rstrip("\n") == SEOUL and len(calls) == 1
+    elif spare < THIRD:  # the second is written whole, a third does not fit
+        assert text.rstrip("\n") == SEOUL + "\n" + OSLO and len(calls) == 2
+    else:  # the third is begun where a call as long as Oslo's fits; closed whole where it runs longer
+        assert len(calls) == 3 and calls[2].name == "add" and text.endswith("</tool_call>")
+        assert (calls[2].arguments == '{"a": 1234567890123456789, "b": 22}') == (spare > THIRD + len(ADD) - len(OSLO))
+    for c in calls:
+        jsonschema.validate(json.loads(c.arguments), TOOLS[c.name == "add"]["function"]["parameters"])
+
+
+def test_the_next_call_is_the_smallest_valid_or_the_shortest_written():
+    state = _calls_state("required")
+    state.feed(SEOUL.encode())
+    assert state.between_calls and state.ends_cleanly and state.needed() == ""
+    smallest, written = state.next_calls()
+    assert smallest == '\n<tool_call>\n{"name": "add", "arguments": {"a": 0, "b": 0}}\n</tool_call>'
+    assert written == "\n" + SEOUL
+    state.feed(b"\n<tool")  # begun: under required only a call may follow, closed whole with its end tag
+    assert not state.between_calls
+    assert state.needed() == '_call>\n{"name": "add", "arguments": {"a": 0, "b": 0}}\n</tool_call>'

@@ -170,6 +170,29 @@ def test_cut_and_repeated_calls_are_not_returned(client, messages):
         [(t.function.name, t.function.arguments) for t in plain.message.tool_calls]
 
 
+# Issue 42: one complete call, then further calls begun until max_tokens cut them: finish "length" on
+# an answer that was fine (clients that treat length as an error failed).
+WEATHER_ASKS = ["What's the weather in Oslo?", "What's the weather in Seoul?", "How hot is it in Cairo?",
+                "Is it raining in Paris?", "Tell me the temperature in Tokyo."]
+
+
+def test_a_call_list_ends_where_another_call_would_not_fit(client):
+    tool = [{"type": "function", "function": {**TOOLS[0]["function"], "name": "weather"}}]
+    for ask in WEATHER_ASKS:
+        body = {"model": MODEL, "messages": [{"role": "user", "content": ask}], "tools": tool,
+                "tool_choice": "required", "temperature": 0, "max_tokens": 64}
+        c = client.chat.completions.create(**body).choices[0]
+        assert c.finish_reason == "tool_calls" and c.message.tool_calls, (ask, c)
+        for call in c.message.tool_calls:
+            jsonschema.validate(json.loads(call.function.arguments), WEATHER)
+        with client.chat.completions.stream(**body) as stream:  # raises on a length finish
+            for _ in stream:
+                pass
+            streamed = stream.get_final_completion().choices[0]
+        assert [t.function.arguments for t in streamed.message.tool_calls] == \
+            [t.function.arguments for t in c.message.tool_calls]
+
+
 def test_a_single_call_when_parallel_calls_are_off(client):
     r = client.chat.completions.create(model=MODEL, messages=REPEATERS[0], tools=WEATHER_TOOL,
                                        tool_choice="required", parallel_tool_calls=False, temperature=0,
