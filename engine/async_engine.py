@@ -19,6 +19,7 @@ from engine.errors import EngineDeadError
 from engine.llm_engine import LLMEngine
 from engine.lora import LoRARequest
 from engine.outputs import EngineStats, RequestOutput
+from engine.pooling import PoolingOutput, PoolingParams
 from engine.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ class AddRequest:
     priority: int
     fairness_key: Hashable | None
     lora_request: LoRARequest | str | None
+    pooling: PoolingParams | None = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,8 @@ class AsyncEngine:
                 case AddRequest():
                     try:
                         self.engine.add_request(cmd.request_id, cmd.prompt, cmd.params, priority=cmd.priority,
-                                                fairness_key=cmd.fairness_key, lora_request=cmd.lora_request)
+                                                fairness_key=cmd.fairness_key, lora_request=cmd.lora_request,
+                                                pooling=cmd.pooling)
                     except Exception as exc:  # bad input: reported to that request only
                         self._deliver(cmd.request_id, exc, last=True)
                 case Call():
@@ -181,10 +184,12 @@ class AsyncEngine:
     async def generate(
         self, prompt: str | list[int], params: SamplingParams | None = None, request_id: str | None = None,
         priority: int = 0, fairness_key: Hashable | None = None, lora_request: LoRARequest | str | None = None,
+        pooling: PoolingParams | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Streams the request's outputs; the last one has `finished` set. Cancelling the consumer
         (a client that disconnects) aborts the request and frees its KV blocks. `priority`,
-        `fairness_key` and `lora_request` as LLMEngine.add_request takes them."""
+        `fairness_key`, `lora_request` and `pooling` as LLMEngine.add_request takes them (an embedding
+        request's one output is a PoolingOutput)."""
         if self.error is not None:
             raise EngineDeadError(f"the engine has stopped: {self.error}")
         request_id = request_id or uuid.uuid4().hex
@@ -192,7 +197,7 @@ class AsyncEngine:
         with self._lock:
             self._streams[request_id] = (asyncio.get_running_loop(), q)
         self._commands.put(AddRequest(request_id, prompt, params or SamplingParams(), priority, fairness_key,
-                                      lora_request))
+                                      lora_request, pooling))
         self._wake.set()
         finished = False
         try:
@@ -233,6 +238,15 @@ class AsyncEngine:
         async for out in self.generate(prompt, params, request_id, priority, fairness_key, lora_request):
             last = out
         assert last is not None
+        return last
+
+    async def embed(self, prompt: str | list[int], pooling: PoolingParams, request_id: str | None = None,
+                    priority: int = 0, fairness_key: Hashable | None = None) -> PoolingOutput:
+        """An embedding request (engine/pooling.py): its prompt's pooled final hidden states."""
+        last = None
+        async for out in self.generate(prompt, None, request_id, priority, fairness_key, pooling=pooling):
+            last = out
+        assert isinstance(last, PoolingOutput), last
         return last
 
     async def _call(self, fn):

@@ -92,8 +92,9 @@ class BlockManager:
     def _cached_prefix(self, seq: Sequence) -> list[int]:
         """Physical blocks holding this sequence's longest cached prefix of full blocks.
 
-        The block holding the last token is never taken from the cache: its logits must be computed."""
-        if not self.enable_prefix_caching:
+        The block holding the last token is never taken from the cache: its logits must be computed. An
+        embedding request pooling over every token takes nothing (those rows must be computed)."""
+        if not self.enable_prefix_caching or (seq.pooling is not None and seq.pooling.needs_every_row):
             return []
         hits: list[int] = []
         prev = self._root_hash(seq)

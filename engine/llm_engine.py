@@ -16,6 +16,7 @@ from engine.lora import LoRARequest
 from engine.model_runner import ModelRunner
 from engine.output_processor import OutputProcessor, Request, eos_token_ids
 from engine.outputs import EngineStats, RequestMetrics, RequestOutput
+from engine.pooling import PoolingOutput, PoolingParams, PoolingState, pooled_sequences
 from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import SampledSeq, Scheduler
@@ -112,11 +113,15 @@ class LLMEngine:
         priority: int = 0,
         fairness_key: Hashable | None = None,
         lora_request: LoRARequest | str | None = None,
+        pooling: PoolingParams | None = None,
     ) -> Request:
         """`priority`: lower runs first, as vLLM's; `fairness_key` (an API key, say): requests of
         equal priority take turns by key (engine/scheduler.py); `lora_request`: a loaded adapter's name,
-        or a LoRARequest (loaded under its name on first sight, as vLLM does)."""
+        or a LoRARequest (loaded under its name on first sight, as vLLM does); `pooling`: an embedding
+        request (engine/pooling.py), answered by one PoolingOutput once its prompt is computed."""
         params = params or SamplingParams()
+        if pooling is not None:
+            params = SamplingParams(max_tokens=1)  # prefill only: nothing is sampled
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         token_ids = self.check_request(prompt, params, priority)
@@ -131,6 +136,7 @@ class LLMEngine:
             self._release(req)  # a refused grammar must not pin the adapter
             raise
         seq.pending_forks = params.n - 1
+        seq.pooling = PoolingState(pooling) if pooling is not None else None
         self.requests[request_id] = req
         self.scheduler.add(seq)
         return req
@@ -238,7 +244,18 @@ class LLMEngine:
         outputs, finished = self.processor.outputs()
         for req in finished:
             self._release(req)
-        return outputs
+        return outputs + self._pooled(sched)
+
+    def _pooled(self, sched) -> list[PoolingOutput]:
+        """Embedding requests whose prompt this step completed: finished here, their blocks freed."""
+        outs = []
+        for seq in pooled_sequences(sched.scheduled):
+            seq.finish_reason = "stop"
+            self._finish(seq)
+            req = self.requests[seq.request_id]
+            self._retire(req)
+            outs.append(PoolingOutput(req.request_id, req.prompt_token_ids, seq.pooling.result(), req.metrics))
+        return outs
 
     def _append(self, sampled: list[SampledSeq]) -> None:
         """Hands each sequence's new tokens to the output processor, which appends them up to a stop."""

@@ -10,6 +10,7 @@ from engine.config import EngineConfig
 from engine.loader import ModelSource
 from engine.lora import LoRABatch, LoRAManager
 from engine.models import AttentionMetadata, model_class
+from engine.pooling import pool_rows
 from engine.scheduler import SchedulerOutput
 from kernels.cpu import cpu_kernels_available
 
@@ -167,6 +168,8 @@ class ModelRunner:
             )
         inputs = self.prepare(sched)
         hidden = self.model.forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches, inputs.lora)
+        if any(item.seq.pooling is not None for item in sched.scheduled):
+            pool_rows(sched.scheduled, hidden)  # embedding requests take their rows (engine/pooling.py)
         if inputs.logits_indices.numel() == 0:
             return torch.empty(0, self.model.vocab_size)
         return self.model.compute_logits(hidden[inputs.logits_indices]).cpu()

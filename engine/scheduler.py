@@ -52,8 +52,9 @@ class ScheduledSeq:
 
     @property
     def samples(self) -> bool:
-        """Whether this step reaches the sequence's last token, so its logits produce a new token."""
-        return self.seq.num_computed_tokens + self.num_new_tokens >= len(self.seq)
+        """Whether this step reaches the sequence's last token, so its logits produce a new token (an
+        embedding request's never do: engine/pooling.py)."""
+        return self.seq.num_computed_tokens + self.num_new_tokens >= len(self.seq) and self.seq.pooling is None
 
 
 @dataclass

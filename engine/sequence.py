@@ -52,6 +52,7 @@ class Sequence:
     effective_priority: int = 0  # while it runs: as of the current step (Scheduler.schedule)
     admitted_order: int = 0
     lora_int_id: int = 0  # the LoRA adapter (engine/lora.py) this sequence runs with; 0: none
+    pooling: Any = None  # an embedding request (engine/pooling.py's PoolingState): prefill only, samples nothing
 
     def __len__(self) -> int:
         return len(self.token_ids)

@@ -170,7 +170,8 @@ class Speculator:
 
     def propose(self, running: list[Sequence]) -> None:
         """Sets `spec_tokens` on the decoding sequences worth speculating for this step."""
-        decoding = [s for s in running if s.num_uncomputed_tokens == 1 and s.matcher is None and not s.pending_forks]
+        decoding = [s for s in running if s.num_uncomputed_tokens == 1 and s.matcher is None and not s.pending_forks
+                    and s.pooling is None]
         if not decoding or len(decoding) > self.spec.max_batch:
             return
         chosen, ks = [], []
