@@ -3,7 +3,10 @@ the database so every replica on it sees the same counts (gateway/tables/rate_li
 request is refused (429, `rate_limit_exceeded`, `retry-after`) once its key made its requests
 this minute or spent its tokens; a finished request's tokens (prompt + completion) count in the
 minute it finishes, as its answer's usage says them. Responses carry OpenAI's `x-ratelimit-*`
-headers. Keys given to the server itself (--api-key) are the operator's: not limited, not counted."""
+headers. Keys given to the server itself (--api-key) are the operator's: not limited, not counted.
+Work a key queued runs as that key: each line of its batches is one of its requests, admitted here
+before it runs (and deferred to the next window, not failed, while the key is at its limit), and
+its batch lines and background responses spend its tokens and usage as its requests do."""
 
 import logging
 import math
@@ -80,6 +83,15 @@ async def check(db: Database, settings: Settings, key: ApiKey) -> RateLimit | No
     async with db.sessions() as session:
         spent = await admit(session, key.id, _window(now), rpm, tpm)
     return RateLimit(key.name, rpm, tpm, spent, now)
+
+
+async def admit_job(db: Database, settings: Settings, key_id: int) -> RateLimit | None:
+    """Counts a job's request (a line of a batch) of database key `key_id` as one of its HTTP requests;
+    None where the key has no limit, or no longer exists. A refused one (not `.spent.admitted`) is
+    not failed: the job waits `.reset_s` for the key's next window, as OpenAI's batch queue waits."""
+    async with db.sessions() as session:
+        key = await session.get(ApiKey, key_id)
+    return await check(db, settings, key) if key is not None else None
 
 
 async def record_usage(db: Database, key_id: int, record: RequestRecord) -> None:

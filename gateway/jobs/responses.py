@@ -9,6 +9,7 @@ import time
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gateway import rate_limits
 from gateway.errors import APIError, as_api_error
 from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
 from gateway.jobs.leases import LeasePolicy, free
@@ -79,7 +80,12 @@ async def run_background(state: ServerState, response_id: str, lease: LeasePolic
             return
         try:
             body = ResponsesRequest.model_validate(row.request)
-            await run_response(body, state, session, queued=queued, caller=Caller.for_owner(row.created_by))
+            caller = Caller.for_owner(row.created_by)
+            answer = await run_response(body, state, session, queued=queued, caller=caller)
+            usage = getattr(answer, "usage", None)
+            if caller.key_id is not None and usage is not None:  # its key's tokens, as the request's would be
+                await rate_limits.charge_tokens(state.db, caller.key_id, usage.input_tokens, usage.output_tokens,
+                                                f"background response {response_id}")
         except Exception as exc:  # not CancelledError: a cancelled run leaves the row to its canceller
             err = as_api_error(exc)
             if err.status == 503:

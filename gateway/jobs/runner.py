@@ -19,6 +19,7 @@ import time
 
 from sqlalchemy import select, update
 
+from gateway import rate_limits
 from gateway.jobs import batches, leases, responses
 from gateway.jobs.gate import JobGate
 from gateway.jobs.webhooks import WebhookPolicy, WebhookSender
@@ -113,9 +114,42 @@ class BatchJob:
                 return
             line = claimed[0]
             self.held.add(line.line)
+            if self.caller.key_id is not None and not await self._admit(expires_at):
+                return  # the window closed while the line waited: run() hands it back and finalizes
             task = asyncio.create_task(self._line(line), name=f"{self.batch_id}:{line.line}")
             self._lines.add(task)
             task.add_done_callback(self._line_done)
+
+    async def _admit(self, expires_at: float | None) -> bool:
+        """Counts the claimed line against its owner's rate limits (gateway/rate_limits.py), as a
+        request of its key: a key's batches run no faster than its requests may. While the key's
+        window is spent the line waits for the next one, held (its lease renewed) but without its
+        place at the gate, so other keys' work runs meanwhile. Entered holding a place at the gate,
+        left holding it when True; False when the batch's completion window closed meanwhile."""
+        gate, priority = self.runner.gate, self.state.settings.priority_batch
+        assert self.caller.key_id is not None
+        placed = True
+        try:
+            while True:
+                limit = await rate_limits.admit_job(self.state.db, self.state.settings, self.caller.key_id)
+                if limit is None or limit.spent.admitted:
+                    return True
+                gate.release()
+                placed = False
+                wait = max(0.01, limit.reset_s)
+                if expires_at is not None:
+                    if time.time() > expires_at:
+                        return False
+                    wait = min(wait, expires_at - time.time() + 0.01)
+                log.debug("batch %s: key %r is at its rate limit; the next line waits %.2fs", self.batch_id,
+                          limit.key_name, wait)
+                await asyncio.sleep(wait)
+                await gate.acquire(priority)
+                placed = True
+        except BaseException:
+            if placed:
+                gate.release()
+            raise
 
     def _line_done(self, task: asyncio.Task) -> None:
         # A callback, not a `finally`: a task cancelled before its first step never runs its body.

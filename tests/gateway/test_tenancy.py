@@ -25,19 +25,20 @@ from engine.loader import resolve_model
 from gateway.cli import create_key
 from integrations.text2sql.dataset import demo_database
 from tests.engine.conftest import make_tiny_llama
-from tests.gateway.jobs_helpers import WEBHOOK_SECRET, DbReader, database_for, jsonl
+from tests.gateway.jobs_helpers import TERMINAL, WEBHOOK_SECRET, DbReader, database_for, jsonl
 from tests.gateway.server import RunningServer, run_server
 
 pytestmark = pytest.mark.default_model  # the tiny model borrows its tokenizer
 
 ADMIN_KEY = "sk-admin-tenancy-test"
 QUOTA_MB = 0.1
+DAVE_RPM = 2  # requests per rate-limit window
 
 
-def _new_key(name: str, db: str) -> str:
+def _new_key(name: str, db: str, rpm: int | None = None) -> str:
     out = io.StringIO()
     with redirect_stdout(out):
-        create_key(name=name, db=db, rpm=None, tpm=None)
+        create_key(name=name, db=db, rpm=rpm, tpm=None)
     return out.getvalue().strip()
 
 
@@ -82,6 +83,7 @@ def world(request, tmp_path_factory, listener) -> Iterator[tuple[RunningServer, 
     tmp = tmp_path_factory.mktemp("tenancy")
     db_url = database_for(request, tmp)
     keys = {name: _new_key(name, db_url) for name in ("alice", "bob", "carol")}
+    keys["dave"] = _new_key("dave", db_url, rpm=DAVE_RPM)
     tiny = make_tiny_llama(tmp / "tiny", resolve_model("default"), layers=1)
     source_dir = tmp / "sources"
     source_dir.mkdir()
@@ -258,6 +260,55 @@ def test_batch_lines_count_as_the_owners_usage(world, alices):
     done = _wait(c["alice"], f"/batches/{batch['id']}", lambda b: b["status"] == "completed")
     assert done["usage"]["total_tokens"] > 0
     assert tokens() - before == done["usage"]["total_tokens"]
+
+
+def test_background_responses_count_as_the_owners_usage(world):
+    server, c, _ = world
+    sql = ("SELECT coalesce(sum(u.prompt_tokens + u.completion_tokens), 0) FROM key_usage u "
+           "JOIN api_keys k ON k.id = u.key_id WHERE k.name = 'carol'")
+
+    def tokens() -> int:
+        with DbReader(server.db) as db:
+            return db.execute(sql).fetchone()[0]
+
+    before = tokens()
+    queued = c["carol"].post("/responses", json={"model": "tiny", "input": "Hi", "max_output_tokens": 3,
+                                                 "background": True}).json()
+    done = _wait(c["carol"], f"/responses/{queued['id']}", lambda r: r["status"] not in ("queued", "in_progress"))
+    assert done["status"] in ("completed", "incomplete"), done  # incomplete: max_output_tokens reached
+    deadline = time.monotonic() + 10  # charged just after the answer is stored
+    while tokens() - before < done["usage"]["total_tokens"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert tokens() - before == done["usage"]["total_tokens"] > 0
+
+
+def test_a_keys_batch_runs_no_faster_than_its_rate_limit(world, monkeypatch):
+    """dave may make DAVE_RPM requests per window (2 s here, a minute in service). His upload and his
+    batch spend the first window; his lines then wait, are not failed, and run DAVE_RPM per window, as
+    his requests would."""
+    from gateway import rate_limits
+
+    server, c, _ = world
+    window = 2.0
+    monkeypatch.setattr(rate_limits, "WINDOW_S", window)
+    deadline = time.monotonic() + 2 * window
+    while time.time() % window > 0.3 and time.monotonic() < deadline:  # both requests early in one window
+        time.sleep(0.01)
+    first = int(time.time() // window)
+    file_id = _upload(c["dave"], [_line(f"d-{i}") for i in range(4)])
+    batch = c["dave"].post("/batches", json={"input_file_id": file_id, "endpoint": "/v1/completions",
+                                             "completion_window": "24h"})
+    assert batch.status_code == 200, batch.text
+    _error(c["dave"].get("/batches"), 429, "rate_limit_exceeded")  # the window is spent
+    done = _wait(c["admin"], f"/batches/{batch.json()['id']}", lambda b: b["status"] in TERMINAL, timeout=30)
+    assert done["status"] == "completed" and done["request_counts"] == {"total": 4, "completed": 4, "failed": 0}, done
+    with DbReader(server.db) as db:
+        finished = [r[0] for r in db.execute("SELECT created_at FROM batch_results WHERE batch_id = ?",
+                                             (done["id"],)).fetchall()]
+    windows = [int(t // window) for t in finished]
+    assert min(windows) > first, (first, windows)  # none ran in the window the requests had spent
+    assert max(windows.count(w) for w in windows) <= DAVE_RPM, windows
+    assert len(set(windows)) >= 2, windows
 
 
 def test_limits_are_4xx_in_openais_shape(world):
