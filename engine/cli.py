@@ -79,12 +79,14 @@ def _register_optional_commands() -> None:
         except (ImportError, AttributeError):
             continue
         target.command(name, context_settings=getattr(fn, "context_settings", None))(fn)
-    for module, name in (("integrations.text2sql.cli", "text2sql"),):
+    # text2sql: the run-time group, with the training kit's eval and train added when the kit is there.
+    for module in ("integrations.text2sql.training.cli", "integrations.text2sql.cli"):
         try:
             sub = importlib.import_module(module).app
         except (ImportError, AttributeError):
             continue
-        app.add_typer(sub, name=name)
+        app.add_typer(sub, name="text2sql")
+        break
 
 
 _register_optional_commands()

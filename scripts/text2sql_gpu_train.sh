@@ -19,7 +19,7 @@ KEEP=${KEEP:-/root/t2s}  # on the device machine: survives between calls while i
 step=${1:?pack, stash, train or unpack}
 
 site() { export PYTHONPATH="$KEEP/site:$PWD"; }
-t2s() { python3 -c "import sys; from integrations.text2sql.cli import app; sys.argv[0] = 'sllm text2sql'; app()" "$@"; }
+t2s() { python3 -c "import sys; from integrations.text2sql.training.cli import app; sys.argv[0] = 'sllm text2sql'; app()" "$@"; }
 
 case "$step" in
 pack)

@@ -33,3 +33,30 @@ def test_no_import_cycles():
     assert not new, "import cycles:\n" + "\n".join(new)
     gone = [sorted(key) for key in KNOWN if key not in cycles]
     assert not gone, f"known cycles that no longer exist; remove them from KNOWN: {gone}"
+
+
+
+# One-way boundaries: the text-to-SQL run time answers questions; the kit that generated the adapter's training
+# data, trained it and evaluates it builds on the run time, which never needs the kit (nor does any other package:
+# `sllm text2sql` mounts the kit's commands by module name, engine/cli.py).
+KIT = "integrations.text2sql.training"
+
+
+def kit_importers(graph: grimp.ImportGraph, kit: str = KIT) -> list[str]:
+    """Each import chain from a module outside the kit into it."""
+    outside = sorted(m for m in graph.modules if m != kit and not m.startswith(kit + "."))
+    inside = sorted(graph.find_descendants(kit) | {kit})
+    chains = []
+    for module in outside:
+        for target in inside:
+            chain = graph.find_shortest_chain(importer=module, imported=target)
+            if chain:
+                chains.append(" -> ".join(chain))
+    return chains
+
+
+def test_the_text2sql_runtime_never_imports_its_training_kit():
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    assert graph.find_children(KIT), "the kit's package is missing"
+    chains = kit_importers(graph)
+    assert not chains, "imports into the training kit from outside it:\n" + "\n".join(chains)

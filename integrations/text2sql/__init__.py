@@ -3,9 +3,11 @@
 Modules, one concept each: ``sources`` (a named SQLAlchemy URL, opened read-only), ``registry``
 (where sources are stored), ``schema`` (introspection to DDL), ``grammar`` (the SELECT-only EBNF for
 constrained decoding), ``generate`` (prompt + model call), ``validate`` (sqlglot: one read-only
-SELECT), ``execute`` (EXPLAIN, time limit, row cap), ``ask`` (the whole path), ``evaluate`` and
-``cli``. The names below are re-exported lazily so that importing ``dataset`` (the benchmarks do)
-stays cheap.
+SELECT), ``execute`` (EXPLAIN, time limit, row cap), ``ask`` (the whole path), ``selection``
+(execution-guided choice among candidates) and ``cli``. The kit that generated the adapter's training
+data, trained it and evaluates it is :mod:`integrations.text2sql.training`: it imports this package,
+never the reverse. The names below are re-exported lazily so that importing ``dataset`` (the benchmarks
+do) stays cheap.
 """
 
 from __future__ import annotations

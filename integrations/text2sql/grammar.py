@@ -21,7 +21,7 @@ Design choices that keep a small model on track:
   table and the columns agree); joins see all columns. Table aliases are short
   (``[a-z][a-z0-9_]{0,3}``, like ``cu`` or ``s23``), so ``table.column`` with a real table name is
   typed: only that table's columns can follow it. With ``table_aliases=False`` (the shipped adapter's
-  style, :mod:`.table_names`) there are no table aliases at all, so every qualified column is typed.
+  style, :mod:`.training.table_names`) there are no table aliases at all, so every qualified column is typed.
 * Comparisons are typed by the declared column types (``typed_comparisons``): ``hub_id = '서울'``,
   ``created_on BETWEEN 3 AND 2024`` and ``AVG(created_on)`` cannot be sampled. SQLite runs each of
   them without complaint and returns nothing, so only the grammar can stop them.

@@ -128,7 +128,7 @@ def test_async_sampling_on_doubt():
 
 def test_eval_samples_on_doubt_only_for_doubtful_greedy_answers():
     from integrations.text2sql.dataset import load_eval, render_prompt, schema_ddl
-    from integrations.text2sql.evaluate import evaluate
+    from integrations.text2sql.training.evaluate import evaluate
 
     items = load_eval()[:8]
     gold = {render_prompt(schema_ddl(i.schema), i.question): i.sql for i in items}
@@ -148,7 +148,7 @@ def test_eval_samples_on_doubt_only_for_doubtful_greedy_answers():
 def test_eval_counts_questions_a_candidate_got_right_though_selection_chose_another():
     """``reachable`` (pass@k) is selection's ceiling: here a wrong answer outvotes the gold 2 to 1."""
     from integrations.text2sql.dataset import load_eval, render_prompt, schema_ddl
-    from integrations.text2sql.evaluate import evaluate
+    from integrations.text2sql.training.evaluate import evaluate
 
     items = load_eval()[:8]
     gold = {render_prompt(schema_ddl(i.schema), i.question): i.sql for i in items}

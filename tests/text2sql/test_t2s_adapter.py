@@ -11,13 +11,13 @@ from typer.testing import CliRunner
 
 from engine import LLM, SamplingParams
 from engine.loader import resolve_model
-from integrations.text2sql import cli, train_data
 from integrations.text2sql.adapter import LORA_NAME, SHIPPED, AdapterStyle, adapter_style, resolve_adapter
 from integrations.text2sql.ask import run_sql
 from integrations.text2sql.generate import SQLGenerator, llm_complete, llm_complete_batch
 from integrations.text2sql.grammar import GrammarOptions
 from integrations.text2sql.selection import ask_selected, choose
 from integrations.text2sql.sources import demo_source
+from integrations.text2sql.training import cli, train_data
 from tests.engine.conftest import make_tiny_llama
 
 
@@ -94,7 +94,7 @@ def test_a_time_budget_ends_training_and_writes_checkpoints_by_the_clock(tmp_pat
 
 
 def test_the_time_schedule_warms_up_then_decays_to_a_tenth():
-    from integrations.text2sql.train import lr_share
+    from integrations.text2sql.training.train import lr_share
 
     assert lr_share(0.0, 0.1) == 0.01 and lr_share(0.05, 0.1) == pytest.approx(0.5)
     assert lr_share(0.1, 0.1) == pytest.approx(1.0)
@@ -104,7 +104,7 @@ def test_the_time_schedule_warms_up_then_decays_to_a_tenth():
 
 
 def test_the_dense_mask_is_built_where_the_segments_are():
-    from integrations.text2sql.train import attention_mask
+    from integrations.text2sql.training.train import attention_mask
 
     segments = torch.tensor([[0, 1, 1, -1]], device="meta")
     assert attention_mask(segments).device.type == "meta"
@@ -114,7 +114,7 @@ def test_extended_adapter_starts_as_its_init(tmp_path):
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
 
-    from integrations.text2sql.train import _extended
+    from integrations.text2sql.training.train import _extended
 
     base = make_tiny_llama(tmp_path / "tiny", resolve_model("default"), layers=3)
     torch.manual_seed(0)

@@ -13,9 +13,9 @@ from integrations.text2sql import generate
 from integrations.text2sql.ask import aask, ask, run_sql
 from integrations.text2sql.dataset import PROMPT_TEMPLATE, build_database, render_prompt, schema_ddl
 from integrations.text2sql.errors import GenerationError
-from integrations.text2sql.evaluate import results_match
 from integrations.text2sql.generate import SQLGenerator, extract_sql
 from integrations.text2sql.sources import Source
+from integrations.text2sql.training.evaluate import results_match
 
 
 @pytest.fixture()
@@ -199,7 +199,7 @@ def test_evaluation_machinery_scores_gold_sql_perfectly():
     """A model that answers with the gold SQL must score 100% in both modes; one that answers
     with the wrong query must score 0% accuracy but still count as valid and executable."""
     from integrations.text2sql.dataset import load_eval
-    from integrations.text2sql.evaluate import evaluate
+    from integrations.text2sql.training.evaluate import evaluate
 
     items = load_eval()[:12]
     gold = {render_prompt(schema_ddl(i.schema), i.question): i.sql for i in items}
@@ -218,8 +218,8 @@ def test_evaluation_machinery_scores_gold_sql_perfectly():
 
 def test_evaluation_on_held_out_generated_schemas(tmp_path):
     """`eval --generated`: fresh schemas of the training generator, scored against their own databases."""
-    from integrations.text2sql.evaluate import evaluate
-    from integrations.text2sql.train_data import held_out
+    from integrations.text2sql.training.evaluate import evaluate
+    from integrations.text2sql.training.train_data import held_out
 
     items, sources = held_out(2, 6, seed=11, db_dir=tmp_path)
     assert len(items) == 12 and set(sources) == {i.schema for i in items}

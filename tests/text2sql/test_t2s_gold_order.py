@@ -5,10 +5,10 @@ from __future__ import annotations
 import sqlite3
 
 from integrations.text2sql.dataset import load_eval
-from integrations.text2sql.evaluate import _Gold
 from integrations.text2sql.execute import run_query
 from integrations.text2sql.gold_order import gold_order, keyed_sql
 from integrations.text2sql.sources import demo_source
+from integrations.text2sql.training.evaluate import _Gold
 
 
 def test_keyed_sql_points_at_output_columns_or_adds_the_key():

@@ -13,7 +13,7 @@ from integrations.text2sql.ebnf import EBNFRules, identifier_excluding
 from integrations.text2sql.grammar import GrammarOptions, matches_grammar, sql_grammar
 from integrations.text2sql.schema import Column, Schema, Table, value_sort
 from integrations.text2sql.sources import demo_source
-from integrations.text2sql.table_names import drop_table_aliases
+from integrations.text2sql.training.table_names import drop_table_aliases
 
 
 def fits(compiled, text: str) -> bool:

@@ -23,6 +23,7 @@ from integrations.text2sql.generate import (
     llm_complete_batch,
 )
 from integrations.text2sql.sources import Source
+from integrations.text2sql.training import cli as kit_cli
 
 pytestmark = pytest.mark.default_model
 
@@ -102,7 +103,7 @@ def test_cli_ask_and_eval(llm, monkeypatch, tmp_path):
     assert len(body["rows"]) <= 3
 
     report = tmp_path / "eval.json"
-    out = runner.invoke(cli.app, ["eval", "--limit", "2", "--modes", "constrained", "--latency-samples", "0",
+    out = runner.invoke(kit_cli.app, ["eval", "--limit", "2", "--modes", "constrained", "--latency-samples", "0",
                                   "--max-tokens", "64", "--json-out", str(report), "--text2sql-adapter", "none"])
     assert out.exit_code == 0, out.output
     assert "constrained" in out.stdout and "exec acc" in out.stdout

@@ -8,9 +8,9 @@ import torch
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from engine.loader import resolve_model
-from integrations.text2sql import packed_attention, train_data
-from integrations.text2sql.packed_attention import PackedLayout
-from integrations.text2sql.train import TERMINATOR, _batches, _loss, attention_mask, encode, pack_examples
+from integrations.text2sql.training import packed_attention, train_data
+from integrations.text2sql.training.packed_attention import PackedLayout
+from integrations.text2sql.training.train import TERMINATOR, _batches, _loss, attention_mask, encode, pack_examples
 from tests.engine.conftest import make_tiny_llama
 
 

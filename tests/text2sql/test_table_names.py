@@ -8,7 +8,7 @@ from integrations.text2sql.adapter import STYLE_FILE, adapter_style
 from integrations.text2sql.dataset import demo_database, load_eval
 from integrations.text2sql.grammar import GrammarOptions, matches_grammar
 from integrations.text2sql.sources import demo_source
-from integrations.text2sql.table_names import drop_table_aliases
+from integrations.text2sql.training.table_names import drop_table_aliases
 
 
 def test_eval_golds_without_aliases_return_the_same_rows_and_fit_the_alias_free_grammar():

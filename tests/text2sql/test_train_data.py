@@ -12,20 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from integrations.text2sql import (
+from integrations.text2sql.dataset import load_eval
+from integrations.text2sql.generate import SQLGenerator
+from integrations.text2sql.sources import Source
+from integrations.text2sql.training import (
     train_data,
     train_edge_templates,
     train_history_templates,
     train_path_templates,
     train_table_templates,
 )
-from integrations.text2sql.dataset import load_eval
-from integrations.text2sql.generate import SQLGenerator
-from integrations.text2sql.korean_particles import attach, final_consonant
-from integrations.text2sql.sources import Source
-from integrations.text2sql.train_domains import DOMAINS, HISTORIES, PLACES
-from integrations.text2sql.train_schema import ROLES, Layout, column_catalog, create, ddl
-from integrations.text2sql.train_templates import Ctx
+from integrations.text2sql.training.korean_particles import attach, final_consonant
+from integrations.text2sql.training.train_domains import DOMAINS, HISTORIES, PLACES
+from integrations.text2sql.training.train_schema import ROLES, Layout, column_catalog, create, ddl
+from integrations.text2sql.training.train_templates import Ctx
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,7 @@ def test_column_catalog_is_the_created_database():
 def test_tables_carry_extra_attribute_columns_that_templates_ask_about():
     """Beyond each role's own columns, schemas draw a member's own city, an event's fee or weight, a staff
     member's position...; their cities are not the place table's, so a value names one column."""
-    from integrations.text2sql.train_columns import EXTRAS
+    from integrations.text2sql.training.train_columns import EXTRAS
 
     drawn: dict[str, set[str]] = {}
     asked = set()
@@ -433,7 +433,7 @@ def test_a_seed_gives_the_same_file_in_every_process(tmp_path):
     outs = []
     for hash_seed in ("1", "2"):
         out = tmp_path / f"h{hash_seed}.jsonl"
-        subprocess.run([sys.executable, "-m", "integrations.text2sql.train_data", str(out), "--schemas", "3",
+        subprocess.run([sys.executable, "-m", "integrations.text2sql.training.train_data", str(out), "--schemas", "3",
                         "--per-schema", "8"], check=True, env={**os.environ, "PYTHONHASHSEED": hash_seed},
                        cwd=Path(__file__).resolve().parents[2], capture_output=True)
         outs.append(out.read_text(encoding="utf-8"))
@@ -441,7 +441,7 @@ def test_a_seed_gives_the_same_file_in_every_process(tmp_path):
 
 
 def test_round_thresholds_and_korean_myriads():
-    from integrations.text2sql.train_table_templates import korean_amount, nice
+    from integrations.text2sql.training.train_table_templates import korean_amount, nice
 
     assert [nice(x) for x in (7, 99, 1234, 987654, 2_049_000_000)] == [7, 99, 1200, 990000, 2_000_000_000]
     assert korean_amount(2_000_000_000) == "20억" and korean_amount(35_000) == "3만 5천"

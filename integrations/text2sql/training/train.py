@@ -150,7 +150,7 @@ def _loss(model, ids, labels, positions, segments):
     dense mask."""
     import torch.nn.functional as F
 
-    from integrations.text2sql.packed_attention import NAME, PackedLayout
+    from integrations.text2sql.training.packed_attention import NAME, PackedLayout
 
     inner = model.get_base_model()
     if ids.shape[0] == 1 and inner.config._attn_implementation == NAME:
@@ -222,7 +222,7 @@ def train(sequences: Sequence[Sequence], out: Path, cfg: TrainConfig,
     model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device)
     model.config.use_cache = False
     if cfg.batch_size == 1:  # one packed sequence a step: attention over what its mask keeps only
-        from integrations.text2sql import packed_attention
+        from integrations.text2sql.training import packed_attention
 
         packed_attention.register()
         model.set_attn_implementation(packed_attention.NAME)

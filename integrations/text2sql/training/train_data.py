@@ -12,12 +12,12 @@ with values read back from the generated rows. Every gold query is executed on i
 dropped unless it runs and returns rows; it is stored in the style the adapter is trained to write,
 columns qualified by table names instead of aliases (:mod:`.table_names`), checked to return the same
 rows. Prompts are made exactly as the evaluation makes them: the seed template over ``Source.ddl()``
-of the SQLite file, followed by the stored values the question names (:mod:`.value_hints`).
+of the SQLite file, followed by the stored values the question names (:mod:`..value_hints`).
 
 Disjointness from the shipped evaluation set is enforced, not assumed: :func:`check_disjoint` raises
 when a schema name, a table name or a question (case- and space-normalised) of the eval set appears.
 
-Run ``python -m integrations.text2sql.train_data OUT.jsonl.gz --schemas N`` to write a file.
+Run ``python -m integrations.text2sql.training.train_data OUT.jsonl.gz --schemas N`` to write a file.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from integrations.text2sql import (
+from integrations.text2sql.dataset import EvalItem, load_eval, render_prompt, schema_ddl, schema_names
+from integrations.text2sql.training import (
     train_edge_templates,
     train_history_templates,
     train_join_templates,
@@ -41,11 +42,10 @@ from integrations.text2sql import (
     train_table_templates,
     train_templates,
 )
-from integrations.text2sql.dataset import EvalItem, load_eval, render_prompt, schema_ddl, schema_names
-from integrations.text2sql.table_names import drop_table_aliases
-from integrations.text2sql.train_domains import DOMAINS
-from integrations.text2sql.train_schema import Layout, create
-from integrations.text2sql.train_templates import Ctx
+from integrations.text2sql.training.table_names import drop_table_aliases
+from integrations.text2sql.training.train_domains import DOMAINS
+from integrations.text2sql.training.train_schema import Layout, create
+from integrations.text2sql.training.train_templates import Ctx
 from integrations.text2sql.value_hints import prompt_ddl, render_hints
 
 if TYPE_CHECKING:

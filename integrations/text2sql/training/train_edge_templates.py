@@ -15,10 +15,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from integrations.text2sql.korean_particles import attach as k
-from integrations.text2sql.train_schema import TableInfo, column_catalog
-from integrations.text2sql.train_table_templates import AGGREGATES, and_en, and_ko, condition, count_of, filterable
-from integrations.text2sql.train_templates import Ctx, Made, Template, weighted_registry
+from integrations.text2sql.training.korean_particles import attach as k
+from integrations.text2sql.training.train_schema import TableInfo, column_catalog
+from integrations.text2sql.training.train_table_templates import (
+    AGGREGATES,
+    and_en,
+    and_ko,
+    condition,
+    count_of,
+    filterable,
+)
+from integrations.text2sql.training.train_templates import Ctx, Made, Template, weighted_registry
 
 TEMPLATES: list[Template] = []
 CHILD_FILTERS = 0.4  # the share of per-parent questions that count or sum only some children ("delivered ones")

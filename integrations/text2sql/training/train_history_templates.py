@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from integrations.text2sql.korean_particles import attach as k
-from integrations.text2sql.train_edge_templates import Edge, per_parent
-from integrations.text2sql.train_schema import ColumnInfo, column_catalog
-from integrations.text2sql.train_table_templates import AGGREGATES, count_of
-from integrations.text2sql.train_templates import Ctx, Made, Template, weighted_registry
+from integrations.text2sql.training.korean_particles import attach as k
+from integrations.text2sql.training.train_edge_templates import Edge, per_parent
+from integrations.text2sql.training.train_schema import ColumnInfo, column_catalog
+from integrations.text2sql.training.train_table_templates import AGGREGATES, count_of
+from integrations.text2sql.training.train_templates import Ctx, Made, Template, weighted_registry
 
 TEMPLATES: list[Template] = []
 WEIGHTS: list[float] = []  # how often train_data draws each template, relative to the others of this family

@@ -6,8 +6,8 @@ catalog chains. Same contract as :mod:`.train_templates`.
 
 from __future__ import annotations
 
-from integrations.text2sql.korean_particles import attach as k
-from integrations.text2sql.train_templates import Ctx, Made, Template
+from integrations.text2sql.training.korean_particles import attach as k
+from integrations.text2sql.training.train_templates import Ctx, Made, Template
 
 TEMPLATES: list[Template] = []
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from integrations.text2sql.korean_particles import attach as k
-from integrations.text2sql.train_edge_templates import Edge, child_filter, edges, named, per_parent
-from integrations.text2sql.train_table_templates import AGGREGATES, and_en, and_ko, count_of
-from integrations.text2sql.train_templates import Ctx, Made, Template, weighted_registry
+from integrations.text2sql.training.korean_particles import attach as k
+from integrations.text2sql.training.train_edge_templates import Edge, child_filter, edges, named, per_parent
+from integrations.text2sql.training.train_table_templates import AGGREGATES, and_en, and_ko, count_of
+from integrations.text2sql.training.train_templates import Ctx, Made, Template, weighted_registry
 
 TEMPLATES: list[Template] = []
 WEIGHTS: list[float] = []  # how often train_data draws each template, relative to the others of this family

@@ -14,9 +14,9 @@ import sqlite3
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
-from integrations.text2sql import train_columns
-from integrations.text2sql.train_columns import Drawn
-from integrations.text2sql.train_domains import (
+from integrations.text2sql.training import train_columns
+from integrations.text2sql.training.train_columns import Drawn
+from integrations.text2sql.training.train_domains import (
     CITY_CODES,
     CITY_NAMES,
     HISTORIES,

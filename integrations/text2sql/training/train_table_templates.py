@@ -14,9 +14,9 @@ import calendar
 from dataclasses import dataclass
 
 from integrations.text2sql.grammar import GrammarOptions
-from integrations.text2sql.korean_particles import attach as k
-from integrations.text2sql.train_schema import ColumnInfo, TableInfo, column_catalog
-from integrations.text2sql.train_templates import Ctx, Made, Template, month_range, weighted_registry
+from integrations.text2sql.training.korean_particles import attach as k
+from integrations.text2sql.training.train_schema import ColumnInfo, TableInfo, column_catalog
+from integrations.text2sql.training.train_templates import Ctx, Made, Template, month_range, weighted_registry
 
 TEMPLATES: list[Template] = []
 # The share of text filters phrased by the value alone, as users do ("Computer Science teachers"): the column

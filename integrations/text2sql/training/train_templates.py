@@ -15,8 +15,8 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from integrations.text2sql.korean_particles import attach as k
-from integrations.text2sql.train_schema import Layout
+from integrations.text2sql.training.korean_particles import attach as k
+from integrations.text2sql.training.train_schema import Layout
 
 Made = tuple[list[str], list[str], str]  # (en phrasings, ko phrasings, gold SQL)
 
