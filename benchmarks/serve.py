@@ -14,7 +14,8 @@ def bench_serve(
         None, "--base-url", help="A running server's /v1 URL; default: start `sllm serve` on a free port"),
     model: str = typer.Option("default", "--model", envvar="SLLM_MODEL"),
     num_prompts: int = typer.Option(112, "--num-prompts", help="Prompts to send (the set is cycled)"),
-    max_concurrency: int | None = typer.Option(16, "--max-concurrency", help="Requests in flight at most"),
+    max_concurrency: str = typer.Option(
+        "16", "--max-concurrency", help="Requests in flight at most; several comma-separated (1,32) run in turn"),
     request_rate: float = typer.Option(math.inf, "--request-rate",
                                        help="Poisson arrivals per second; inf: all at once"),
     max_tokens: int = typer.Option(128, "--max-tokens"),
@@ -29,7 +30,8 @@ def bench_serve(
     llama_server: str = typer.Option(
         "llama-server", "--llama-server",
         help="llama.cpp server binary to compare (PATH, else the one scripts/build_llama_server.sh cached)"),
-    gguf: Path | None = typer.Option(None, "--gguf", help="GGUF for llama.cpp (default: the default model's)"),
+    gguf: Path | None = typer.Option(
+        None, "--gguf", help="GGUF for llama.cpp (default: --model when it is a .gguf file, else the default model's)"),
     llama_args: str = typer.Option(
         "", "--llama-args",
         help="Extra llama-server arguments, e.g. '-fa off' (its CPU flash attention, on by default, "
@@ -40,47 +42,91 @@ def bench_serve(
         None, "--speculative-config",
         help='Also run our server with this speculative_config JSON, e.g. \'{"method": "ngram", '
              '"num_speculative_tokens": 4}\''),
+    long_prompt_tokens: int = typer.Option(
+        0, "--long-prompt-tokens", help="Also time the first token of one prompt this long (3 distinct prompts, "
+                                        "median), e.g. 1000; 0: skip"),
+    cold_start: bool = typer.Option(
+        False, "--cold-start/--no-cold-start",
+        help="Start each server twice, first with the model file evicted from the page cache (cold), then "
+             "again (warm), and report both load times"),
 ):
-    """Throughput, TTFT p50/p99 and TPOT p50/p99 of streaming requests over the text-to-SQL prompts."""
+    """Throughput, TTFT p50/p99 and TPOT p50/p99 of streaming requests over the text-to-SQL prompts, the
+    servers' load time and peak RSS, and optionally a long prompt's TTFT, against llama.cpp's server."""
     import asyncio
+    import statistics
 
     from benchmarks.harness import format_table, machine_header, percentile, pyplot
     from benchmarks.loadgen import Summary, engine_sender, http_sender, run_load
-    from benchmarks.targets import Target, in_process_engine, llama_cpp_server, sllm_proxy, sllm_server
+    from benchmarks.targets import (
+        evict_from_page_cache,
+        find_llama_server,
+        in_process_engine,
+        llama_cpp_server,
+        sllm_proxy,
+        sllm_server,
+    )
+    from engine.loader import default_model_path, gguf_source
     from integrations.text2sql.dataset import load_prompts
 
     if plot:
         pyplot()  # a missing matplotlib stops the run now, not after it
+    levels = [int(c) for c in max_concurrency.split(",") if c.strip()]
+    gguf = gguf or gguf_source(model)
+    model_file = gguf_source(model)
     base = load_prompts()
     prompts = [base[i % len(base)] for i in range(num_prompts)]
     mode = f"concurrency {max_concurrency}" if not math.isfinite(request_rate) else \
         f"Poisson {request_rate}/s, concurrency {max_concurrency}"
-    print(f"{num_prompts} text-to-SQL prompts, {max_tokens} output tokens each (ignore_eos), {mode}")
+    print(f"{num_prompts} text-to-SQL prompts, {max_tokens} output tokens each (ignore_eos), {mode}; model {model}")
     print(machine_header())
 
-    async def over_http(name: str, url: str, served: str) -> Summary:
+    async def over_http(name: str, url: str, served: str, concurrency: int) -> Summary:
         import httpx
 
         async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None)) as client:
             warm = http_sender(client, url, served, 4)
             await warm(prompts[0])  # first-request costs (connections, caches) stay out of the numbers
-            return await run_load(name, http_sender(client, url, served, max_tokens), prompts, max_concurrency,
+            return await run_load(name, http_sender(client, url, served, max_tokens), prompts, concurrency,
                                   request_rate, seed)
 
+    async def long_ttft(url: str, served: str) -> float:
+        """The median TTFT of three long prompts, each new to the server (no prefix-cache hit)."""
+        import httpx
+
+        times = []
+        async with httpx.AsyncClient(timeout=None) as client:
+            for i in range(3):
+                r = await http_sender(client, url, served, 2)(_long_prompt(base, long_prompt_tokens, seed + i))
+                if r.ok and r.ttft is not None:
+                    times.append(r.ttft)
+        return statistics.median(times) if times else math.nan
+
     summaries: list[Summary] = []
-    rss: dict[str, float | None] = {}
+    loads: list[tuple[str, str, float, float | None]] = []  # (target, start, seconds to healthy, peak RSS MiB)
+    long: dict[str, float] = {}
     proxied: tuple[Summary, Summary] | None = None
 
-    def direct_and_proxied(name: str, target: Target) -> None:
+    def measure(name: str, start, file: Path | None) -> None:
+        """Starts a target (cold then warm with --cold-start), runs every load level against it."""
         nonlocal proxied
-        if via_proxy:  # both measured runs then find the same prompts in the prefix cache: a fair pair
-            asyncio.run(over_http(f"{name} (warm-up)", target.url, target.served))
-        summaries.append(asyncio.run(over_http(name, target.url, target.served)))
-        rss[name] = target.peak_rss_mib()
-        if via_proxy:
-            with sllm_proxy(target.url, target.served) as hop:
-                summaries.append(asyncio.run(over_http(f"{name} via proxy", hop.url, hop.served)))
-            proxied = (summaries[-2], summaries[-1])
+        if cold_start and file is not None:
+            evict_from_page_cache(file)
+            with start() as first:
+                loads.append((name, "cold", first.ready_seconds, first.peak_rss_mib()))
+        with start() as target:
+            loads.append((name, "warm" if cold_start else "first", target.ready_seconds, None))
+            for level in levels:
+                run = f"{name} c={level}"
+                if via_proxy:  # both measured runs then find the same prompts in the prefix cache: a fair pair
+                    asyncio.run(over_http(f"{run} (warm-up)", target.url, target.served, level))
+                summaries.append(asyncio.run(over_http(run, target.url, target.served, level)))
+                if via_proxy:
+                    with sllm_proxy(target.url, target.served) as hop:
+                        summaries.append(asyncio.run(over_http(f"{run} via proxy", hop.url, hop.served, level)))
+                    proxied = (summaries[-2], summaries[-1])
+            if long_prompt_tokens:
+                long[name] = asyncio.run(long_ttft(target.url, target.served))
+            loads[-1] = (*loads[-1][:3], target.peak_rss_mib())
 
     modes = [m.strip() for m in quantization.split(",") if m.strip()]
     runs = [(f"sllm q={m}", {"SLLM_QUANTIZATION": m}) for m in modes]
@@ -89,42 +135,61 @@ def bench_serve(
                                                   "SLLM_SPECULATIVE_CONFIG": speculative_config}))
     if base_url:
         served = _served_name(base_url)
-        summaries.append(asyncio.run(over_http("server", base_url.rstrip("/"), served)))
+        for level in levels:
+            summaries.append(asyncio.run(over_http(f"server c={level}", base_url.rstrip("/"), served, level)))
     else:
         for name, env in runs:
-            with sllm_server(model, max_num_seqs, env) as target:
-                direct_and_proxied(name, target)
-    peer: Summary | None = None
-    with llama_cpp_server(llama_server, gguf, max_concurrency or max_num_seqs, llama_args.split()) as found:
-        if found is None:
-            print(f"llama.cpp server ({llama_server}) is not installed: its comparison is skipped "
-                  "(scripts/build_llama_server.sh builds and caches it)")
-        else:
-            name = f"llama.cpp {llama_args}".strip()
-            peer = asyncio.run(over_http(name, found.url, found.served))
-            summaries.append(peer)
-            rss[name] = found.peak_rss_mib()
+            measure(name, lambda env=env: sllm_server(model, max_num_seqs, env), model_file or default_model_path())
+    peers: list[Summary] = []
+    llama_name = f"llama.cpp {llama_args}".strip()
+    peer_file = gguf or default_model_path()
+    parallel = max(levels + [max_num_seqs])
+
+    def start_llama():
+        return llama_cpp_server(llama_server, gguf, parallel, llama_args.split())
+
+    if find_llama_server(llama_server) is None:
+        print(f"llama.cpp server ({llama_server}) is not installed: its comparison is skipped "
+              "(scripts/build_llama_server.sh builds and caches it)")
+    else:
+        before = len(summaries)
+        measure(llama_name, start_llama, peer_file)
+        peers = summaries[before:]
     if compare_engine:
-        async def in_process() -> Summary:
+        async def in_process(level: int) -> Summary:
             with in_process_engine(model, max_num_seqs) as engine:
                 await engine_sender(engine, 4)(prompts[0])
-                return await run_load("AsyncEngine (in-process)", engine_sender(engine, max_tokens), prompts,
-                                      max_concurrency, request_rate, seed)
+                return await run_load(f"AsyncEngine (in-process) c={level}", engine_sender(engine, max_tokens),
+                                      prompts, level, request_rate, seed)
 
-        summaries.append(asyncio.run(in_process()))
+        for level in levels:
+            summaries.append(asyncio.run(in_process(level)))
 
-    rows = [s.row() | {"peak RSS MiB": round(rss[s.name]) if rss.get(s.name) else "-"} for s in summaries]
+    rows = [s.row() for s in summaries]
     print(format_table(list(rows[0]), [list(r.values()) for r in rows], align="r"))
-    if peer is not None:
-        _print_ratios(summaries, peer)
+    print(format_table(["target", "start", "healthy after s", "peak RSS MiB"],
+                       [[t, k, round(sec, 2), round(rss) if rss else "-"] for t, k, sec, rss in loads], align="r"))
+    if long:
+        print(f"TTFT of a {long_prompt_tokens}-token prompt (median of 3): "
+              + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in long.items()))
+    for peer in peers:
+        level = peer.name.rsplit("c=", 1)[1]
+        _print_ratios([s for s in summaries if s.name.endswith(f"c={level}")], peer)
+    if llama_name in long:
+        for name, value in long.items():
+            if name != llama_name:
+                print(f"{name} / {llama_name}: {long_prompt_tokens}-token TTFT {value / long[llama_name]:.2f}x")
     failures = [r.error for s in summaries for r in s.results if not r.ok]
     if failures:
         print(f"{len(failures)} requests failed, first: {failures[0]}")
     if compare_engine and not base_url:
-        http, local = summaries[0], summaries[-1]  # the first mode's server against the same engine in-process
-        overhead = 1 - http.output_throughput / local.output_throughput
-        print(f"gateway overhead: HTTP throughput is {http.output_throughput / local.output_throughput:.1%} of "
-              f"in-process AsyncEngine ({overhead:+.1%} lost; target within 10%)")
+        for level in levels:
+            http = next(s for s in summaries if s.name == f"{runs[0][0]} c={level}")
+            local = next(s for s in summaries if s.name == f"AsyncEngine (in-process) c={level}")
+            overhead = 1 - http.output_throughput / local.output_throughput
+            print(f"gateway overhead at c={level}: HTTP throughput is "
+                  f"{http.output_throughput / local.output_throughput:.1%} of in-process AsyncEngine "
+                  f"({overhead:+.1%} lost; target within 10%)")
     if proxied is not None:
         direct, hop = proxied
         d, h = direct.ttfts(), hop.ttfts()
@@ -133,6 +198,20 @@ def bench_serve(
               f"p99 {1000 * (percentile(h, 99) - percentile(d, 99)):+.1f} ms")
     if plot:
         plot_distributions(summaries, plot)
+
+
+def _long_prompt(base: list[str], tokens: int, seed: int) -> str:
+    """About `tokens` tokens of text-to-SQL prompts (4 characters a token), shuffled by `seed` so each long
+    prompt is new to a prefix cache, ending in a question to answer."""
+    import random
+
+    rng = random.Random(seed)
+    parts, size = [f"Request {seed}:"], 0
+    while size < tokens * 4:
+        part = rng.choice(base)
+        parts.append(part)
+        size += len(part)
+    return "\n\n".join(parts)[: tokens * 4]
 
 
 def plot_distributions(summaries, path: Path) -> None:

@@ -44,6 +44,7 @@ class Target:
     url: str
     served: str
     proc: subprocess.Popen
+    ready_seconds: float = 0.0  # from the process's start to its first healthy answer: the load time users see
 
     def peak_rss_mib(self) -> float | None:
         """The process's peak resident memory so far (VmHWM), the number `ps` users compare."""
@@ -59,9 +60,12 @@ class Target:
 
 @contextmanager
 def _process(cmd: list[str], health_url: str, env: dict | None = None) -> Iterator[subprocess.Popen]:
+    """The process, healthy; its `ready_seconds` attribute holds how long that took."""
+    t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_healthy(health_url, proc)
+        proc.ready_seconds = time.monotonic() - t0
         yield proc
     finally:
         proc.terminate()
@@ -83,7 +87,7 @@ def sllm_server(model: str, max_num_seqs: int, env: dict[str, str] | None = None
         full_env = {k: v for k, v in os.environ.items() if k != "SLLM_API_KEY"} | (env or {})
         with _process(cmd, f"http://127.0.0.1:{port}/health", full_env) as proc:
             url = f"http://127.0.0.1:{port}/v1"
-            yield Target(url, httpx.get(f"{url}/models").json()["data"][0]["id"], proc)
+            yield Target(url, httpx.get(f"{url}/models").json()["data"][0]["id"], proc, proc.ready_seconds)
 
 
 @contextmanager
@@ -97,6 +101,16 @@ def sllm_proxy(upstream_url: str, served: str) -> Iterator[Target]:
         env = {k: v for k, v in os.environ.items() if k not in ("SLLM_API_KEY", "SLLM_MODEL", "SLLM_CONFIG")}
         with _process(cmd, f"http://127.0.0.1:{port}/health", env) as proc:
             yield Target(f"http://127.0.0.1:{port}/v1", served, proc)
+
+
+def evict_from_page_cache(path: Path) -> None:
+    """Drops the file's pages from the OS page cache (clean pages of a file no process maps), so the next
+    start reads it from disk: a cold start, as after a reboot or a fresh download."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def llama_cpp_cache_dir() -> Path:
@@ -132,7 +146,7 @@ def llama_cpp_server(binary: str, gguf: Path | None, parallel: int,
     lib_dir = str(Path(exe).resolve().parent)
     env = os.environ | {"LD_LIBRARY_PATH": os.pathsep.join(filter(None, [lib_dir, os.environ.get("LD_LIBRARY_PATH")]))}
     with _process(cmd, f"http://127.0.0.1:{port}/health", env) as proc:
-        yield Target(f"http://127.0.0.1:{port}/v1", model_file.stem, proc)
+        yield Target(f"http://127.0.0.1:{port}/v1", model_file.stem, proc, proc.ready_seconds)
 
 
 @contextmanager

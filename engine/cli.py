@@ -73,6 +73,7 @@ def _register_optional_commands() -> None:
         ("benchmarks.structured_output", "bench_json", bench_app, "json"),
         ("benchmarks.kernels", "bench_kernels", bench_app, "kernels"),
         ("benchmarks.lora", "bench_lora", bench_app, "lora"),
+        ("benchmarks.real_shapes", "make_gguf", bench_app, "make-gguf"),
     ):
         try:
             fn = getattr(importlib.import_module(module), attr)
