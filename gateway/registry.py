@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from engine import AsyncEngine, InvalidRequestError
 from gateway.errors import APIError
 from gateway.settings import ModelEntry, Settings, reserved_lora_name
+from gateway.tenancy import ADMIN
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +61,15 @@ class AdapterEngine:
 
 @dataclass
 class LoRAModel:
-    """A LoRA adapter served as a model of its own name, on its base model's engine (vLLM's `parent`)."""
+    """A LoRA adapter served as a model of its own name, on its base model's engine (vLLM's `parent`).
+    Like the base models it is the server's: every key may use it; loading and unloading one are
+    admin work (gateway/routers/lora.py). `loaded_by` records who loaded it (gateway/tenancy.py's
+    owners; --lora-modules adapters are the operator's, `admin`)."""
 
     name: str
     base: EmbeddedModel
     path: str
+    loaded_by: str = ADMIN
     kind: ClassVar[str] = "lora"
 
     @property
@@ -133,7 +138,7 @@ class ModelRegistry:
             if lora.lora_name not in self.models:
                 self.add(LoRAModel(lora.lora_name, model, lora.lora_path))
 
-    async def load_lora(self, name: str, path: str, base: str | None = None) -> LoRAModel:
+    async def load_lora(self, name: str, path: str, base: str | None = None, loaded_by: str = ADMIN) -> LoRAModel:
         """Loads a PEFT adapter at run time on an embedded model (the first one unless `base` is named)."""
         if name in self.models:
             raise APIError(400, f"The model name `{name}` is already served.", param="lora_name",
@@ -148,11 +153,12 @@ class ModelRegistry:
             await model.ready().add_lora(name, path)
         except InvalidRequestError as exc:
             raise APIError(400, exc.message, param="lora_path", code="invalid_lora_adapter") from None
-        served = LoRAModel(name, model, path)
+        served = LoRAModel(name, model, path, loaded_by)
         self.add(served)
+        log.info("LoRA adapter %s loaded on %s from %s by %s", name, model.name, path, loaded_by)
         return served
 
-    async def unload_lora(self, name: str) -> None:
+    async def unload_lora(self, name: str, unloaded_by: str = ADMIN) -> None:
         model = self.models.get(name)
         if not isinstance(model, LoRAModel):
             raise APIError(404, f"The LoRA adapter `{name}` is not loaded.", param="lora_name",
@@ -166,6 +172,7 @@ class ModelRegistry:
         if self.models.pop(name, None) is None:  # a concurrent unload of the same name got there first
             raise APIError(404, f"The LoRA adapter `{name}` is not loaded.", param="lora_name",
                            code="lora_adapter_not_found")
+        log.info("LoRA adapter %s (loaded by %s) unloaded by %s", name, model.loaded_by, unloaded_by)
 
     @property
     def default(self) -> Served:

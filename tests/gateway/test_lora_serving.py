@@ -229,7 +229,16 @@ def test_a_database_key_may_serve_but_not_administer(files, tmp_path):
         denied = admin(srv, "load_lora_adapter", body, key=user_key)
         assert denied.status_code == 403 and denied.json()["error"]["code"] == "insufficient_permissions"
         assert admin(srv, "load_lora_adapter", body).status_code == 200
+        assert srv.state.models.models["sql-c"].loaded_by == "admin"  # who loaded it is recorded
+        # The server's model: every key uses it; only an admin unloads it.
         assert client(srv, user_key).completions.create(model="sql-c", prompt=PROMPT, max_tokens=2).model == "sql-c"
+        denied = admin(srv, "unload_lora_adapter", {"lora_name": "sql-c"}, key=user_key)
+        assert denied.status_code == 403 and denied.json()["error"]["code"] == "insufficient_permissions"
+        # Where the server keeps its files is the admin's to see: a user key gets the folder's name.
+        assert client(srv, user_key).models.retrieve("sql-c").root == adapters["c"].name
+        assert client(srv, user_key).models.retrieve("tiny").root == base.name
+        assert client(srv).models.retrieve("sql-c").root == str(adapters["c"])
+        assert admin(srv, "unload_lora_adapter", {"lora_name": "sql-c"}).status_code == 200
 
 
 def test_unload_races_end_in_404s_not_500s(files):
