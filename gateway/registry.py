@@ -93,7 +93,29 @@ class UpstreamModel:
     max_model_len: ClassVar[None] = None  # the upstream knows; we do not ask it on every listing
 
 
-Served = EmbeddedModel | UpstreamModel | LoRAModel
+@dataclass
+class PooledModel:
+    """An embedded model's pooled hidden states served for /v1/embeddings under a name of their own (the
+    chat model's with "-embed": n8n's embeddings node lists only ids containing "embed")."""
+
+    name: str
+    base: EmbeddedModel
+    pooling: str
+    kind: ClassVar[str] = "embedding"
+
+    @property
+    def entry(self) -> ModelEntry:
+        return self.base.entry
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.base.max_model_len
+
+    def ready(self) -> AsyncEngine:
+        return self.base.ready()
+
+
+Served = EmbeddedModel | UpstreamModel | LoRAModel | PooledModel
 
 
 @dataclass
@@ -115,6 +137,8 @@ class ModelRegistry:
                     reg._add_loras(model)
                 else:
                     reg.add(model)
+                if settings.embedding_pooling != "none" and f"{model.name}-embed" not in reg.models:
+                    reg.add(PooledModel(f"{model.name}-embed", model, settings.embedding_pooling))
         return reg
 
     def add(self, model: Served) -> None:

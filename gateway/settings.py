@@ -196,6 +196,8 @@ class Settings(BaseSettings, _LoRAModules):
     # Chat default of `avoid_repeated_calls` (engine/chat/answered.py): steer answers off a tool call
     # whose result is already in the conversation; a request's own field wins.
     avoid_repeated_calls: bool = False
+    # /v1/embeddings: each embedded model's pooled final hidden states, also listed as "<name>-embed".
+    embedding_pooling: Literal["mean", "last", "cls", "none"] = "mean"
     # Engine priority of each kind of work (lower runs first; gateway/priority.py), whether clients may
     # name their own in the body, and how fast waiting work ages toward the front (EngineConfig).
     priority_interactive: int = 0

@@ -9,7 +9,7 @@ from fastapi import APIRouter
 
 from gateway.deps import CallerDep, State
 from gateway.protocol.common import ModelCard, ModelList
-from gateway.registry import LoRAModel, Served, UpstreamModel
+from gateway.registry import LoRAModel, PooledModel, Served, UpstreamModel
 from gateway.tenancy import Caller
 
 router = APIRouter(prefix="/v1")
@@ -25,6 +25,9 @@ def _card(state, model: Served, caller: Caller) -> ModelCard:
     if isinstance(model, UpstreamModel):
         return ModelCard(id=model.name, owned_by="upstream", created=state.started_at,
                          root=model.entry.upstream_model or model.name)
+    if isinstance(model, PooledModel):  # the chat model's pooled states, for /v1/embeddings
+        return ModelCard(id=model.name, root=_root(model.base.entry.model, caller), parent=model.base.name,
+                         created=state.started_at, max_model_len=model.max_model_len)
     if isinstance(model, LoRAModel):
         return ModelCard(id=model.name, root=_root(model.path, caller), parent=model.base.name,
                          created=state.started_at, max_model_len=model.max_model_len)

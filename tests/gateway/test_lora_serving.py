@@ -66,7 +66,7 @@ def complete(srv, model: str) -> str:
 def test_adapters_are_models_with_their_base_as_parent(server, files):
     _, _, adapters = files
     cards = {m.id: m for m in client(server).models.list().data}
-    assert set(cards) == {"tiny", "sql-a", "sql-b"}
+    assert set(cards) == {"tiny", "tiny-embed", "sql-a", "sql-b"}
     assert cards["sql-a"].parent == "tiny" and cards["sql-a"].root == str(adapters["a"])
     assert getattr(cards["tiny"], "parent", None) is None
     assert client(server).models.retrieve("sql-b").parent == "tiny"

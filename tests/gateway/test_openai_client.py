@@ -24,7 +24,7 @@ def client(server):
 
 def test_models(client):
     models = client.models.list()
-    assert [m.id for m in models.data] == [MODEL]
+    assert [m.id for m in models.data] == [MODEL, f"{MODEL}-embed"]  # its pooled states, for /v1/embeddings
     assert client.models.retrieve(MODEL).id == MODEL
 
 

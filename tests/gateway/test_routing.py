@@ -63,7 +63,7 @@ def _chat(base_url: str, model: str, **kw):
 
 def test_models_lists_embedded_and_upstream_models(gateway):
     cards = {m.id: m for m in _client(gateway.base_url).models.list().data}
-    assert list(cards) == [MODEL, "tiny", "remote", "pair", "duo", "victim"]
+    assert list(cards) == [MODEL, f"{MODEL}-embed", "tiny", "tiny-embed", "remote", "pair", "duo", "victim"]
     assert cards[MODEL].owned_by == "sllm" and cards["remote"].owned_by == "upstream"
     missing = httpx.post(f"{gateway.base_url}/chat/completions",
                          json={"model": "nope", "messages": [{"role": "user", "content": "hi"}]}).json()

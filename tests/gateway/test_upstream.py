@@ -128,7 +128,7 @@ async def test_post_chat_and_completion_rename_the_model_both_ways(a):
         assert answer["choices"][0]["text"] == direct["choices"][0]["text"]
 
         models = await pool.get("/models")
-        assert [m["id"] for m in models["data"]] == [MODEL]
+        assert [m["id"] for m in models["data"]] == [MODEL, f"{MODEL}-embed"]
         [target] = pool.snapshot()
         assert target == {"url": a.base_url, "outstanding": 0, "healthy": True, "requests": 3, "failures": 0,
                           "retries": 0}

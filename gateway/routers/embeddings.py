@@ -1,0 +1,31 @@
+"""`POST /v1/embeddings`: OpenAI's embeddings API on an embedded model's pooled hidden states, or
+forwarded to an upstream model as the client sent it."""
+
+from fastapi import APIRouter, Request
+
+from gateway import proxy
+from gateway.deps import State
+from gateway.errors import APIError
+from gateway.priority import check_client_priority
+from gateway.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
+from gateway.registry import EmbeddedModel, PooledModel, UpstreamModel
+from gateway.serving.embeddings import EmbeddingModel, run_embeddings
+
+router = APIRouter(prefix="/v1")
+
+
+@router.post("/embeddings", response_model=EmbeddingResponse)
+async def create_embeddings(body: EmbeddingRequest, request: Request, state: State):
+    check_client_priority(state.settings, body.priority)
+    served = state.models.resolve(body.model)
+    if isinstance(served, UpstreamModel):
+        return await proxy.forward(state, served, "/embeddings", await proxy.request_body(request), request)
+    if isinstance(served, PooledModel):
+        how = EmbeddingModel(served.pooling)
+    elif isinstance(served, EmbeddedModel):  # a chat model's own name: pooled as the server pools (llama.cpp's way)
+        pooling = state.settings.embedding_pooling
+        how = EmbeddingModel(pooling if pooling != "none" else "mean")
+    else:
+        raise APIError(400, f"`{served.name}` is a LoRA adapter; embeddings come from base models", param="model",
+                       code="unsupported_for_adapter")
+    return await run_embeddings(body, state, served.ready(), served.name, how, request)

@@ -1,0 +1,98 @@
+"""Embeddings served by an embedded engine: every input one prefill-only engine request (pooled final
+hidden states, engine/pooling.py), all submitted at once so the engine batches them beside generation;
+vectors as floats or, as the openai SDKs ask by default, base64 of little-endian float32."""
+
+import asyncio
+import base64
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import Request
+
+from engine import AsyncEngine, InvalidRequestError, SamplingParams
+from engine.pooling import PoolingParams
+from gateway.errors import APIError
+from gateway.generation import unless_disconnected
+from gateway.priority import fairness_key, priority_of
+from gateway.protocol.common import random_id
+from gateway.protocol.embeddings import MAX_INPUTS, Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
+from gateway.state import ServerState
+
+# Inputs tokenized on the event loop; more go to a thread so other requests keep flowing.
+INLINE_INPUTS = 16
+
+
+@dataclass(frozen=True)
+class EmbeddingModel:
+    """How a served model embeds: its pooling, and whether it was trained for shorter vectors
+    (Matryoshka), which is what makes `dimensions` meaningful."""
+
+    pooling: str = "mean"
+    matryoshka: bool = False
+
+
+def _inputs(value: str | list) -> list[str | list[int]]:
+    if isinstance(value, str):
+        items: list = [value]
+    elif value and all(isinstance(v, int) for v in value):
+        items = [list(value)]
+    else:
+        items = list(value)
+    if not items:
+        raise APIError(400, "input must not be empty", param="input")
+    if len(items) > MAX_INPUTS:
+        raise APIError(400, f"input holds {len(items)} items; at most {MAX_INPUTS} are allowed", param="input")
+    for i, item in enumerate(items):
+        if not item:
+            raise APIError(400, f"input[{i}] is empty", param="input")
+    return items
+
+
+def _tokenize(engine: AsyncEngine, items: list[str | list[int]]) -> list[list[int]]:
+    params = SamplingParams(max_tokens=1)
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(engine.check_request(item, params))
+        except InvalidRequestError as exc:
+            raise APIError(400, f"input[{i}]: {exc.message}", param="input") from None
+    return out
+
+
+def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:
+    if fmt == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return vector.tolist()
+
+
+async def run_embeddings(body: EmbeddingRequest, state: ServerState, engine: AsyncEngine, model_name: str,
+                         how: EmbeddingModel, request: Request | None = None) -> EmbeddingResponse:
+    items = _inputs(body.input)
+    hidden = engine.engine.runner.model.hidden_size
+    if body.dimensions is not None:
+        if not 1 <= body.dimensions <= hidden:
+            raise APIError(400, f"dimensions must be between 1 and {hidden}", param="dimensions")
+        if not how.matryoshka and body.dimensions != hidden:
+            raise APIError(400, f"`{model_name}` was not trained for shorter vectors: dimensions must be {hidden} "
+                           "or left out", param="dimensions", code="unsupported_parameter")
+    priority = priority_of(state.settings, request, body.priority)
+    key = fairness_key(request)
+    slot = state.admission.acquire() if request is not None else None
+    try:
+        if len(items) > INLINE_INPUTS or any(isinstance(i, str) and len(i) > 8192 for i in items):
+            token_ids = await asyncio.to_thread(_tokenize, engine, items)
+        else:
+            token_ids = _tokenize(engine, items)
+        pooling = PoolingParams(how.pooling, normalize=True, dimensions=body.dimensions)  # type: ignore[arg-type]
+        rid = random_id("embd-")
+        work = asyncio.gather(*[engine.embed(ids, pooling, f"{rid}-{i}", priority, key)
+                                for i, ids in enumerate(token_ids)])
+        outs = await unless_disconnected(request, work)
+    finally:
+        if slot is not None:
+            slot.release()
+    data = [Embedding(index=i, embedding=_encode(out.embedding.numpy(), body.encoding_format))
+            for i, out in enumerate(outs)]
+    tokens = sum(len(ids) for ids in token_ids)
+    return EmbeddingResponse(data=data, model=model_name, usage=EmbeddingUsage(prompt_tokens=tokens,
+                                                                               total_tokens=tokens))
