@@ -68,6 +68,10 @@ def serve(
         help="Tool calling: steer an answer off calling again a tool whose result is already in the "
              "conversation, where the grammar offers another way on (an answer or another tool); a "
              "request's avoid_repeated_calls field overrides it"),
+    embedding_pooling: str | None = typer.Option(
+        None, "--embedding-pooling",
+        help="/v1/embeddings: pool each embedded model's final hidden states by mean, last or cls, and list "
+             "them as <name>-embed; none lists no such id (the models still embed under their own names)"),
     guided_budget_close: bool | None = typer.Option(
         None, "--guided-budget-close/--no-guided-budget-close",
         help="Structured output and tool calls: when the tokens left before max_tokens are just enough, "
@@ -180,6 +184,7 @@ def serve(
         speculative_config=json.loads(speculative_config) if speculative_config else None,
         guided_loop_repeats=guided_loop_repeats, tool_call_bias=tool_call_bias,
         guided_budget_close=guided_budget_close, avoid_repeated_calls=avoid_repeated_calls,
+        embedding_pooling=embedding_pooling,
         priority_interactive=priority_interactive, priority_background=priority_background,
         priority_batch=priority_batch, priority_schedule=priority_schedule,
         allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,
