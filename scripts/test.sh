@@ -6,8 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install.sh
 . .venv/bin/activate
 ruff check .
-# The docs site (docs/, mkdocs.yml): a broken link, anchor or nav entry fails the build; a few seconds.
-site=$(mktemp -d) && NO_MKDOCS_2_WARNING=1 mkdocs build --strict -q --site-dir "$site" && rm -rf "$site"
+# The docs site (docs/, mkdocs.yml): a broken link, anchor or nav entry fails the build (not with -q, which
+# hides the warnings strict mode counts); a few seconds.
+site=$(mktemp -d) && NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$site" && rm -rf "$site"
 export TRITON_INTERPRET=1
 # The database suites start their own PostgreSQL server from Debian's binaries (tests/postgres.py).
 if [ -z "${SLLM_PG_BIN:-}" ] && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
