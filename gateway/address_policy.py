@@ -5,7 +5,11 @@ connect to the checked address (the callers pin it), never to the name again. Pu
 open; loopback, private (RFC 1918), unique-local (fc00::/7), CGNAT and the like need the host named
 by its exact name or an IP/CIDR entry of an allow-list; link-local, multicast, unspecified and
 reserved ones need an IP/CIDR entry; a cloud metadata address (169.254.169.254 and its kin) an
-entry naming that very address. IPv4-mapped IPv6 addresses are judged as the IPv4 they carry."""
+entry naming that very address. IPv6 addresses that reach an IPv4 one through a translator or a
+tunnel (IPv4-mapped, NAT64's 64:ff9b::/96, 6to4, Teredo, IPv4-compatible, SIIT) are judged as the IPv4
+they carry, and connected to as given; NAT64's local-use prefix (64:ff9b:1::/48, where the IPv4 may sit
+anywhere) needs an IP/CIDR entry. Hosts written as numbers (`2130706433`, `0x7f.1`, `0177.0.0.1`,
+`127.1`) are names to the syntax and addresses to the resolver: what they resolve to is checked."""
 
 import ipaddress
 import socket
@@ -17,6 +21,10 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 METADATA_ADDRESSES = {ipaddress.ip_address(a) for a in (
     "169.254.169.254", "169.254.170.2", "fd00:ec2::254", "100.100.100.200")}
 METADATA_HOSTS = {"metadata.google.internal", "metadata", "metadata.goog", "instance-data"}
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")
+_IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 
 
 class AddressRefused(Exception):
@@ -48,10 +56,28 @@ class AllowList:
         return cls(frozenset(names), tuple(wildcards), tuple(networks))
 
     def covers(self, address: IPAddress) -> bool:
-        return any(address in net for net in self.networks)
+        """An entry names the address, or the IPv4 address it carries."""
+        carried = carried_ipv4(address)
+        return any(address in net or (carried is not None and carried in net) for net in self.networks)
 
     def lists_name(self, host: str) -> bool:
         return host in self.names or any(host.endswith(w) for w in self.wildcards)
+
+
+def carried_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one reaches through a translator or a tunnel, or None."""
+    if address.version == 4:
+        return None
+    assert isinstance(address, ipaddress.IPv6Address)
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]  # the client behind the tunnel
+    if address in _NAT64 or address in _SIIT or (address in _IPV4_COMPATIBLE and int(address) > 1):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
 
 
 def literal_address(host: str) -> IPAddress | None:
@@ -72,16 +98,19 @@ def _always_internal(address: IPAddress) -> bool:
 
 def check_address(allow: AllowList, host: str, address: IPAddress) -> None:
     """Raises AddressRefused unless `host`, resolved to `address`, may be connected to."""
-    if address in METADATA_ADDRESSES:  # only an entry naming this very address opens it
-        if not any(net.num_addresses == 1 and address in net for net in allow.networks):
-            raise AddressRefused(f"{host} resolves to {address}, a cloud metadata address")
+    carried = carried_ipv4(address)
+    judged = carried if carried is not None else address  # an IPv6 form of an IPv4 address is that address
+    what = f"{address} (which reaches {carried})" if carried is not None else str(address)
+    if judged in METADATA_ADDRESSES:  # only an entry naming this very address opens it
+        if not any(net.num_addresses == 1 and judged in net for net in allow.networks):
+            raise AddressRefused(f"{host} resolves to {what}, a cloud metadata address")
         return
     if allow.covers(address):
         return
-    if _always_internal(address):
-        raise AddressRefused(f"{host} resolves to {address}, a link-local, metadata or reserved address")
-    if not address.is_global and host not in allow.names:
-        raise AddressRefused(f"{host} resolves to the internal address {address}; list the host by its exact name "
+    if _always_internal(judged) or (carried is None and address in _NAT64_LOCAL):
+        raise AddressRefused(f"{host} resolves to {what}, a link-local, metadata or reserved address")
+    if not judged.is_global and host not in allow.names:
+        raise AddressRefused(f"{host} resolves to the internal address {what}; list the host by its exact name "
                              "or its network to allow it")
 
 

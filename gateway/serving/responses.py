@@ -105,12 +105,15 @@ async def _run_upstream(body: ResponsesRequest, state: ServerState, served: Upst
                         ) -> ResponseObject | Response:
     """Forwarded to the upstream's /v1/responses. A previous response stored here goes as its
     conversation (the upstream never saw its id); answers that are not streamed are stored here too,
-    so GET, background polling and later `previous_response_id` work as for embedded models."""
+    so GET, background polling and later `previous_response_id` work as for embedded models. An id
+    not stored here (a streamed answer, which the upstream alone kept) is forwarded for an admin only:
+    the upstream sees one client, this gateway, so it could be any key's conversation."""
     raw = await proxy.request_body(request) if request is not None else body.model_dump(mode="json", exclude_unset=True)
     raw = {k: v for k, v in raw.items() if k != "background"}
     prior: list[dict] = []
     previous = await session.get(StoredResponse, body.previous_response_id) if body.previous_response_id else None
-    if previous is not None:  # another key's: refused as unknown here, never forwarded to the upstream
+    if previous is not None or (body.previous_response_id and not caller.admin):
+        # Another key's, or one only the upstream knows: refused as unknown here, never forwarded.
         prior = await previous_conversation(session, body.previous_response_id, caller)
         given = raw["input"] if isinstance(raw["input"], list) else [{"role": "user", "content": raw["input"]}]
         raw = {k: v for k, v in raw.items() if k != "previous_response_id"}
