@@ -107,13 +107,25 @@ class GGUFFile:
         self._pos += n
         return raw.decode("utf-8", errors="replace")
 
+    def _strings(self, count: int) -> list[str]:
+        """`count` strings in a row: a vocabulary's tokens or merges (300k for Qwen), so one tight loop."""
+        buf, pos, out = self._map, self._pos, []
+        length = struct.Struct("<Q").unpack_from
+        for _ in range(count):
+            (n,) = length(buf, pos)
+            pos += 8
+            out.append(buf[pos:pos + n].decode("utf-8", errors="replace"))
+            pos += n
+        self._pos = pos
+        return out
+
     def _value(self, vtype: int) -> Any:
         if vtype == _STRING:
             return self._string()
         if vtype == _ARRAY:
             item, count = self._unpack("<IQ")
             if item == _STRING:
-                return [self._string() for _ in range(count)]
+                return self._strings(count)
             if item in _NUMPY:
                 dtype = np.dtype(_NUMPY[item])
                 values = np.frombuffer(self._map, dtype=dtype, count=count, offset=self._pos).copy()

@@ -85,25 +85,47 @@ def load_gguf_tokenizer(gguf: GGUFFile):
                           for i in range(len(tokens)) if types[i] in (CONTROL, USER_DEFINED)])
     specials = _special_tokens(gguf, tokens)
     _post_processor(tokenizer, specials, add_bos, add_eos)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, clean_up_tokenization_spaces=clean_spaces,
-        chat_template=gguf.get("tokenizer.chat_template"), **specials,
+    fast = _handed_over(PreTrainedTokenizerFast)(
+        tokenizer, clean_up_tokenization_spaces=clean_spaces, chat_template=gguf.get("tokenizer.chat_template"),
+        **specials,
     )
     fast.add_bos_token, fast.add_eos_token = add_bos, add_eos
     return fast
 
 
+def _handed_over(base: type) -> type:
+    """`base` taking its backend tokenizer as it is: given as `tokenizer_object`, transformers deep-copies it
+    (a JSON round trip, 0.5-1.5 s for a 151k vocabulary). The subclass keeps the base's name, which is what
+    save_pretrained records as the tokenizer class."""
+
+    def __init__(self, backend, **kwargs):
+        self._tokenizer = backend
+        base.__init__(self, **kwargs)
+
+    return type(base.__name__, (base,), {"__init__": __init__, "__module__": base.__module__})
+
+
 def _byte_level_bpe(gguf: GGUFFile, tokens: list[str]):
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    import json
+
+    from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
 
     pre = gguf.get("tokenizer.ggml.pre") or "default"
     if pre not in PRE_TOKENIZERS:
         raise ValueError(f"{gguf.path.name}: pre-tokenizer {pre!r} is not supported; "
                          f"supported: {', '.join(sorted(PRE_TOKENIZERS))}")
     regexes, ignore_merges, clean_spaces, add_bos = PRE_TOKENIZERS[pre]
-    merges = [_split_merge(m) for m in gguf.get("tokenizer.ggml.merges", [])]
-    bpe = models.BPE(vocab=_vocab(tokens), merges=merges, ignore_merges=ignore_merges)
-    tokenizer = Tokenizer(bpe)
+    merges = gguf.get("tokenizer.ggml.merges", [])
+    if any(m.startswith(" ") for m in merges):  # tokenizers splits "a b" at its first space, llama.cpp after
+        merges = [list(_split_merge(m)) for m in merges]  # the first character: the same but for these
+    # Built from its JSON form: the merges go over as strings, unsplit, and the Python-to-Rust conversion of
+    # a 151k vocabulary and merge list is one parse (about half the time of models.BPE(vocab, merges)).
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
+             "vocab": _vocab(tokens), "merges": merges}
+    tokenizer = Tokenizer.from_str(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": model}))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes]
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
@@ -134,10 +156,8 @@ def _sentencepiece_bpe(gguf: GGUFFile, tokens: list[str], types: list[int]):
 
 
 def _vocab(tokens: list[str]) -> dict[str, int]:
-    vocab: dict[str, int] = {}
-    for i, token in enumerate(tokens):
-        vocab.setdefault(token, i)  # a repeated piece keeps its first id, as a lookup by text finds it
-    return vocab
+    # Filled from the end, so a repeated piece keeps its first id, as a lookup by text finds it.
+    return dict(zip(reversed(tokens), range(len(tokens) - 1, -1, -1), strict=True))
 
 
 def _split_merge(merge: str) -> tuple[str, str]:
