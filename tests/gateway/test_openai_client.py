@@ -227,3 +227,11 @@ def test_request_id_and_metrics(server, client):
                  'sllm:request_success_total{finished_reason="length"'):
         assert name in text, name
     server.assert_no_leak()
+
+
+def test_embeddings_of_the_default_model(client):
+    """The SDK's default (base64, decoded by it) on the default model's -embed id: unit vectors."""
+    r = client.embeddings.create(model=f"{MODEL}-embed", input=["hello", "world"])
+    assert [d.index for d in r.data] == [0, 1] and r.model == f"{MODEL}-embed"
+    for d in r.data:
+        assert len(d.embedding) == 576 and abs(sum(x * x for x in d.embedding) - 1) < 1e-4
