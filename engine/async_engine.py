@@ -81,6 +81,11 @@ class AsyncEngine:
         return self.engine.tokenizer
 
     @property
+    def chat_options(self):
+        """engine.chat.ChatOptions: the served model's tool-call and reasoning formats, thinking budget."""
+        return self.engine.chat_options
+
+    @property
     def served_model_name(self) -> str:
         return self.engine.served_model_name
 

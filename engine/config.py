@@ -52,6 +52,13 @@ class EngineConfig:
     # are just enough, so they parse whenever the budget allows. Requests can opt out
     # (SamplingParams.guided_budget_close); False turns it off for all.
     guided_budget_close: bool = True
+    # Chat (engine/chat/options.py), as vLLM's serve flags: a chat template replacing the model's (a path or
+    # the Jinja text), the tool-call and reasoning formats (None: read from the template), and the thinking
+    # tokens a request may spend before its end is forced (None: no limit unless the request sets one).
+    chat_template: str | None = None
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    max_thinking_tokens: int | None = None
     seed: int = 0
     num_threads: int | None = None
 

@@ -23,7 +23,10 @@ Two steering rules sit on top of the grammar, both off-able engine settings:
   sampling, so it can replace the sampled token.
 - Avoided texts (`GuidedSpec.avoid`, per request): the output is steered off
   each text at the last structural choice on its way (engine/avoid_texts.py); the chat layer
-  passes the tool calls whose results are already in the conversation."""
+  passes the tool calls whose results are already in the conversation.
+
+A thinking section (`SamplingParams.thinking`, engine/thinking.py) comes before all of this: the grammar
+and its steering start after its end mark, and a thinking budget forces that mark."""
 
 import json
 import logging
@@ -39,6 +42,7 @@ from engine.avoid_texts import TextAvoider
 from engine.errors import InvalidRequestError
 from engine.guided_spec import Grammar, GuidedSpec, JsonObject, JsonSchema, Regex, StructuralTag
 from engine.json_budget import BudgetCloser, CallsState, JsonState
+from engine.thinking import Thinking, ThinkingGate
 
 log = logging.getLogger(__name__)
 
@@ -148,19 +152,43 @@ def _closing_state(spec: GuidedSpec) -> Callable[[], JsonState | CallsState] | N
     return None
 
 
+def _only(row: torch.Tensor, token: int) -> None:
+    """A bitmask row allowing `token` alone."""
+    row.zero_()
+    bit = 1 << (token % 32)
+    row[token // 32] = bit - 2**32 if bit >= 2**31 else bit
+
+
 class GuidedMatcher:
-    """One sequence's grammar state: xgrammar's matcher, plus what the steering rules need to know
-    of its constraint."""
+    """One sequence's grammar state: xgrammar's matcher (None: no grammar, a thinking budget alone), plus
+    what the steering rules need to know of its constraint, and the thinking section it starts after."""
 
-    __slots__ = ("matcher", "triggers", "is_json", "closer", "avoid")
+    __slots__ = ("matcher", "triggers", "is_json", "closer", "avoid", "gate", "start", "_vocab", "_continuing",
+                 "_grammar_lost")
 
-    def __init__(self, matcher, compiled: _Compiled, closer: BudgetCloser | None = None,
-                 avoid: tuple[bytes, ...] = ()):
+    def __init__(self, matcher, compiled: _Compiled | None, closer: BudgetCloser | None = None,
+                 avoid: tuple[bytes, ...] = (), gate: ThinkingGate | None = None,
+                 vocab: list[bytes] | None = None, continuing: Callable[[bytes, bytes], torch.Tensor] | None = None):
         self.matcher = matcher
-        self.triggers = compiled.triggers
-        self.is_json = compiled.is_json
+        self.triggers = compiled.triggers if compiled is not None else ()
+        self.is_json = compiled.is_json if compiled is not None else False
         self.closer = closer
         self.avoid = avoid  # texts the output must not finish (engine/avoid_texts.py)
+        self.gate = gate
+        self.start = 0  # output tokens before the grammar's part (the thinking)
+        self._vocab = vocab  # each token's bytes, for the gate
+        self._continuing = continuing  # (written, mark) -> packed row of the tokens continuing the mark
+        self._grammar_lost = False  # before a thinking is opened or not: a token the grammar refused
+
+    @property
+    def thinking(self) -> bool:
+        """Still before the end of the thinking: the grammar waits."""
+        return self.gate is not None and not self.gate.passed
+
+    @property
+    def idle(self) -> bool:
+        """Nothing left to constrain: the thinking is over and there is no grammar."""
+        return self.matcher is None and not self.thinking
 
     def accepts(self, tokens: list[int]) -> bool:
         """Whether the grammar takes `tokens` from here; its state is left as it was."""
@@ -174,13 +202,46 @@ class GuidedMatcher:
         return taken == len(tokens)
 
     def accept_token(self, token: int) -> bool:
-        return self.matcher.accept_token(token)
+        gate = self.gate
+        if gate is None or gate.passed:
+            return self.matcher.accept_token(token) if self.matcher is not None else True
+        before = gate.state
+        assert self._vocab is not None
+        gate.feed(token, self._vocab[token])
+        if before == "maybe" and self.matcher is not None and not self._grammar_lost:
+            self._grammar_lost = not self.matcher.accept_token(token)  # no thinking may follow after all
+        if before == "maybe" and gate.state == "thinking" and self.matcher is not None:
+            self.matcher.reset()  # the thinking was opened: the grammar starts after it
+            self._grammar_lost = False
+        if not gate.passed:
+            return True
+        self.start = gate.tokens
+        if before == "maybe":  # no thinking at all: the grammar has read every token
+            return not self._grammar_lost
+        if self.closer is not None:
+            self.closer.begin(self.start, gate.after)
+        return self.matcher is None or not gate.after or self.matcher.accept_string(gate.after)
 
     def is_terminated(self) -> bool:
-        return self.matcher.is_terminated()
+        return self.matcher is not None and not self.thinking and self.matcher.is_terminated()
 
     def fill(self, mask: torch.Tensor, row: int) -> None:
-        self.matcher.fill_next_token_bitmask(mask, row)
+        gate = self.gate
+        if gate is not None and not gate.passed:
+            forced = gate.forced_token()
+            if forced is not None:
+                _only(mask[row], forced)
+            elif gate.state == "maybe" and self.matcher is not None:
+                # The grammar's tokens, and those that open the thinking instead.
+                assert self._continuing is not None
+                if self._grammar_lost:
+                    mask[row].zero_()
+                else:
+                    self.matcher.fill_next_token_bitmask(mask, row)
+                mask[row] |= self._continuing(bytes(gate.buf), gate.spec.start.encode())
+            return  # thinking: free text
+        if self.matcher is not None:
+            self.matcher.fill_next_token_bitmask(mask, row)
 
 
 class GuidedDecoding:
@@ -206,6 +267,7 @@ class GuidedDecoding:
         self._avoider: TextAvoider | None = None  # built on the first request with texts to avoid
         self._cache: OrderedDict[str, _Compiled] = OrderedDict()
         self._trigger_cache: dict[tuple[bytes, ...], list[int]] = {}
+        self._mark_cache: OrderedDict[tuple[bytes, bytes], torch.Tensor] = OrderedDict()
         self._cache_size = cache_size
         self.loop_repeats = loop_repeats
         self.trigger_bias = default_trigger_bias(tokenizer) if trigger_bias is None else trigger_bias
@@ -254,15 +316,34 @@ class GuidedDecoding:
             self._cache.popitem(last=False)
         return compiled
 
-    def matcher(self, spec: GuidedSpec, budget_close: bool = False) -> GuidedMatcher:
+    def matcher(self, spec: GuidedSpec | None, budget_close: bool = False,
+                thinking: Thinking | None = None) -> GuidedMatcher:
         """`budget_close`: the request allows budget-aware closing (SamplingParams.guided_budget_close,
-        with max_tokens and without ignore_eos / min_tokens); it also needs the engine's setting."""
-        compiled = self.compile(spec)
+        with max_tokens and without ignore_eos / min_tokens); it also needs the engine's setting.
+        `thinking`: the grammar starts after that section (engine/thinking.py)."""
+        compiled = self.compile(spec) if spec is not None else None
         closer = None
-        if budget_close and self.budget_close and compiled.closing_state is not None and self.eos is not None:
+        if (compiled is not None and budget_close and self.budget_close and compiled.closing_state is not None
+                and self.eos is not None):
             closer = BudgetCloser(compiled.closing_state(), self.eos)
-        avoid = tuple(t.encode() for t in spec.avoid)
-        return GuidedMatcher(self.xgr.GrammarMatcher(compiled.grammar), compiled, closer, avoid)
+        avoid = tuple(t.encode() for t in spec.avoid) if spec is not None else ()
+        gate = ThinkingGate(thinking, self._encode(thinking.end)) if thinking is not None else None
+        grammar = self.xgr.GrammarMatcher(compiled.grammar) if compiled is not None else None
+        return GuidedMatcher(grammar, compiled, closer, avoid, gate, self._decoded, self._mark_tokens)
+
+    def _mark_tokens(self, written: bytes, mark: bytes) -> torch.Tensor:
+        """Packed row of the tokens that continue `written` (leading blanks aside) toward `mark` or past it."""
+        key = (written, mark)
+        row = self._mark_cache.get(key)
+        if row is None:
+            flags = torch.zeros(self.vocab_size, dtype=torch.bool)
+            for i, raw in enumerate(self._decoded[: self.vocab_size]):
+                text = (written + raw).lstrip()
+                flags[i] = bool(raw) and (mark.startswith(text) or text.startswith(mark))
+            row = self._mark_cache[key] = _pack(flags)
+            if len(self._mark_cache) > 64:
+                self._mark_cache.popitem(last=False)
+        return row
 
     # -- budget-aware closing (engine/json_budget.py) ---------------------------------------------------
 
@@ -280,7 +361,7 @@ class GuidedDecoding:
         for i, seq in enumerate(seqs):
             m = seq.matcher
             closer = m.closer if m is not None else None
-            if closer is None or closer.off:
+            if closer is None or closer.off or m.thinking:
                 continue
             left = seq.params.max_tokens - seq.num_output_tokens
             if not closer.is_near(left):
@@ -296,12 +377,17 @@ class GuidedDecoding:
         mask = self.xgr.allocate_token_bitmask(len(seqs), self.vocab_size)
         for i in rows:
             seq = seqs[i]
-            seq.matcher.fill(mask, i)
-            if self.loop_repeats and seq.matcher.is_json:
-                self._break_loop(mask[i], seq.output_token_ids)
-            if seq.matcher.avoid:
-                self._text_avoider().mask(mask[i], seq.output_token_ids, seq.matcher.avoid, seq.matcher)
-            if self.trigger_bias and seq.matcher.triggers and seq.num_output_tokens == 0:
+            m = seq.matcher
+            m.fill(mask, i)
+            if m.thinking:
+                continue
+            # The steering reads the grammar's part of the output, after any thinking.
+            output = seq.output_token_ids[m.start:] if m.start else seq.output_token_ids
+            if self.loop_repeats and m.is_json:
+                self._break_loop(mask[i], output)
+            if m.avoid:
+                self._text_avoider().mask(mask[i], output, m.avoid, m)
+            if self.trigger_bias and m.triggers and seq.num_output_tokens == m.start:
                 logits[i, self._trigger_starts(seq.matcher.triggers)] += self.trigger_bias
         self.xgr.apply_token_bitmask_inplace(logits, mask.to(logits.device), indices=rows)
 
@@ -360,10 +446,14 @@ class EngineGuidedDecoding:
 
     def matcher(self, p) -> GuidedMatcher | None:
         """A new sequence's matcher under its SamplingParams `p` (None when unconstrained). Budget-aware
-        closing needs a max_tokens that ends the output, so not with ignore_eos or min_tokens."""
-        if not p.guided:
+        closing needs a max_tokens that ends the output, so not with ignore_eos or min_tokens. A thinking
+        section needs one for a grammar after it or for its budget."""
+        thinking = p.thinking
+        if thinking is not None and not p.guided and thinking.max_tokens is None:
+            thinking = None  # nothing to gate
+        if not p.guided and thinking is None:
             return None
         close = p.guided_budget_close and p.max_tokens is not None and not p.ignore_eos and not p.min_tokens
         with self._lock:
-            return self.get().matcher(p.guided, budget_close=close)
+            return self.get().matcher(p.guided, budget_close=close, thinking=thinking)
 

@@ -650,6 +650,12 @@ class BudgetCloser:
             return True
         return left <= (self.far if self.need is None else self.need + NEAR_TOKENS)
 
+    def begin(self, consumed: int, text: bytes) -> None:
+        """The grammar's part of the output starts after its first `consumed` tokens (a thinking section,
+        engine/thinking.py), with `text`, what the last of them wrote after the section's end."""
+        self.consumed = consumed
+        self.state.feed(text)
+
     def catch_up(self, output: list[int], vocab: Sequence[bytes]) -> None:
         for token in output[self.consumed:]:
             self.state.feed(vocab[token])

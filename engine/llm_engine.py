@@ -38,6 +38,13 @@ class LLMEngine:
         self.served_model_name = config.served_model_name or default_served_name(config.model)
         self.model_config = self.source.config
         self.tokenizer = self.source.tokenizer()
+        if config.chat_template:
+            from engine.chat.template import load_chat_template
+
+            self.tokenizer.chat_template = load_chat_template(config.chat_template)
+        from engine.chat.options import ChatOptions
+
+        self.chat_options = ChatOptions(config.tool_call_parser, config.reasoning_parser, config.max_thinking_tokens)
         limit = self.model_config.max_position_embeddings
         self.max_model_len = config.max_model_len or min(limit, MAX_DEFAULT_MODEL_LEN)
         if config.num_threads:

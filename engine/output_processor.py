@@ -101,6 +101,8 @@ class OutputProcessor:
                 log.warning("request %s: token %d rejected by its grammar", req.request_id, token)
                 grammar_done = True
             grammar_done = grammar_done or seq.matcher.is_terminated()
+            if seq.matcher.idle:  # a thinking budget alone, spent or not needed: nothing left to mask
+                seq.matcher = None
         if grammar_done:
             seq.finish_reason = "stop"
         elif seq.num_output_tokens >= p.min_tokens:

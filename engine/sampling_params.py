@@ -8,6 +8,7 @@ import torch
 
 from engine.errors import InvalidRequestError
 from engine.guided_spec import GuidedSpec
+from engine.thinking import Thinking
 
 MAX_N = 128
 MAX_LOGPROBS = 20
@@ -43,6 +44,9 @@ class SamplingParams:
     # Guided JSON (compact json_schema / json_object, tool calls) is closed when the tokens left before
     # max_tokens are just enough to (engine/json_budget.py); False leaves it to the grammar alone.
     guided_budget_close: bool = True
+    # A thinking section at the start of the output (engine/thinking.py): the guided spec applies after
+    # it, and its budget forces its end. The chat layer sets it for reasoning models.
+    thinking: Thinking | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

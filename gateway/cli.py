@@ -76,6 +76,21 @@ def serve(
         None, "--guided-budget-close/--no-guided-budget-close",
         help="Structured output and tool calls: when the tokens left before max_tokens are just enough, "
              "close the JSON (missing required keys get minimal values) so it parses"),
+    chat_template: str | None = typer.Option(
+        None, "--chat-template",
+        help="Chat template replacing the model's: a Jinja file's path or the template itself"),
+    tool_call_parser: str | None = typer.Option(
+        None, "--tool-call-parser",
+        help="How the model writes tool calls, as vLLM names them: hermes, llama3_json, mistral, granite, "
+             "phi4_mini_json (default: read from the chat template)"),
+    reasoning_parser: str | None = typer.Option(
+        None, "--reasoning-parser",
+        help="How the model marks its thinking, as vLLM names them: qwen3, deepseek_r1, mistral (default: "
+             "read from the chat template); the thinking goes to reasoning_content"),
+    max_thinking_tokens: int | None = typer.Option(
+        None, "--max-thinking-tokens",
+        help="Thinking tokens a reasoning model may write before its end is forced (a request's "
+             "max_thinking_tokens wins); default: no limit"),
     priority_interactive: int | None = typer.Option(
         None, "--priority-interactive",
         help="Engine priority of chat, completions and responses in the foreground (lower runs first)"),
@@ -184,6 +199,8 @@ def serve(
         speculative_config=json.loads(speculative_config) if speculative_config else None,
         guided_loop_repeats=guided_loop_repeats, tool_call_bias=tool_call_bias,
         guided_budget_close=guided_budget_close, avoid_repeated_calls=avoid_repeated_calls,
+        chat_template=chat_template, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
+        max_thinking_tokens=max_thinking_tokens,
         embedding_pooling=embedding_pooling,
         priority_interactive=priority_interactive, priority_background=priority_background,
         priority_batch=priority_batch, priority_schedule=priority_schedule,

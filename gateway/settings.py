@@ -193,6 +193,12 @@ class Settings(BaseSettings, _LoRAModules):
     guided_loop_repeats: int = Field(EngineConfig.guided_loop_repeats, ge=0)
     tool_call_bias: float | None = EngineConfig.tool_call_bias
     guided_budget_close: bool = EngineConfig.guided_budget_close  # as EngineConfig.guided_budget_close
+    # Chat, as vLLM's flags and EngineConfig: a chat template replacing the model's (path or Jinja text), the
+    # tool-call and reasoning formats (None: from the template), and the default thinking budget.
+    chat_template: str | None = EngineConfig.chat_template
+    tool_call_parser: str | None = EngineConfig.tool_call_parser
+    reasoning_parser: str | None = EngineConfig.reasoning_parser
+    max_thinking_tokens: int | None = Field(EngineConfig.max_thinking_tokens, ge=0)
     # Chat default of `avoid_repeated_calls` (engine/chat/answered.py): steer answers off a tool call
     # whose result is already in the conversation; a request's own field wins.
     avoid_repeated_calls: bool = False
@@ -335,5 +341,7 @@ class Settings(BaseSettings, _LoRAModules):
             guided_loop_repeats=self.guided_loop_repeats,
             tool_call_bias=self.tool_call_bias,
             guided_budget_close=self.guided_budget_close,
+            chat_template=self.chat_template, tool_call_parser=self.tool_call_parser,
+            reasoning_parser=self.reasoning_parser, max_thinking_tokens=self.max_thinking_tokens,
             priority_aging_s=self.priority_aging_s,
         )

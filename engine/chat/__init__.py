@@ -12,9 +12,11 @@ from engine.chat.constraints import guided_for_response_format, guided_for_tools
 from engine.chat.extras import EXTRA_FIELDS, structured_output
 from engine.chat.markup import TOOL_MARKUP, MarkupFilter, strip_markup
 from engine.chat.messages import content_text
-from engine.chat.output import ChatOutputParser, RepeatWatch, finish_reason, read_whole
+from engine.chat.options import ChatOptions
+from engine.chat.output import ChatAnswer, ChatOutputParser, RepeatWatch, finish_reason, read_answer, read_whole
 from engine.chat.parser import (
     ContentDelta,
+    ReasoningDelta,
     StreamEvent,
     ToolCallArguments,
     ToolCallParser,
@@ -23,12 +25,17 @@ from engine.chat.parser import (
     parse_answer,
     parse_tool_calls,
 )
-from engine.chat.request import ChatRequest, PreparedChat, chat_constraint, prepare_chat
-from engine.chat.template import render_chat
+from engine.chat.reasoning import REASONING_FORMATS, ReasoningFormat, reasoning_format
+from engine.chat.request import ChatRequest, PreparedChat, chat_constraint, chat_formats, prepare_chat
+from engine.chat.template import load_chat_template, render_chat
+from engine.chat.tool_formats import TOOL_FORMATS, ToolFormat, tool_format
 from engine.chat.tools import FunctionTool, ToolCall
 
 __all__ = [
-    "EXTRA_FIELDS", "TOOL_MARKUP", "ChatOutputParser", "ChatRequest", "ContentDelta", "FunctionTool",
+    "EXTRA_FIELDS", "REASONING_FORMATS", "TOOL_FORMATS", "TOOL_MARKUP", "ChatAnswer", "ChatOptions",
+    "ReasoningDelta", "ReasoningFormat", "ToolFormat", "chat_formats", "load_chat_template", "read_answer",
+    "reasoning_format", "tool_format",
+    "ChatOutputParser", "ChatRequest", "ContentDelta", "FunctionTool",
     "MarkupFilter", "PreparedChat", "RepeatWatch", "StreamEvent", "ToolCall", "ToolCallArguments",
     "ToolCallParser", "ToolCallStart", "chat_constraint", "collect", "content_text", "finish_reason",
     "guided_for_response_format", "guided_for_tools", "json_guided", "parse_answer", "parse_tool_calls",

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.chat.tool_prompt import format_tool_call
+from engine.chat.tool_formats import HERMES, ToolFormat
 from engine.chat.tools import as_dict
 
 
@@ -47,12 +47,11 @@ def answered_calls(messages: Sequence[Any]) -> list[tuple[str, Any]]:
     return out
 
 
-def repeated_call_texts(messages: Sequence[Any]) -> list[str]:
-    """The answered calls' heads as the grammar writes them, up to their arguments, once per tool."""
+def repeated_call_texts(messages: Sequence[Any], fmt: ToolFormat = HERMES) -> list[str]:
+    """The answered calls' heads as the grammar writes them in `fmt`, up to their arguments, once per tool."""
     heads = []
-    for name, args in answered_calls(messages):
-        text = format_tool_call(name, args)
-        head = text[: text.index('"arguments": ') + len('"arguments": ')]
+    for name, _ in answered_calls(messages):
+        head = fmt.begin(name)
         if head not in heads:
             heads.append(head)
     return heads

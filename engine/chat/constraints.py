@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from engine.chat.markup import TOOL_CALL_CLOSE, TOOL_CALL_OPEN
+from engine.chat.tool_formats import HERMES, ToolFormat
 from engine.chat.tools import (
     NAME_RE,
     FunctionTool,
@@ -50,7 +50,7 @@ def json_guided(schema: dict[str, Any] | None = None) -> GuidedSpec:
     return GuidedSpec(JsonSchema(schema, any_whitespace=False))
 
 
-def _tool_tag(tool: FunctionTool, index: int) -> dict[str, Any]:
+def _tool_tag(tool: FunctionTool, index: int, fmt: ToolFormat) -> dict[str, Any]:
     param = f"tools[{index}].function.parameters"
     try:
         ebnf = compact_json_ebnf(json.dumps(tool.parameters))  # key order kept: the grammar follows it
@@ -59,17 +59,18 @@ def _tool_tag(tool: FunctionTool, index: int) -> dict[str, Any]:
                                   param) from exc
     return {
         "type": "tag",
-        "begin": f'{TOOL_CALL_OPEN}\n{{"name": {json.dumps(tool.name)}, "arguments": ',
+        "begin": fmt.begin(tool.name),
         "content": {"type": "grammar", "grammar": ebnf},
-        "end": f"}}\n{TOOL_CALL_CLOSE}",
+        "end": fmt.end,
     }
 
 
 def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
-                     parallel_tool_calls: bool = True) -> GuidedSpec | None:
-    """`SamplingParams.guided` for a tool request, or None when nothing is constrained.
+                     parallel_tool_calls: bool = True, fmt: ToolFormat = HERMES) -> GuidedSpec | None:
+    """`SamplingParams.guided` for a tool request in the model's tool format (engine/chat/tool_formats.py),
+    or None when nothing is constrained.
 
-    auto: free text, but an opened `<tool_call>` must be a valid call to an offered tool.
+    auto: free text, but an opened call (its format's trigger) must be a valid call to an offered tool.
     required: one or more valid calls and nothing else (the output starts with a call).
     named: exactly one call to that function.
     `parallel_tool_calls=False` allows at most one call (generation stops after it)."""
@@ -78,26 +79,26 @@ def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
     shown = offered_tools(fns, choice)
     if not shown:
         return None
-    tags = [_tool_tag(t, fns.index(t)) for t in shown]
+    tags = [_tool_tag(t, fns.index(t), fmt) for t in shown]
     one = not parallel_tool_calls or isinstance(choice, FunctionTool)
     # What budget-aware closing (engine/json_budget.py) needs to finish a call the budget would cut.
     formats = tuple(CallFormat(tag["begin"], t.parameters, tag["end"]) for t, tag in zip(shown, tags, strict=True))
-    closing = ToolCalls(formats, TOOL_CALL_OPEN, choice != "auto")
+    closing = ToolCalls(formats, fmt.trigger, choice != "auto")
     if choice == "auto":
-        fmt: dict[str, Any] = {"type": "triggered_tags", "triggers": [TOOL_CALL_OPEN], "tags": tags,
-                               "at_least_one": False, "stop_after_first": one}
-        return GuidedSpec(StructuralTag({"type": "structural_tag", "format": fmt}, closing))
+        auto: dict[str, Any] = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags,
+                                "at_least_one": False, "stop_after_first": one}
+        return GuidedSpec(StructuralTag({"type": "structural_tag", "format": auto}, closing))
     call = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
     newline = {"type": "const_string", "value": "\n"}
     if one:
-        fmt = call
+        shape = call
     else:
         # call ("\n" call)* "\n"?  -- not tags_with_separator: there a newline after a call commits
         # to another call, and a small model that writes the newline out of habit gets trapped
         # into repeating calls until max_tokens. Here it can still end after the newline.
         more = {"type": "star", "content": {"type": "sequence", "elements": [newline, call]}}
-        fmt = {"type": "sequence", "elements": [call, more, {"type": "optional", "content": newline}]}
-    return GuidedSpec(StructuralTag({"type": "structural_tag", "format": fmt}, closing))
+        shape = {"type": "sequence", "elements": [call, more, {"type": "optional", "content": newline}]}
+    return GuidedSpec(StructuralTag({"type": "structural_tag", "format": shape}, closing))
 
 
 def guided_for_response_format(response_format: Any, param: str = "response_format") -> GuidedSpec | None:

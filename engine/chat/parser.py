@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine.chat.json_scan import JsonValueScanner
-from engine.chat.markup import TOOL_CALL_CLOSE, TOOL_CALL_OPEN, TOOL_MARKUP, find_markup, held_prefix
+from engine.chat.markup import TOOL_MARKUP, find_markup, held_prefix
+from engine.chat.tool_formats import HERMES, ToolFormat
 from engine.chat.tools import ToolCall, new_tool_call_id
 
 log = logging.getLogger(__name__)
@@ -32,30 +33,45 @@ class ToolCallArguments:
     delta: str  # the next fragment of the arguments' JSON text
 
 
-StreamEvent = ContentDelta | ToolCallStart | ToolCallArguments
+@dataclass(frozen=True)
+class ReasoningDelta:
+    text: str  # thinking text (engine/chat/reasoning.py), never content
 
-# A call's head as the grammar writes it; other key orders or spellings fall back to whole-block parsing.
-_HEAD_RE = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:')
 
+StreamEvent = ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArguments
+
+# A call's head as the grammar writes it (either arguments key); other key orders or spellings fall back to
+# parsing the whole call object.
+_HEAD_RE = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:')
+
+State = Literal["text", "open", "head", "args", "tail", "next", "after", "ended"]
 
 
 class ToolCallParser:
-    """Splits streamed model text into content and tool calls, fed one delta at a time.
+    """Splits streamed model text into content and tool calls in one family's format (ToolFormat,
+    engine/chat/tool_formats.py), fed one delta at a time.
 
-    Text that could be the start of `<tool_call>` is held back until it is known not to be (and
-    dropped if the text ends there), so no raw tag reaches a client. A call is held back until its
-    arguments are complete and parse as JSON, then given out whole (start and arguments): a call cut
-    off by `max_tokens` (or otherwise not JSON) is never returned, not even as streamed fragments a
-    client would have to discard. A call identical (name and parsed arguments) to one already given
-    ends the answer: it and everything after it are dropped and `ended_by_repeat` is set, since a
-    small model that starts repeating a call repeats it until the budget runs out.
-    Content is the text outside the call blocks with leading and trailing whitespace removed (trailing
-    whitespace is held until more content follows). `parse_tool_calls` runs this same machine on a
-    whole text, so streamed and non-streamed results agree by construction, whatever the chunking."""
+    Text that could be the start of the format's trigger (`<tool_call>`, `[TOOL_CALLS]`, ...) is held back
+    until it is known not to be (and dropped if the text ends there), so no raw mark reaches a client. A
+    call is held back until its arguments are complete and parse as JSON, then given out whole (start and
+    arguments): a call cut off by `max_tokens` (or otherwise not JSON) is never returned, not even as
+    streamed fragments a client would have to discard. A call identical (name and parsed arguments) to one
+    already given ends the answer: it and everything after it are dropped and `ended_by_repeat` is set,
+    since a small model that starts repeating a call repeats it until the budget runs out.
+    After the trigger comes one call object or a list of them (`[{...}, {...}]`, as Mistral, Granite and
+    Phi-4-mini write several calls); a call whose end marks were cut is still returned once its
+    arguments are whole. Content is the text outside the calls with leading and trailing whitespace
+    removed (trailing whitespace is held until more content follows). `parse_tool_calls` runs this same
+    machine on a whole text, so streamed and non-streamed results agree by construction, whatever the
+    chunking."""
 
-    def __init__(self) -> None:
+    def __init__(self, fmt: ToolFormat = HERMES) -> None:
+        self.fmt = fmt
+        # What ends a block after its call object: Hermes' close tag (a list's "]" is read as the list's end).
+        self._block_end = fmt.closer.strip() if not fmt.opener.strip() else ""
         self._buf = ""  # text received but not yet emitted or discarded
-        self._state: Literal["text", "head", "args", "tail", "ended"] = "text"
+        self._state: State = "text"
+        self._in_list = False
         self._pending_ws = ""  # content whitespace held until more content follows
         self._content_started = False
         self._scanner = JsonValueScanner()
@@ -118,46 +134,63 @@ class ToolCallParser:
         if args:
             events.append(ToolCallArguments(index, args))
 
-    def _whole_block(self, body: str, events: list[StreamEvent]) -> None:
-        """A call not in the grammar's shape (keys reordered, `parameters`...): parsed once complete."""
+    def _whole_call(self, body: str, events: list[StreamEvent]) -> None:
+        """A call not in the grammar's shape (keys reordered, ...): parsed once its object is complete."""
         try:
             obj = json.loads(body)
         except json.JSONDecodeError:
             obj = None
         if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            log.debug("dropping a malformed tool call block: %r", body[:200])
+            log.debug("dropping a malformed tool call: %r", body[:200])
             return
         args = obj.get("arguments", obj.get("parameters", {}))
         self._start_call(obj["name"])
         self._arguments(args if isinstance(args, str) else json.dumps(args, ensure_ascii=False))
         self._close_call(events)
 
-    def _drain(self, final: bool) -> list[StreamEvent]:
+    def _markers(self) -> tuple[str, ...]:
+        return (self.fmt.trigger, *TOOL_MARKUP)
+
+    def _text(self, buf: str, final: bool, events: list[StreamEvent]) -> bool:
+        """Free text up to the next call; False when it waits for more text."""
+        at = buf.find(self.fmt.trigger)
+        stray = find_markup(buf)
+        if stray is not None and (at < 0 or stray[0] < at):  # our markup is never content
+            self._content(buf[:stray[0]], events)
+            self._buf = buf[stray[0] + len(stray[1]):]
+            return True
+        if at >= 0:
+            self._content(buf[:at], events)
+            self._buf = buf[at:] if self.fmt.trigger_in_call else buf[at + len(self.fmt.trigger):]
+            self._state, self._in_list = "open", False
+            return True
+        # A trailing "<tool_c" (or "</tool_resp") is held; at the end it is dropped, not flushed: there
+        # it is almost surely a mark cut off by max_tokens, and raw markup must not leak.
+        keep = max(held_prefix(buf, m) for m in self._markers())
+        self._content(buf[: len(buf) - keep], events)
+        self._buf = "" if final else buf[len(buf) - keep:]
+        return False
+
+    def _drain(self, final: bool) -> list[StreamEvent]:  # noqa: C901 - one state machine, read top to bottom
         events: list[StreamEvent] = []
         while True:
             buf = self._buf
-            if self._state == "ended":
+            state = self._state
+            if state == "ended":
                 self._buf = ""
                 break
-            if self._state == "text":
-                at = buf.find(TOOL_CALL_OPEN)
-                stray = find_markup(buf)
-                if stray is not None and (at < 0 or stray[0] < at):  # our markup is never content
-                    self._content(buf[:stray[0]], events)
-                    self._buf = buf[stray[0] + len(stray[1]):]
+            if state == "text":
+                if self._text(buf, final, events):
                     continue
-                if at >= 0:
-                    self._content(buf[:at], events)
-                    self._buf, self._state = buf[at + len(TOOL_CALL_OPEN):], "head"
-                    continue
-                # A trailing "<tool_c" (or "</tool_resp") is held; at the end it is dropped, not
-                # flushed: there it is almost surely a tag cut off by max_tokens, and raw tag text
-                # must not leak.
-                keep = max(held_prefix(buf, m) for m in (TOOL_CALL_OPEN, *TOOL_MARKUP))
-                self._content(buf[: len(buf) - keep], events)
-                self._buf = "" if final else buf[len(buf) - keep:]
                 break
-            if self._state == "head":
+            stripped = buf.lstrip()
+            if state in ("open", "tail", "next", "after") and not stripped and not final:
+                break  # what comes next decides
+            if state == "open":  # after the trigger: one call object, or a list of them
+                self._in_list = stripped.startswith("[")
+                self._buf, self._state = (stripped[1:] if self._in_list else buf), "head"
+                continue
+            if state == "head":
                 m = _HEAD_RE.match(buf)
                 if m:
                     try:
@@ -167,13 +200,16 @@ class ToolCallParser:
                     self._start_call(name)
                     self._buf, self._state, self._scanner = buf[m.end():], "args", JsonValueScanner()
                     continue
-                close = buf.find(TOOL_CALL_CLOSE)
-                if close >= 0 or final:
-                    self._whole_block(buf[:close] if close >= 0 else buf, events)
-                    self._buf, self._state = (buf[close + len(TOOL_CALL_CLOSE):] if close >= 0 else ""), "text"
+                skip, used, done = JsonValueScanner().take(buf)  # the whole object, keys in any order
+                if done:
+                    self._whole_call(buf[skip: skip + used], events)
+                    self._buf, self._state = buf[skip + used:], "next"
+                    continue
+                if final:
+                    self._buf, self._state = "", "text"
                     continue
                 break
-            if self._state == "args":
+            if state == "args":
                 skip, used, done = self._scanner.take(buf)
                 self._arguments(buf[skip: skip + used])
                 self._buf = buf[skip + used:]
@@ -185,18 +221,27 @@ class ToolCallParser:
                     self._buf, self._open = "", None  # cut off mid-arguments (max_tokens): dropped
                     self._state = "text"
                 break
-            # tail: the rest of the block after the arguments (the outer "}"), up to </tool_call>
-            close = buf.find(TOOL_CALL_CLOSE)
-            if close >= 0:
-                self._buf, self._state = buf[close + len(TOOL_CALL_CLOSE):], "text"
+            if state == "tail":  # the call object's own "}" after its arguments
+                self._buf, self._state = (stripped[1:] if stripped.startswith("}") else buf), "next"
                 continue
-            if final:
-                self._buf, self._state = "", "text"
+            if state == "next":  # in a list: another call, or its end
+                if self._in_list and stripped.startswith(","):
+                    self._buf, self._state = stripped[1:], "head"
+                elif self._in_list and stripped.startswith("]"):
+                    self._buf, self._state = stripped[1:], "after"
+                else:
+                    self._state = "after"
                 continue
-            self._buf = buf[len(buf) - held_prefix(buf, TOOL_CALL_CLOSE):]
-            break
+            # after: the block's end mark, if the format has one
+            end = self._block_end
+            if end and stripped.startswith(end):
+                self._buf = stripped[len(end):]
+            elif end and end.startswith(stripped) and not final:
+                break
+            elif self.fmt.trigger_in_call and stripped.startswith(";"):  # Llama 3 separates calls so
+                self._buf = stripped[1:]
+            self._state = "text"
         return events
-
 
 
 def collect(events: Iterable[StreamEvent]) -> tuple[str | None, list[ToolCall]]:
@@ -207,6 +252,8 @@ def collect(events: Iterable[StreamEvent]) -> tuple[str | None, list[ToolCall]]:
     for ev in events:
         if isinstance(ev, ContentDelta):
             content.append(ev.text)
+        elif isinstance(ev, ReasoningDelta):
+            continue
         elif isinstance(ev, ToolCallStart):
             heads[ev.index] = ev
             args[ev.index] = []
@@ -216,15 +263,15 @@ def collect(events: Iterable[StreamEvent]) -> tuple[str | None, list[ToolCall]]:
     return ("".join(content) or None), calls
 
 
-def parse_answer(text: str) -> tuple[str | None, list[ToolCall], bool]:
+def parse_answer(text: str, fmt: ToolFormat = HERMES) -> tuple[str | None, list[ToolCall], bool]:
     """(content without the call blocks or None, calls with `arguments` as JSON text, whether a
     repeated call ended the answer)."""
-    parser = ToolCallParser()
+    parser = ToolCallParser(fmt)
     content, calls = collect(parser.feed(text) + parser.finish())
     return content, calls, parser.ended_by_repeat
 
 
-def parse_tool_calls(text: str) -> tuple[str | None, list[ToolCall]]:
+def parse_tool_calls(text: str, fmt: ToolFormat = HERMES) -> tuple[str | None, list[ToolCall]]:
     """(content without the call blocks or None, calls with `arguments` as JSON text)."""
-    content, calls, _ = parse_answer(text)
+    content, calls, _ = parse_answer(text, fmt)
     return content, calls

@@ -31,13 +31,34 @@ def _template_variables(template: str) -> frozenset[str]:
         return frozenset(re.findall(r"\b\w+\b", template))
 
 
-def template_supports_tools(tokenizer) -> bool:
-    """A chat template that reads the `tools` variable renders tools itself (Qwen, Llama 3.1,
-    Hermes, SmolLM3...); SmolLM2's does not, so it gets our preamble."""
+def chat_template_text(tokenizer) -> str | None:
+    """The template a tool request renders with."""
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):  # several named templates: the tool one, if any, is named so
         template = template.get("tool_use") or template.get("default")
-    return isinstance(template, str) and "tools" in _template_variables(template)
+    return template if isinstance(template, str) else None
+
+
+def template_supports_tools(tokenizer) -> bool:
+    """A chat template that reads the `tools` variable renders tools itself (Qwen, Llama 3.1,
+    Hermes, SmolLM3...); SmolLM2's does not, so it gets our preamble."""
+    template = chat_template_text(tokenizer)
+    return template is not None and "tools" in _template_variables(template)
+
+
+def load_chat_template(value: str) -> str:
+    """`--chat-template` as vLLM takes it: a file's path, or the Jinja text itself."""
+    from pathlib import Path
+
+    path = Path(value).expanduser()
+    try:
+        if path.is_file():
+            return path.read_text()
+    except OSError:  # a template's text too long to be a path
+        pass
+    if "{" not in value:
+        raise ValueError(f"chat template {value!r} is neither a file nor a Jinja template")
+    return value
 
 
 def render_chat(tokenizer, messages: list[Any], tools: list[Any] | None = None,

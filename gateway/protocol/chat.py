@@ -58,6 +58,10 @@ class ChatCompletionRequest(SamplingExtras, GuidedExtras):
     user: str | None = None
     add_generation_prompt: bool = True
     chat_template_kwargs: dict[str, Any] | None = None
+    # Reasoning models (engine/chat/reasoning.py): OpenAI's effort ("none" turns thinking off), and ours,
+    # the thinking tokens before the end of the thinking is forced (None: the server's --max-thinking-tokens).
+    reasoning_effort: str | None = None
+    max_thinking_tokens: int | None = Field(None, ge=0)
 
 
 class TopLogprob(BaseModel):
@@ -75,11 +79,18 @@ class ChoiceLogprobs(BaseModel):
     refusal: list[TokenLogprob] | None = None
 
 
+def _unset(v: Any) -> bool:
+    return v is None
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     refusal: str | None = None
     tool_calls: list[JSONObject] = Field(default_factory=list)
+    # A reasoning model's thinking, under vLLM's name and the newer one; absent for other models.
+    reasoning_content: str | None = Field(None, exclude_if=_unset)
+    reasoning: str | None = Field(None, exclude_if=_unset)
 
 
 class ChatChoice(BaseModel):
@@ -98,10 +109,6 @@ class ChatCompletionResponse(BaseModel):
     choices: list[ChatChoice]
     usage: UsageInfo
     system_fingerprint: str | None = None
-
-
-def _unset(v: Any) -> bool:
-    return v is None
 
 
 class DeltaFunction(BaseModel):
@@ -124,6 +131,8 @@ class DeltaMessage(BaseModel):
     # OpenAI sends only the keys a delta carries: role on the first chunk, then content or tool_calls.
     role: Literal["assistant"] | None = Field(None, exclude_if=_unset)
     content: str | None = Field(None, exclude_if=_unset)
+    reasoning_content: str | None = Field(None, exclude_if=_unset)
+    reasoning: str | None = Field(None, exclude_if=_unset)
     tool_calls: list[DeltaToolCall] | None = Field(None, exclude_if=_unset)
 
 

@@ -1,6 +1,6 @@
 """`/v1/responses` shapes: the request, the Response object, and its streaming events."""
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,8 +46,11 @@ class ResponsesRequest(SamplingExtras):
     parallel_tool_calls: bool | None = None
     avoid_repeated_calls: bool | None = None  # ours, as in Chat Completions
     text: TextConfig | None = None
-    reasoning: JSONObject | None = None
+    reasoning: JSONObject | None = None  # {"effort": ...}: as Chat Completions' reasoning_effort
     metadata: dict[str, str] | None = None
+    # vLLM's and ours, as on /v1/chat/completions.
+    chat_template_kwargs: dict[str, Any] | None = None
+    max_thinking_tokens: int | None = Field(None, ge=0)
     truncation: str | None = None
     user: str | None = None
     background: bool = False
@@ -81,7 +84,22 @@ class FunctionCallItem(BaseModel):
     status: Literal["in_progress", "completed", "incomplete"] = "completed"
 
 
-OutputItem = Annotated[OutputMessage | FunctionCallItem, Field(discriminator="type")]
+class ReasoningText(BaseModel):
+    type: Literal["reasoning_text"] = "reasoning_text"
+    text: str = ""
+
+
+class ReasoningItem(BaseModel):
+    """An output item: a reasoning model's thinking, before its answer."""
+
+    type: Literal["reasoning"] = "reasoning"
+    id: str = Field(default_factory=lambda: random_id("rs_"))
+    summary: list[JSONObject] = Field(default_factory=list)
+    content: list[ReasoningText] = Field(default_factory=list)
+    status: Literal["in_progress", "completed", "incomplete"] = "completed"
+
+
+OutputItem = Annotated[ReasoningItem | OutputMessage | FunctionCallItem, Field(discriminator="type")]
 
 
 class InputTokensDetails(BaseModel):

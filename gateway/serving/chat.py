@@ -12,13 +12,12 @@ from engine.chat import (
     ChatRequest,
     ContentDelta,
     PreparedChat,
-    RepeatWatch,
+    ReasoningDelta,
     StreamEvent,
     ToolCallArguments,
     ToolCallStart,
     finish_reason,
     prepare_chat,
-    read_whole,
 )
 from gateway.errors import APIError
 from gateway.generation import Generation
@@ -55,28 +54,30 @@ async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: Asyn
         add_generation_prompt=body.add_generation_prompt, template_kwargs=body.chat_template_kwargs or {},
         avoid_repeated_calls=state.settings.avoid_repeated_calls if body.avoid_repeated_calls is None
         else body.avoid_repeated_calls,
+        reasoning_effort=body.reasoning_effort, max_thinking_tokens=body.max_thinking_tokens,
     )
     prepared = prepare_chat(engine.tokenizer, chat, sampling_params(
         body, n=body.n, max_tokens=body.max_completion_tokens or body.max_tokens,
         logprobs=num_top if body.logprobs else None, temperature=body.temperature, top_p=body.top_p,
         stop=body.stop, seed=body.seed, presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty,
-    ))
+    ), engine.chat_options)
     gen = Generation(state, engine, request, body.priority)
     await gen.start([prepared.prompt], prepared.params)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse_response(openai_stream(_stream(gen, body, model, include_usage, prepared)), gen.close)
 
-    (final,) = await gen.finals(RepeatWatch(gen.stop_choice) if prepared.parses_calls else None)
+    (final,) = await gen.finals(prepared.repeat_watch(gen.stop_choice))
     choices = []
     for o in final.outputs:
-        content, calls, repeated = read_whole(o.text, prepared.parses_calls, prepared.strips_markup)
+        a = prepared.read(o.text)
         choices.append(ChatChoice(
             index=o.index,
-            message=AssistantMessage(content=content, tool_calls=[c.to_openai() for c in calls]),
+            message=AssistantMessage(content=a.content, tool_calls=[c.to_openai() for c in a.tool_calls],
+                                     reasoning_content=a.reasoning, reasoning=a.reasoning),
             logprobs=chat_logprobs(o.logprobs or [], num_top) if body.logprobs else None,
-            finish_reason=finish_reason(o.finish_reason, calls, repeated),
+            finish_reason=finish_reason(o.finish_reason, a.tool_calls, a.ended_by_repeat),
             stop_reason=o.stop_reason,
         ))
     return ChatCompletionResponse(model=model, choices=choices, usage=usage_of([final]))
@@ -102,16 +103,11 @@ async def _stream(gen: Generation, body: ChatCompletionRequest, model: str, incl
             lp = chat_logprobs(o.delta_logprobs, body.top_logprobs or 0) if body.logprobs and o.delta_logprobs else None
             parser = parsers[o.index]
             events = parser.feed(o.delta_text, finished=bool(o.finish_reason))
-            if parser.parses_calls:
-                deltas = delta_messages(events)
-                if lp is not None and not deltas:
-                    deltas = [DeltaMessage()]
-                for j, delta in enumerate(deltas):
-                    yield chunk([ChatChunkChoice(index=o.index, delta=delta, logprobs=lp if j == 0 else None)])
-            else:
-                text = "".join(ev.text for ev in events if isinstance(ev, ContentDelta))
-                if text or lp is not None:
-                    yield chunk([ChatChunkChoice(index=o.index, delta=DeltaMessage(content=text), logprobs=lp)])
+            deltas = delta_messages(events)
+            if lp is not None and not deltas:
+                deltas = [DeltaMessage() if parser.parses_calls else DeltaMessage(content="")]
+            for j, delta in enumerate(deltas):
+                yield chunk([ChatChunkChoice(index=o.index, delta=delta, logprobs=lp if j == 0 else None)])
             # A repeated call ends the choice where it was written, and its engine sequence there.
             if o.finish_reason or parser.ended_by_repeat:
                 finished.add(o.index)
@@ -139,6 +135,13 @@ def delta_messages(events: list[StreamEvent]) -> list[DeltaMessage]:
                 out[-1].content += ev.text
             else:
                 out.append(DeltaMessage(content=ev.text))
+            continue
+        if isinstance(ev, ReasoningDelta):  # thinking, under vLLM's name and the newer one
+            if out and out[-1].reasoning_content is not None:
+                out[-1].reasoning_content += ev.text
+                out[-1].reasoning = out[-1].reasoning_content
+            else:
+                out.append(DeltaMessage(reasoning_content=ev.text, reasoning=ev.text))
             continue
         if isinstance(ev, ToolCallStart):
             item = DeltaToolCall(index=ev.index, id=ev.id, type="function",

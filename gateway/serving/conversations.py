@@ -33,6 +33,8 @@ def input_messages(items: str | list[InputItem]) -> list[dict]:
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
             continue
+        if item.type == "reasoning":  # past thinking: chat templates leave it out of earlier turns
+            continue
         if item.type == "function_call_output":
             if not item.call_id:
                 raise APIError(400, f"input[{i}]: a function_call_output item needs call_id",

@@ -9,6 +9,7 @@ from engine import RequestOutput
 from engine.chat import (
     ContentDelta,
     PreparedChat,
+    ReasoningDelta,
     ToolCallStart,
 )
 from gateway.errors import as_api_error
@@ -25,6 +26,8 @@ from gateway.protocol.responses import (
     OutputItemEvent,
     OutputMessage,
     OutputText,
+    ReasoningItem,
+    ReasoningText,
     ResponseLifecycleEvent,
     ResponseObject,
     ResponseUsage,
@@ -68,6 +71,14 @@ class StreamedItems:
         """One parser event (engine/chat/parser.py) to stream events."""
         if isinstance(ev, ContentDelta):
             return self.text(ev.text)
+        if isinstance(ev, ReasoningDelta):  # the thinking comes first: one reasoning item, closed by what follows
+            if isinstance(self._open, ReasoningItem):
+                self._text.append(ev.text)
+                return []
+            item = ReasoningItem(status="in_progress")
+            self.items.append(item)
+            self._open, self._text = item, [ev.text]
+            return [OutputItemEvent(type="response.output_item.added", output_index=self._index, item=item)]
         if isinstance(ev, ToolCallStart):
             events = self._close("completed")
             call = FunctionCallItem(call_id=ev.id, name=ev.name, status="in_progress")
@@ -94,6 +105,9 @@ class StreamedItems:
         if isinstance(item, FunctionCallItem):
             return [FunctionCallArgumentsDoneEvent(item_id=item.id, output_index=self._index, name=item.name,
                                                    arguments=item.arguments), done]
+        if isinstance(item, ReasoningItem):
+            item.content = [ReasoningText(text="".join(self._text))]
+            return [done]
         part = OutputText(text="".join(self._text))
         item.content = [part]
         return [TextDoneEvent(item_id=item.id, output_index=self._index, text=part.text),
@@ -116,7 +130,7 @@ async def stream_response(state: ServerState, gen: Generation, resp: ResponseObj
     yield event(ResponseLifecycleEvent(type="response.created", response=resp))
     yield event(ResponseLifecycleEvent(type="response.in_progress", response=resp))
     try:
-        if not parser.parses_calls:  # without calls the answer is one message, open from the start
+        if not parser.parses_calls and prepared.thinking == "off":  # one message, open from the start
             for e in items.open_message():
                 yield event(e)
         final = None
@@ -154,6 +168,8 @@ def finish_response(resp: ResponseObject, final: RequestOutput, items: list[Outp
     for item in items:
         item.status = "completed"
     # Only a message can be cut: a function call is returned only when its arguments are complete.
+    if not items or not isinstance(items[-1], OutputMessage | FunctionCallItem):  # thinking and no answer
+        items.append(OutputMessage(content=[OutputText()]))
     if isinstance(items[-1], OutputMessage):
         items[-1].status = "incomplete" if truncated else "completed"
     resp.status = "incomplete" if truncated else "completed"

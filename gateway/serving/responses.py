@@ -10,10 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from engine.chat import (
     ChatRequest,
     PreparedChat,
-    RepeatWatch,
     chat_constraint,
     prepare_chat,
-    read_whole,
 )
 from gateway import proxy
 from gateway.generation import Generation
@@ -22,6 +20,8 @@ from gateway.protocol.responses import (
     OutputItem,
     OutputMessage,
     OutputText,
+    ReasoningItem,
+    ReasoningText,
     ResponseObject,
     ResponsesRequest,
 )
@@ -43,8 +43,11 @@ def chat_request(body: ResponsesRequest, messages: list[dict], avoid_repeated_ca
     """`avoid_repeated_calls`: the server's default, which the request's own field overrides."""
     if body.avoid_repeated_calls is not None:
         avoid_repeated_calls = body.avoid_repeated_calls
+    effort = body.reasoning.get("effort") if body.reasoning else None
     return ChatRequest(messages, body.tools, body.tool_choice, body.parallel_tool_calls, _text_format(body),
-                       format_param="text.format", avoid_repeated_calls=avoid_repeated_calls)
+                       format_param="text.format", avoid_repeated_calls=avoid_repeated_calls,
+                       template_kwargs=body.chat_template_kwargs or {}, reasoning_effort=effort,
+                       max_thinking_tokens=body.max_thinking_tokens)
 
 
 def check_request(state: ServerState, body: ResponsesRequest) -> str:
@@ -85,7 +88,7 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     chat = chat_request(body, turn, state.settings.avoid_repeated_calls)
     prepared = prepare_chat(engine.tokenizer, chat, sampling_params(
         body, n=1, max_tokens=body.max_output_tokens, logprobs=None, temperature=body.temperature,
-        top_p=body.top_p))
+        top_p=body.top_p), engine.chat_options)
     resp = response_object(body, model)
     if queued is not None:
         resp.id, resp.created_at, resp.background = queued.id, queued.created_at, True
@@ -93,7 +96,7 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     await gen.start([prepared.prompt], prepared.params)
     if body.stream:
         return sse_response(stream_response(state, gen, resp, conversation, prepared, caller.owner), gen.close)
-    (final,) = await gen.finals(RepeatWatch(gen.stop_choice) if prepared.parses_calls else None)
+    (final,) = await gen.finals(prepared.repeat_watch(gen.stop_choice))
     items, repeated = _output_items(final.outputs[0].text, prepared)
     finish_response(resp, final, items, repeated)
     await store(state, resp, conversation, caller.owner)
@@ -130,10 +133,13 @@ async def _run_upstream(body: ResponsesRequest, state: ServerState, served: Upst
 
 
 def _output_items(text: str, prepared: PreparedChat) -> tuple[list[OutputItem], bool]:
-    """A whole output: its text (if any, or when there are no calls) as a message, then one item per
-    call; and whether a repeated call ended it."""
-    content, calls, repeated = read_whole(text, prepared.parses_calls, prepared.strips_markup)
+    """A whole output: its thinking (if any) as a reasoning item, its text (if any, or when there are no
+    calls) as a message, then one item per call; and whether a repeated call ended it."""
+    a = prepared.read(text)
+    content, calls, repeated = a.content, a.tool_calls, a.ended_by_repeat
     items: list[OutputItem] = []
+    if a.reasoning:
+        items.append(ReasoningItem(content=[ReasoningText(text=a.reasoning)]))
     if content or not calls:
         items.append(OutputMessage(content=[OutputText(text=content or "")]))
     items += [FunctionCallItem(call_id=c.id, name=c.name, arguments=c.arguments) for c in calls]

@@ -33,6 +33,7 @@ from engine.chat import (
     ChatRequest,
     ContentDelta,
     PreparedChat,
+    ReasoningDelta,
     StreamEvent,
     ToolCall,
     ToolCallStart,
@@ -78,7 +79,7 @@ def _events_chunk(events: list[StreamEvent]) -> AIMessageChunk | None:
     text = "".join(e.text for e in events if isinstance(e, ContentDelta))
     by_index: dict[int, dict[str, Any]] = {}
     for e in events:
-        if isinstance(e, ContentDelta):
+        if isinstance(e, ContentDelta | ReasoningDelta):  # thinking is not the message's content
             continue
         entry = by_index.setdefault(e.index, {"name": None, "id": None, "args": ""})
         if isinstance(e, ToolCallStart):
@@ -186,7 +187,7 @@ class ChatSLLM(BaseChatModel):
             max_tokens=kwargs.get("max_tokens", self.max_tokens), seed=kwargs.get("seed", self.seed),
             stop=list(stop if stop is not None else self.stop or []),
         )
-        return _Request(engine, prepare_chat(engine.tokenizer, chat, params), model, lora)
+        return _Request(engine, prepare_chat(engine.tokenizer, chat, params, engine.chat_options), model, lora)
 
     def _metadata(self, req: _Request, out: RequestOutput, called: bool) -> dict[str, Any]:
         finish = "tool_calls" if called else out.outputs[0].finish_reason

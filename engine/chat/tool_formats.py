@@ -1,0 +1,76 @@
+"""How each model family writes a tool call, named as vLLM's `--tool-call-parser` names them. Every format
+here is a JSON object `{"name": ..., "<args key>": {...}}` between a family's own marks, so one grammar
+(engine/chat/constraints.py), one budget closer (engine/json_budget.py) and one parser
+(engine/chat/parser.py) serve them all; the OpenAI output is the same whatever the format.
+
+    hermes          <tool_call>\\n{"name": "f", "arguments": {...}}\\n</tool_call>   Qwen2.5, Qwen3, SmolLM3, Hermes
+    llama3_json     {"name": "f", "parameters": {...}}                            Llama 3.1-3.3
+    mistral         [TOOL_CALLS][{"name": "f", "arguments": {...}}]               Mistral, Ministral
+    granite         <|tool_call|>[{"name": "f", "arguments": {...}}]              Granite 3.x
+    phi4_mini_json  functools[{"name": "f", "arguments": {...}}]                  Phi-4-mini
+
+The grammar writes one call per block (parallel calls as several blocks, a newline apart) so every call
+has the same begin and end text; the parser also reads a family's list of several calls in one block."""
+
+import json
+from dataclasses import dataclass
+
+from engine.errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    name: str  # vLLM's parser name
+    trigger: str  # what opens a call in free text
+    opener: str  # written after the trigger, before the call object ("[" of a list)
+    args_key: str  # "arguments" or Llama 3's "parameters"
+    closer: str  # written after the call object
+    # The trigger is the call object's own start (Llama 3's `{"name": `): the parser keeps it as JSON.
+    trigger_in_call: bool = False
+
+    def begin(self, tool_name: str) -> str:
+        """A call's text up to its arguments, as the grammar writes it."""
+        lead = "" if self.trigger_in_call else self.trigger + self.opener
+        return f'{lead}{{"name": {json.dumps(tool_name)}, "{self.args_key}": '
+
+    @property
+    def end(self) -> str:
+        """A call's text after its arguments."""
+        return "}" + self.closer
+
+    def call_text(self, tool_name: str, arguments: str) -> str:
+        return self.begin(tool_name) + arguments + self.end
+
+
+HERMES = ToolFormat("hermes", "<tool_call>", "\n", "arguments", "\n</tool_call>")
+TOOL_FORMATS = {f.name: f for f in (
+    HERMES,
+    ToolFormat("llama3_json", '{"name": ', "", "parameters", "", trigger_in_call=True),
+    ToolFormat("mistral", "[TOOL_CALLS]", "[", "arguments", "]"),
+    ToolFormat("granite", "<|tool_call|>", "[", "arguments", "]"),
+    ToolFormat("phi4_mini_json", "functools", "[", "arguments", "]"),
+)}
+
+# What a chat template writes around the calls in its history or its instructions, most specific first.
+_SIGNS = (
+    ("[TOOL_CALLS]", "mistral"),
+    ("<|tool_call|>", "granite"),
+    ("functools", "phi4_mini_json"),
+    ("<tool_call>", "hermes"),
+    ('"parameters": ', "llama3_json"),
+    ("<|python_tag|>", "llama3_json"),
+)
+
+
+def tool_format(name: str | None, template: str | None = None) -> ToolFormat:
+    """The format named (vLLM's `--tool-call-parser`), or the one the chat template writes (Hermes when it
+    shows none: our preamble teaches Hermes)."""
+    if name:
+        if name not in TOOL_FORMATS:
+            raise InvalidRequestError(f"unknown tool call parser {name!r}; known: {', '.join(TOOL_FORMATS)}",
+                                      "tool_call_parser")
+        return TOOL_FORMATS[name]
+    for sign, found in _SIGNS:
+        if template and sign in template:
+            return TOOL_FORMATS[found]
+    return HERMES

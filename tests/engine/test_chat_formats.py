@@ -1,0 +1,203 @@
+"""Each family's chat format, with its real chat template (tests/data/templates): tool calls in the
+family's own marks come out as the same OpenAI calls, streamed or whole; the grammar writes the format's
+exact text; a reasoning model's thinking goes to reasoning, never content, and the grammar (tools,
+response_format) starts after it; a thinking budget forces its end; `enable_thinking: false` turns it off;
+`--chat-template` replaces the model's template."""
+
+import json
+import random
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from engine import LLM, SamplingParams
+from engine.chat import (
+    ChatOptions,
+    ChatRequest,
+    ReasoningDelta,
+    chat_formats,
+    collect,
+    parse_answer,
+    prepare_chat,
+    read_answer,
+)
+from engine.chat.output import ChatOutputParser
+from engine.chat.reasoning import REASONING_FORMATS, split_reasoning, thinking_start
+from engine.chat.tool_formats import TOOL_FORMATS
+from engine.thinking import Thinking
+from tests.engine.conftest import make_tiny_llama
+
+TEMPLATES = Path(__file__).parent.parent / "data" / "templates"
+QWEN3 = (TEMPLATES / "Qwen-Qwen3-0.6B.jinja").read_text()
+# Qwen3's thinking-only releases (2507) open the thinking in the generation prompt; so does DeepSeek-R1's.
+QWEN3_THINKING = QWEN3.replace("{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n<think>\\n' }}")
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+ADD = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.", "parameters": WEATHER}},
+         {"type": "function", "function": {"name": "add", "description": "Add.", "parameters": ADD}}]
+SCHEMAS = {"get_weather": WEATHER, "add": ADD}
+ASK = [{"role": "user", "content": "What's the weather in Seoul?"}]
+
+
+class Tok:
+    """A tokenizer as far as format detection reads it."""
+
+    def __init__(self, template: str):
+        self.chat_template = template
+
+
+@pytest.mark.parametrize(("template", "tools", "reasoning"), [
+    ("Qwen-Qwen3-0.6B", "hermes", "qwen3"),
+    ("HuggingFaceTB-SmolLM3-3B", "hermes", "qwen3"),
+    ("meta-llama-Llama-3.2-3B-Instruct", "llama3_json", None),
+    ("mistralai-Mistral-Nemo-Instruct-2407", "mistral", None),
+    ("ibm-granite-granite-3.3-2B-Instruct", "granite", "qwen3"),  # <think> when asked (`thinking`)
+])
+def test_formats_are_read_from_the_template(template, tools, reasoning):
+    fmt, think = chat_formats(Tok((TEMPLATES / f"{template}.jinja").read_text()), None)
+    assert fmt.name == tools and (think.name if think else None) == reasoning
+    # The server's choice wins over the template.
+    assert chat_formats(Tok(QWEN3), ChatOptions(tool_call_parser="mistral"))[0].name == "mistral"
+    with pytest.raises(ValueError, match="unknown tool call parser"):
+        ChatOptions(tool_call_parser="nope")
+
+
+def _streamed(text: str, parser: ChatOutputParser, seed: int):
+    rng, events, at = random.Random(seed), [], 0
+    while at < len(text):
+        step = rng.randint(1, 7)
+        events += parser.feed(text[at: at + step], finished=at + step >= len(text))
+        at += step
+    return events
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_FORMATS))
+def test_each_format_parses_to_the_same_openai_calls(name):
+    fmt = TOOL_FORMATS[name]
+    text = ("Let me see. " + fmt.call_text("get_weather", '{"city": "Seoul"}') + "\n"
+            + fmt.call_text("add", '{"a": 1, "b": 2}'))
+    content, calls, _ = parse_answer(text, fmt)
+    assert content == "Let me see."
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Seoul"}),
+                                                                  ("add", {"a": 1, "b": 2})]
+    for seed in range(5):  # any chunking gives the same
+        streamed = collect(_streamed(text, ChatOutputParser(True, False, fmt), seed))
+        assert streamed[0] == content and [(c.name, c.arguments) for c in streamed[1]] == \
+            [(c.name, c.arguments) for c in calls]
+    # A call cut inside its arguments is never returned; the whole ones before it are.
+    cut = text + "\n" + fmt.begin("add") + '{"a": 1'
+    assert [c.name for c in parse_answer(cut, fmt)[1]] == ["get_weather", "add"]
+
+
+def test_lists_of_calls_as_families_write_them():
+    mistral = TOOL_FORMATS["mistral"]
+    text = ('[TOOL_CALLS][{"name": "add", "arguments": {"a": 1, "b": 2}}, '
+            '{"arguments": {"city": "X"}, "name": "get_weather"}]')
+    assert [c.name for c in parse_answer(text, mistral)[1]] == ["add", "get_weather"]
+    llama = TOOL_FORMATS["llama3_json"]
+    content, calls, _ = parse_answer('{"name": "add", "parameters": {"a": 1, "b": 2}}; '
+                                     '{"name": "add", "parameters": {"a": 3, "b": 4}}', llama)
+    assert content is None and [json.loads(c.arguments)["a"] for c in calls] == [1, 3]
+    assert parse_answer('x = {"a": 1}', llama) == ('x = {"a": 1}', [], False)  # JSON that is no call stays text
+
+
+def test_thinking_is_reasoning_never_content():
+    qwen3 = REASONING_FORMATS["qwen3"]
+    text = '<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": ' \
+           '{"city": "Seoul"}}\n</tool_call>'
+    a = read_answer(text, True, False, TOOL_FORMATS["hermes"], qwen3, "maybe")
+    assert a.reasoning == "The user wants weather." and a.content is None
+    assert [c.name for c in a.tool_calls] == ["get_weather"]
+    for seed in range(5):
+        events = _streamed(text, ChatOutputParser(True, False, TOOL_FORMATS["hermes"], qwen3, "maybe"), seed)
+        assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "The user wants weather."
+        assert collect(events)[0] is None and len(collect(events)[1]) == 1
+    # Opened by the prompt: the output starts inside the thinking; no end mark yet: all of it is thinking.
+    assert split_reasoning("still thinking </thi", qwen3, "open") == ("still thinking", "")
+    assert split_reasoning("Hello <b>", qwen3, "maybe") == (None, "Hello <b>")  # no thinking written
+    assert split_reasoning("<think>a</think>b", qwen3, "off") == (None, "<think>a</think>b")
+
+
+class Qwen3Tok:
+    chat_template = QWEN3
+
+    def apply_chat_template(self, messages, **kwargs):
+        import jinja2
+
+        env = jinja2.Environment()
+        env.filters["tojson"] = lambda v, **k: json.dumps(v, **k)
+        return env.from_string(QWEN3).render(messages=messages, add_generation_prompt=True, **{
+            k: v for k, v in kwargs.items() if k not in ("tokenize", "add_generation_prompt")})
+
+
+def test_enable_thinking_false_turns_thinking_off():
+    params = SamplingParams(max_tokens=8)
+    on = prepare_chat(Qwen3Tok(), ChatRequest(ASK), params)
+    assert on.thinking == "maybe" and on.reasoning is not None
+    off = prepare_chat(Qwen3Tok(), ChatRequest(ASK, template_kwargs={"enable_thinking": False}), params)
+    assert off.prompt.endswith("<think>\n\n</think>\n\n") and off.thinking == "off" and off.params.thinking is None
+    assert prepare_chat(Qwen3Tok(), ChatRequest(ASK, reasoning_effort="none"), params).thinking == "off"
+    assert thinking_start("x<think>\n", REASONING_FORMATS["qwen3"]) == "open"
+
+
+# -- a tiny random checkpoint with real templates -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def qwen3_folder(tmp_path_factory, default_model_dir) -> Path:
+    """A tiny random model whose tokenizer_config carries Qwen3-thinking's template, as a checkpoint ships it."""
+    folder = make_tiny_llama(tmp_path_factory.mktemp("qwen3-chat"), default_model_dir)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = QWEN3_THINKING
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").unlink(missing_ok=True)
+    return folder
+
+
+def _run(llm: LLM, request: ChatRequest, **params):
+    prepared = prepare_chat(llm.engine.tokenizer, request, SamplingParams(temperature=0, **params),
+                            llm.engine.chat_options)
+    (out,) = llm.generate([prepared.prompt], prepared.params, use_tqdm=False)
+    llm.engine.block_manager.check_no_leak()
+    return prepared, out.outputs[0]
+
+
+@pytest.mark.parametrize("parser", ["hermes", "llama3_json", "mistral", "granite", "phi4_mini_json"])
+def test_the_grammar_writes_each_format_exactly(qwen3_folder, parser):
+    llm = LLM(model=str(qwen3_folder), tool_call_parser=parser, num_kv_blocks=64)
+    fmt = TOOL_FORMATS[parser]
+    prepared, out = _run(llm, ChatRequest(ASK, TOOLS, "required", False, max_thinking_tokens=4), max_tokens=48)
+    thought, answer = out.text.split("</think>", 1)
+    assert answer.lstrip().startswith(fmt.begin("get_weather")[:12])
+    a = prepared.read(out.text)
+    assert a.content is None and a.reasoning and "</think>" not in a.reasoning
+    (call,) = a.tool_calls
+    assert answer.lstrip().startswith(fmt.begin(call.name))
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+
+
+def test_a_thinking_budget_forces_the_end_and_the_grammar_follows(qwen3_folder):
+    llm = LLM(model=str(qwen3_folder), num_kv_blocks=64, max_thinking_tokens=6)
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "n", "schema": schema}}
+    prepared, out = _run(llm, ChatRequest(ASK, response_format=fmt), max_tokens=40)
+    assert prepared.params.thinking == Thinking("<think>", "</think>", True, 6)
+    end = llm.engine.tokenizer.encode("</think>", add_special_tokens=False)
+    assert out.token_ids[6: 6 + len(end)] == end  # six thinking tokens, then the end mark forced
+    a = prepared.read(out.text)
+    assert a.reasoning and "think>" not in (a.content or "")
+    jsonschema.validate(json.loads(a.content), schema)
+    # Without a budget a free-running thinking is all reasoning: nothing of it leaks into content.
+    llm2 = LLM(model=str(qwen3_folder), num_kv_blocks=64)
+    prepared, out = _run(llm2, ChatRequest(ASK), max_tokens=12)
+    assert prepared.read(out.text).reasoning and not prepared.read(out.text).content
+
+
+def test_chat_template_flag_replaces_the_models(qwen3_folder):
+    llama = TEMPLATES / "meta-llama-Llama-3.2-3B-Instruct.jinja"
+    llm = LLM(model=str(qwen3_folder), num_kv_blocks=64, chat_template=str(llama))
+    prepared, out = _run(llm, ChatRequest(ASK, TOOLS, "required", False), max_tokens=40)
+    assert "<|start_header_id|>" in prepared.prompt and prepared.tool_format.name == "llama3_json"
+    assert prepared.reasoning is None and out.text.startswith('{"name": "')
+    (call,) = prepared.read(out.text).tool_calls
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
