@@ -25,6 +25,7 @@ from gateway.routers import (
     health,
     lora,
     models,
+    rerank,
     responses,
     text2sql,
     tokenize,
@@ -72,7 +73,7 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
     install_error_handlers(app)
     secured = [Depends(require_api_key)]
     for router in (models.router, completions.router, chat.router, responses.router, files.router, batches.router,
-                   text2sql.router, embeddings.router):
+                   text2sql.router, embeddings.router, rerank.router):
         app.include_router(router, dependencies=secured)
     app.include_router(tokenize.router, dependencies=secured)
     app.include_router(lora.router)  # its own dependency: admin keys

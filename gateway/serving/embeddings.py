@@ -48,14 +48,14 @@ def _inputs(value: str | list) -> list[str | list[int]]:
     return items
 
 
-def _tokenize(engine: AsyncEngine, items: list[str | list[int]]) -> list[list[int]]:
+def _tokenize(engine: AsyncEngine, items: list[str | list[int]], param: str) -> list[list[int]]:
     params = SamplingParams(max_tokens=1)
     out = []
     for i, item in enumerate(items):
         try:
             out.append(engine.check_request(item, params))
         except InvalidRequestError as exc:
-            raise APIError(400, f"input[{i}]: {exc.message}", param="input") from None
+            raise APIError(400, f"{param}[{i}]: {exc.message}", param=param) from None
     return out
 
 
@@ -63,6 +63,28 @@ def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:
     if fmt == "base64":
         return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
     return vector.tolist()
+
+
+async def embed_inputs(items: list[str | list[int]], pooling: PoolingParams, state: ServerState,
+                       engine: AsyncEngine, request: Request | None, client_priority: int | None = None,
+                       param: str = "input") -> tuple[list[np.ndarray], int]:
+    """Every item's vector (in order) and the tokens they took: one engine request each, all at once."""
+    priority = priority_of(state.settings, request, client_priority)
+    key = fairness_key(request)
+    slot = state.admission.acquire() if request is not None else None
+    try:
+        if len(items) > INLINE_INPUTS or any(isinstance(i, str) and len(i) > 8192 for i in items):
+            token_ids = await asyncio.to_thread(_tokenize, engine, items, param)
+        else:
+            token_ids = _tokenize(engine, items, param)
+        rid = random_id("embd-")
+        work = asyncio.gather(*[engine.embed(ids, pooling, f"{rid}-{i}", priority, key)
+                                for i, ids in enumerate(token_ids)])
+        outs = await unless_disconnected(request, work)
+    finally:
+        if slot is not None:
+            slot.release()
+    return [out.embedding.numpy() for out in outs], sum(len(ids) for ids in token_ids)
 
 
 async def run_embeddings(body: EmbeddingRequest, state: ServerState, engine: AsyncEngine, model_name: str,
@@ -75,24 +97,8 @@ async def run_embeddings(body: EmbeddingRequest, state: ServerState, engine: Asy
         if not how.matryoshka and body.dimensions != hidden:
             raise APIError(400, f"`{model_name}` was not trained for shorter vectors: dimensions must be {hidden} "
                            "or left out", param="dimensions", code="unsupported_parameter")
-    priority = priority_of(state.settings, request, body.priority)
-    key = fairness_key(request)
-    slot = state.admission.acquire() if request is not None else None
-    try:
-        if len(items) > INLINE_INPUTS or any(isinstance(i, str) and len(i) > 8192 for i in items):
-            token_ids = await asyncio.to_thread(_tokenize, engine, items)
-        else:
-            token_ids = _tokenize(engine, items)
-        pooling = PoolingParams(how.pooling, normalize=True, dimensions=body.dimensions)  # type: ignore[arg-type]
-        rid = random_id("embd-")
-        work = asyncio.gather(*[engine.embed(ids, pooling, f"{rid}-{i}", priority, key)
-                                for i, ids in enumerate(token_ids)])
-        outs = await unless_disconnected(request, work)
-    finally:
-        if slot is not None:
-            slot.release()
-    data = [Embedding(index=i, embedding=_encode(out.embedding.numpy(), body.encoding_format))
-            for i, out in enumerate(outs)]
-    tokens = sum(len(ids) for ids in token_ids)
+    pooling = PoolingParams(how.pooling, normalize=True, dimensions=body.dimensions)  # type: ignore[arg-type]
+    vectors, tokens = await embed_inputs(items, pooling, state, engine, request, body.priority)
+    data = [Embedding(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
     return EmbeddingResponse(data=data, model=model_name, usage=EmbeddingUsage(prompt_tokens=tokens,
                                                                                total_tokens=tokens))
