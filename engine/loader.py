@@ -56,23 +56,30 @@ def default_model_path() -> Path:
 
 def _gguf_cache_folder(gguf: Path) -> Path:
     st = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:12]
+    # v2: the tokenizer is ours (engine/gguf_tokenizer.py), the one serving uses, not transformers' reading.
+    key = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}:v2".encode()).hexdigest()[:12]
     return cache_dir() / "models" / f"{gguf.stem}-{key}"
 
 
 def convert_gguf(gguf: Path) -> Path:
     """Dequantizes a GGUF file into an HF-style folder in the cache (once) and returns that folder: for
-    training and test references only; serving reads the file itself (`open_model`)."""
+    training and test references only; serving reads the file itself (`open_model`). The weights and config
+    are transformers' reading of the file (an independent reference); the tokenizer is the one we serve
+    with, so an adapter is trained on the token sequences it will see (transformers' GGUF reader drops
+    SmolLM2's digit split, which llama.cpp and SmolLM2's own tokenizer.json keep)."""
     target = _gguf_cache_folder(gguf)
     if (target / "model.safetensors").exists():
         return target
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from engine.gguf_file import GGUFFile
+    from engine.gguf_tokenizer import load_gguf_tokenizer
 
     log.info("converting %s into %s (once)", gguf.name, target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tok = load_gguf_tokenizer(GGUFFile(gguf))
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
         if model.config.tie_word_embeddings:
