@@ -24,6 +24,7 @@ from gateway.routers import (
     files,
     health,
     lora,
+    messages,
     models,
     rerank,
     responses,
@@ -73,7 +74,7 @@ def create_app(settings: Settings, engine: AsyncEngine | None = None) -> FastAPI
     install_error_handlers(app)
     secured = [Depends(require_api_key)]
     for router in (models.router, completions.router, chat.router, responses.router, files.router, batches.router,
-                   text2sql.router, embeddings.router, rerank.router):
+                   text2sql.router, embeddings.router, rerank.router, messages.router):
         app.include_router(router, dependencies=secured)
     app.include_router(tokenize.router, dependencies=secured)
     app.include_router(lora.router)  # its own dependency: admin keys

@@ -47,6 +47,8 @@ async def require_api_key(request: Request, state: State) -> None:
         return
     header = request.headers.get("authorization", "")
     scheme, _, key = header.partition(" ")
+    if (scheme.lower() != "bearer" or not key.strip()) and request.headers.get("x-api-key"):
+        scheme, key = "bearer", request.headers["x-api-key"]  # Anthropic's header (its SDKs, n8n's credential)
     if scheme.lower() != "bearer" or not key.strip():
         raise _unauthorized("Missing API key: send it as `Authorization: Bearer <key>`.")
     key = key.strip()
