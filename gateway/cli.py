@@ -68,6 +68,10 @@ def serve(
         help="Tool calling: steer an answer off calling again a tool whose result is already in the "
              "conversation, where the grammar offers another way on (an answer or another tool); a "
              "request's avoid_repeated_calls field overrides it"),
+    model_alias: list[str] = typer.Option(
+        [], "--model-alias",
+        help="NAME=SERVED: another name for a served model, NAME a glob (claude-*=SmolLM2-135M-Instruct); "
+             "repeat the flag for more"),
     embedding_pooling: str | None = typer.Option(
         None, "--embedding-pooling",
         help="/v1/embeddings: pool each embedded model's final hidden states by mean, last or cls, and list "
@@ -201,7 +205,7 @@ def serve(
         guided_budget_close=guided_budget_close, avoid_repeated_calls=avoid_repeated_calls,
         chat_template=chat_template, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
         max_thinking_tokens=max_thinking_tokens,
-        embedding_pooling=embedding_pooling,
+        embedding_pooling=embedding_pooling, model_alias=list(model_alias),
         priority_interactive=priority_interactive, priority_background=priority_background,
         priority_batch=priority_batch, priority_schedule=priority_schedule,
         allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,

@@ -3,6 +3,7 @@ and upstream OpenAI-compatible servers (gateway/upstream/). Every endpoint resol
 `model` here first; an empty name means the first model configured."""
 
 import asyncio
+import fnmatch
 import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -121,11 +122,12 @@ Served = EmbeddedModel | UpstreamModel | LoRAModel | PooledModel
 @dataclass
 class ModelRegistry:
     models: dict[str, Served] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)  # --model-alias: a name or glob -> a served name
 
     @classmethod
     def from_settings(cls, settings: Settings, engine: AsyncEngine | None = None) -> "ModelRegistry":
         """`engine`: an already-loaded engine for the first embedded model (tests, benchmarks)."""
-        reg = cls()
+        reg = cls(aliases=dict(settings.model_alias))
         for entry in settings.model_entries():
             if entry.is_upstream:
                 reg.add(UpstreamModel(entry.served_name, entry, _pool(entry)))
@@ -206,6 +208,9 @@ class ModelRegistry:
         if not name:
             return self.default
         model = self.models.get(name)
+        if model is None:
+            target = next((t for pattern, t in self.aliases.items() if fnmatch.fnmatchcase(name, pattern)), None)
+            model = self.models.get(target) if target is not None else None
         if model is None:
             served = ", ".join(f"`{n}`" for n in self.models)
             raise APIError(404, f"The model `{name}` does not exist. This server serves {served}.",

@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -204,6 +204,22 @@ class Settings(BaseSettings, _LoRAModules):
     avoid_repeated_calls: bool = False
     # /v1/embeddings: each embedded model's pooled final hidden states, also listed as "<name>-embed".
     embedding_pooling: Literal["mean", "last", "cls", "none"] = "mean"
+    # Other names clients may use for a served model: NAME=SERVED, NAME a glob (claude-*=SmolLM2-135M-Instruct
+    # lets a client that insists on a claude-* name reach it); served names win over aliases.
+    model_alias: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("model_alias", mode="before")
+    @classmethod
+    def _aliases(cls, value: Any) -> dict[str, str]:
+        if isinstance(value, dict):
+            return {str(k): str(v) for k, v in value.items()}
+        out: dict[str, str] = {}
+        for item in value.split() if isinstance(value, str) else value:
+            name, sep, served = str(item).partition("=")
+            if not sep or not name.strip() or not served.strip():
+                raise ValueError(f"model_alias {item!r}: expected NAME=SERVED")
+            out[name.strip()] = served.strip()
+        return out
     # Engine priority of each kind of work (lower runs first; gateway/priority.py), whether clients may
     # name their own in the body, and how fast waiting work ages toward the front (EngineConfig).
     priority_interactive: int = 0

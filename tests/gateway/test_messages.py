@@ -21,7 +21,7 @@ ASK = [{"role": "user", "content": "What's the weather in Seoul?"}]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with run_server(tmp_path_factory.mktemp("messages"), api_keys=[KEY]) as s:
+    with run_server(tmp_path_factory.mktemp("messages"), api_keys=[KEY], model_alias=["claude-*=" + MODEL]) as s:
         yield s
         s.assert_no_leak()
 
@@ -73,7 +73,7 @@ def test_errors_are_anthropic_shaped(server, client):
             model=MODEL, max_tokens=4, messages=ASK)
     assert auth.value.body["error"]["type"] == "authentication_error"
     with pytest.raises(anthropic.NotFoundError) as missing:
-        client.messages.create(model="claude-nope", max_tokens=4, messages=ASK)
+        client.messages.create(model="gpt-nope", max_tokens=4, messages=ASK)
     assert missing.value.body["error"]["type"] == "not_found_error"
     r = httpx.post(f"{server.url}/v1/messages", headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"},
                    json={"model": MODEL, "messages": ASK}, timeout=30)
@@ -82,3 +82,17 @@ def test_errors_are_anthropic_shaped(server, client):
     bad = httpx.post(f"{server.url}/v1/messages", headers={"authorization": f"Bearer {KEY}"}, timeout=30, json={
         "model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]})
     assert bad.status_code == 400 and json.loads(bad.text)["error"]["type"] == "invalid_request_error"
+
+
+def test_a_claude_name_reaches_the_served_model_through_an_alias(client):
+    m = client.messages.create(model="claude-sllm-test", max_tokens=4, messages=ASK)
+    assert m.model == "claude-sllm-test" and m.content  # the name the client asked for, as Anthropic echoes it
+
+
+def test_aliases_parse_from_flags_and_files():
+    from gateway.settings import Settings
+
+    assert Settings(model_alias=["claude-*=smol", "gpt-4o=smol"]).model_alias == {"claude-*": "smol", "gpt-4o": "smol"}
+    assert Settings(model_alias={"claude-*": "smol"}).model_alias == {"claude-*": "smol"}
+    with pytest.raises(ValueError, match="NAME=SERVED"):
+        Settings(model_alias=["claude"])
