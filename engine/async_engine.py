@@ -86,6 +86,11 @@ class AsyncEngine:
         return self.engine.chat_options
 
     @property
+    def sampling_defaults(self) -> dict:
+        """The model card's sampling values for fields a request leaves out (engine/generation_config.py)."""
+        return self.engine.sampling_defaults
+
+    @property
     def served_model_name(self) -> str:
         return self.engine.served_model_name
 

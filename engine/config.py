@@ -59,6 +59,9 @@ class EngineConfig:
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     max_thinking_tokens: int | None = None
+    # The model card's sampling defaults for fields a request leaves out (engine/generation_config.py), as
+    # vLLM's --generation-config: auto (the folder's generation_config.json), vllm (none) or a path.
+    generation_config: str = "auto"
     seed: int = 0
     num_threads: int | None = None
 

@@ -24,6 +24,14 @@ class RequestLimits:
     max_model_len: int
     block_size: int
     num_blocks: int  # the KV cache, in blocks
+    card_max_tokens: int | None = None  # the model card's max_new_tokens (engine/generation_config.py)
+
+    def max_tokens(self, params: SamplingParams, num_prompt: int) -> int | None:
+        """What a request may generate: its own max_tokens, else the card's within the context left (as vLLM),
+        else None (up to the context)."""
+        if params.max_tokens is not None or not self.card_max_tokens:
+            return params.max_tokens
+        return min(self.card_max_tokens, self.max_model_len - num_prompt)
 
     def check(self, token_ids: list[int], params: SamplingParams) -> None:
         if not token_ids:
@@ -46,7 +54,7 @@ class RequestLimits:
             raise InvalidRequestError(
                 f"this model's maximum context length is {limit} tokens; the request asks for "
                 f"{n + params.max_tokens} ({n} in the prompt and {params.max_tokens} to generate)", "max_tokens")
-        total = n + (params.max_tokens or limit - n)
+        total = n + (self.max_tokens(params, n) or limit - n)
         if (total + self.block_size - 1) // self.block_size > self.num_blocks:
             raise InvalidRequestError(
                 f"the request needs {total} tokens of KV cache but the cache holds "

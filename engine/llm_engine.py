@@ -1,5 +1,6 @@
 """The synchronous engine: requests in, one scheduled forward pass per `step()`, outputs out."""
 
+import dataclasses
 import logging
 import time
 from collections.abc import Hashable
@@ -45,6 +46,9 @@ class LLMEngine:
         from engine.chat.options import ChatOptions
 
         self.chat_options = ChatOptions(config.tool_call_parser, config.reasoning_parser, config.max_thinking_tokens)
+        from engine.generation_config import generation_defaults
+
+        self.sampling_defaults = generation_defaults(config.generation_config, self.model_path)
         limit = self.model_config.max_position_embeddings
         self.max_model_len = config.max_model_len or min(limit, MAX_DEFAULT_MODEL_LEN)
         if config.num_threads:
@@ -56,11 +60,12 @@ class LLMEngine:
         self.eos_token_ids = eos_token_ids(self.model_config, self.tokenizer)
         self.sampler = Sampler(self.tokenizer, self.eos_token_ids)
         self.vocab_size = self.runner.model.vocab_size
-        limits = RequestLimits(self.vocab_size, self.max_model_len, config.block_size, self.runner.num_blocks)
+        self.limits = RequestLimits(self.vocab_size, self.max_model_len, config.block_size, self.runner.num_blocks,
+                                    self.sampling_defaults.get("max_tokens"))
         # Refuses bad input before a request is queued and returns its token ids; safe on any thread, so
         # a server checks first, then submits the ids (tokenizing or compiling may take a while).
         self.guided = EngineGuidedDecoding(self.tokenizer, self.vocab_size, self.eos_token_ids, config, self.sampler)
-        self.check_request = InputCheck(self.tokenizer, limits, self.guided.compile)
+        self.check_request = InputCheck(self.tokenizer, self.limits, self.guided.compile)
         self.processor = OutputProcessor(self.tokenizer, self.eos_token_ids, self.max_model_len)
         self.speculator = None
         if config.speculative_config:
@@ -132,6 +137,10 @@ class LLMEngine:
         if request_id in self.requests:
             raise InvalidRequestError(f"request id {request_id!r} is already in use")
         token_ids = self.check_request(prompt, params, priority)
+        if params.max_tokens is None and self.limits.card_max_tokens:
+            # The model card's max_new_tokens within the context left; a copy, since callers share one
+            # params object between prompts.
+            params = dataclasses.replace(params, max_tokens=self.limits.max_tokens(params, len(token_ids)))
         lora = self._loras().acquire(lora_request) if lora_request is not None else None
         arrival = time.monotonic() if arrival_time is None else arrival_time
         metrics = RequestMetrics(arrival, prompt_tokens=len(token_ids), priority=priority)

@@ -95,6 +95,10 @@ def serve(
         None, "--max-thinking-tokens",
         help="Thinking tokens a reasoning model may write before its end is forced (a request's "
              "max_thinking_tokens wins); default: no limit"),
+    generation_config: str | None = typer.Option(
+        None, "--generation-config",
+        help="Sampling defaults for fields a request leaves out, as vLLM's flag: auto (the model folder's "
+             "generation_config.json; a GGUF file has none), vllm (the engine's own) or a folder holding one"),
     priority_interactive: int | None = typer.Option(
         None, "--priority-interactive",
         help="Engine priority of chat, completions and responses in the foreground (lower runs first)"),
@@ -204,7 +208,7 @@ def serve(
         guided_loop_repeats=guided_loop_repeats, tool_call_bias=tool_call_bias,
         guided_budget_close=guided_budget_close, avoid_repeated_calls=avoid_repeated_calls,
         chat_template=chat_template, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
-        max_thinking_tokens=max_thinking_tokens,
+        max_thinking_tokens=max_thinking_tokens, generation_config=generation_config,
         embedding_pooling=embedding_pooling, model_alias=list(model_alias),
         priority_interactive=priority_interactive, priority_background=priority_background,
         priority_batch=priority_batch, priority_schedule=priority_schedule,

@@ -1,5 +1,6 @@
 """Turns the OpenAI request fields into the engine's SamplingParams (which validates them)."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from engine import GuidedSpec, SamplingParams
@@ -38,18 +39,20 @@ def sampling_params(
     presence_penalty: float = 0.0,
     frequency_penalty: float = 0.0,
     guided: GuidedSpec | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> SamplingParams:
-    extras: dict[str, Any] = {
-        k: v
-        for k, v in {
-            "top_k": req.top_k,
-            "min_p": req.min_p,
-            "repetition_penalty": req.repetition_penalty,
-            "temperature": temperature,
-            "top_p": top_p,
-        }.items()
-        if v is not None
+    """`defaults`: the model card's values (AsyncEngine.sampling_defaults) for the fields the request
+    leaves out; its max_tokens the engine applies itself, within the context the prompt leaves."""
+    asked = {
+        "top_k": req.top_k,
+        "min_p": req.min_p,
+        "repetition_penalty": req.repetition_penalty,
+        "temperature": temperature,
+        "top_p": top_p,
     }
+    card = defaults or {}
+    extras: dict[str, Any] = {k: card.get(k) if v is None else v for k, v in asked.items()}
+    extras = {k: v for k, v in extras.items() if v is not None}
     # SamplingParams raises InvalidRequestError for out-of-range values: the handler maps it to a 400.
     return SamplingParams(
         n=n,

@@ -199,6 +199,7 @@ class Settings(BaseSettings, _LoRAModules):
     tool_call_parser: str | None = EngineConfig.tool_call_parser
     reasoning_parser: str | None = EngineConfig.reasoning_parser
     max_thinking_tokens: int | None = Field(EngineConfig.max_thinking_tokens, ge=0)
+    generation_config: str = EngineConfig.generation_config  # auto | vllm | PATH, as vLLM's flag
     # Chat default of `avoid_repeated_calls` (engine/chat/answered.py): steer answers off a tool call
     # whose result is already in the conversation; a request's own field wins.
     avoid_repeated_calls: bool = False
@@ -359,5 +360,6 @@ class Settings(BaseSettings, _LoRAModules):
             guided_budget_close=self.guided_budget_close,
             chat_template=self.chat_template, tool_call_parser=self.tool_call_parser,
             reasoning_parser=self.reasoning_parser, max_thinking_tokens=self.max_thinking_tokens,
+            generation_config=self.generation_config,
             priority_aging_s=self.priority_aging_s,
         )

@@ -47,8 +47,9 @@ class ChatCompletionRequest(SamplingExtras, GuidedExtras):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
+    # None: the model card's value (generation_config.json), else 1.0, as vLLM
+    temperature: float | None = None
+    top_p: float | None = None
     tools: list[JSONObject] | None = None
     tool_choice: str | JSONObject | None = None
     parallel_tool_calls: bool | None = None

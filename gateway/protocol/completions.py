@@ -65,8 +65,9 @@ class CompletionRequest(SamplingExtras, GuidedExtras):
     # Fill-in-the-middle is not supported: the handler refuses a non-empty suffix, saying so.
     suffix: str | None = Field(None, json_schema_extra={"maxLength": 0})
     response_format: JSONObject | None = Field(None, json_schema_extra=RESPONSE_FORMAT)
-    temperature: Temperature = 1.0
-    top_p: TopP = 1.0
+    # None: the model card's value (generation_config.json), else 1.0, as vLLM
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
     user: str | None = None
 
 

@@ -60,7 +60,7 @@ async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: Asyn
         body, n=body.n, max_tokens=body.max_completion_tokens or body.max_tokens,
         logprobs=num_top if body.logprobs else None, temperature=body.temperature, top_p=body.top_p,
         stop=body.stop, seed=body.seed, presence_penalty=body.presence_penalty,
-        frequency_penalty=body.frequency_penalty,
+        frequency_penalty=body.frequency_penalty, defaults=engine.sampling_defaults,
     ), engine.chat_options)
     gen = Generation(state, engine, request, body.priority)
     await gen.start([prepared.prompt], prepared.params)

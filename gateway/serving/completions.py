@@ -62,6 +62,7 @@ async def run_completion(body: CompletionRequest, state: ServerState, engine: As
         top_p=body.top_p, stop=body.stop, seed=body.seed, presence_penalty=body.presence_penalty,
         frequency_penalty=body.frequency_penalty,
         guided=structured_output(body.response_format, body.model_dump(include=set(EXTRA_FIELDS))),
+        defaults=engine.sampling_defaults,
     )
     gen = Generation(state, engine, request, body.priority)
     await gen.start(prompts, params)

@@ -88,7 +88,7 @@ async def run_response(body: ResponsesRequest, state: ServerState, session: Asyn
     chat = chat_request(body, turn, state.settings.avoid_repeated_calls)
     prepared = prepare_chat(engine.tokenizer, chat, sampling_params(
         body, n=1, max_tokens=body.max_output_tokens, logprobs=None, temperature=body.temperature,
-        top_p=body.top_p), engine.chat_options)
+        top_p=body.top_p, defaults=engine.sampling_defaults), engine.chat_options)
     resp = response_object(body, model)
     if queued is not None:
         resp.id, resp.created_at, resp.background = queued.id, queued.created_at, True
