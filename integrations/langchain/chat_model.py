@@ -73,10 +73,19 @@ def _lc_tool_calls(calls: list[ToolCall]) -> tuple[list, list]:
     return valid, invalid
 
 
+def _reasoning(events: list[StreamEvent]) -> dict[str, str]:
+    """A reasoning model's thinking as `additional_kwargs["reasoning_content"]`, where ChatDeepSeek, Ollama
+    and Groq put it and langchain-core reads it as a reasoning content block (ChatOpenAI drops the field);
+    streamed, its string fragments are joined when chunks are added."""
+    thinking = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    return {"reasoning_content": thinking} if thinking else {}
+
+
 def _events_chunk(events: list[StreamEvent]) -> AIMessageChunk | None:
     """One message chunk for the parser events of one engine delta: one tool_call_chunk per call
     index, since chunks with the same index inside one message would not be merged."""
     text = "".join(e.text for e in events if isinstance(e, ContentDelta))
+    reasoning = _reasoning(events)
     by_index: dict[int, dict[str, Any]] = {}
     for e in events:
         if isinstance(e, ContentDelta | ReasoningDelta):  # thinking is not the message's content
@@ -86,10 +95,10 @@ def _events_chunk(events: list[StreamEvent]) -> AIMessageChunk | None:
             entry["name"], entry["id"] = e.name, e.id
         else:
             entry["args"] += e.delta
-    if not text and not by_index:
+    if not text and not by_index and not reasoning:
         return None
     chunks = [tool_call_chunk(name=v["name"], args=v["args"], id=v["id"], index=i) for i, v in by_index.items()]
-    return AIMessageChunk(content=text, tool_call_chunks=chunks)
+    return AIMessageChunk(content=text, tool_call_chunks=chunks, additional_kwargs=reasoning)
 
 
 def _openai_messages(messages: list[BaseMessage]) -> list[dict[str, Any]]:
@@ -220,7 +229,7 @@ class ChatSLLM(BaseChatModel):
         valid, invalid = _lc_tool_calls(calls)
         meta = self._metadata(req, out, bool(calls))
         message = AIMessage(content=content or "", tool_calls=valid, invalid_tool_calls=invalid,
-                            usage_metadata=_usage(out), response_metadata=meta)
+                            additional_kwargs=_reasoning(events), usage_metadata=_usage(out), response_metadata=meta)
         return ChatResult(generations=[ChatGeneration(message=message,
                                                       generation_info={"finish_reason": meta["finish_reason"]})])
 
