@@ -79,8 +79,10 @@ def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
     shown = offered_tools(fns, choice)
     if not shown:
         return None
-    tags = [_tool_tag(t, fns.index(t), fmt) for t in shown]
     one = not parallel_tool_calls or isinstance(choice, FunctionTool)
+    if fmt.pythonic:
+        return _pythonic_guided(shown, choice, one)
+    tags = [_tool_tag(t, fns.index(t), fmt) for t in shown]
     # What budget-aware closing (engine/json_budget.py) needs to finish a call the budget would cut.
     formats = tuple(CallFormat(tag["begin"], t.parameters, tag["end"]) for t, tag in zip(shown, tags, strict=True))
     closing = ToolCalls(formats, fmt.trigger, choice != "auto")
@@ -99,6 +101,22 @@ def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
         more = {"type": "star", "content": {"type": "sequence", "elements": [newline, call]}}
         shape = {"type": "sequence", "elements": [call, more, {"type": "optional", "content": newline}]}
     return GuidedSpec(StructuralTag({"type": "structural_tag", "format": shape}, closing))
+
+
+def _pythonic_guided(shown: list[FunctionTool], choice: Any, one: bool) -> GuidedSpec:
+    """One list of calls (engine/chat/pythonic.py); under auto each `[` opens one, so free text has none.
+    No budget closing: it closes JSON only."""
+    from engine.chat.pythonic import pythonic_tag
+
+    try:
+        tag = pythonic_tag(shown, one)
+    except Exception as exc:  # xgrammar refuses schema features it cannot turn into a grammar
+        raise InvalidRequestError(f"a tool's parameters schema is not supported: {exc}", "tools") from exc
+    if choice == "auto":
+        auto = {"type": "triggered_tags", "triggers": ["["], "tags": [tag], "at_least_one": False,
+                "stop_after_first": one}
+        return GuidedSpec(StructuralTag({"type": "structural_tag", "format": auto}))
+    return GuidedSpec(StructuralTag({"type": "structural_tag", "format": tag}))
 
 
 def guided_for_response_format(response_format: Any, param: str = "response_format") -> GuidedSpec | None:

@@ -5,7 +5,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.chat.markup import MarkupFilter, strip_markup
-from engine.chat.parser import ContentDelta, ReasoningDelta, StreamEvent, ToolCallParser, parse_answer
+from engine.chat.parser import ContentDelta, ReasoningDelta, StreamEvent, call_parser, parse_answer
 from engine.chat.reasoning import ReasoningFormat, ReasoningSplitter, Start, split_reasoning
 from engine.chat.tool_formats import HERMES, ToolFormat
 from engine.chat.tools import ToolCall
@@ -30,7 +30,7 @@ class ChatOutputParser:
     def __init__(self, parses_calls: bool, strips_markup: bool, tool_format: ToolFormat = HERMES,
                  reasoning: ReasoningFormat | None = None, thinking: Start = "off"):
         self.parses_calls = parses_calls
-        self._calls = ToolCallParser(tool_format) if parses_calls else None
+        self._calls = call_parser(tool_format) if parses_calls else None
         self._markup = MarkupFilter() if strips_markup and not parses_calls else None
         self._thinking = ReasoningSplitter(reasoning, thinking) if reasoning and thinking != "off" else None
 

@@ -263,10 +263,19 @@ def collect(events: Iterable[StreamEvent]) -> tuple[str | None, list[ToolCall]]:
     return ("".join(content) or None), calls
 
 
+def call_parser(fmt: ToolFormat = HERMES):
+    """The streaming parser of `fmt`: ToolCallParser, or PythonicCallParser with the same interface."""
+    if fmt.pythonic:
+        from engine.chat.pythonic import PythonicCallParser
+
+        return PythonicCallParser()
+    return ToolCallParser(fmt)
+
+
 def parse_answer(text: str, fmt: ToolFormat = HERMES) -> tuple[str | None, list[ToolCall], bool]:
     """(content without the call blocks or None, calls with `arguments` as JSON text, whether a
     repeated call ended the answer)."""
-    parser = ToolCallParser(fmt)
+    parser = call_parser(fmt)
     content, calls = collect(parser.feed(text) + parser.finish())
     return content, calls, parser.ended_by_repeat
 

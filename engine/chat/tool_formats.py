@@ -8,7 +8,9 @@ here is a JSON object `{"name": ..., "<args key>": {...}}` between a family's ow
     mistral         [TOOL_CALLS][{"name": "f", "arguments": {...}}]               Mistral, Ministral
     granite         <|tool_call|>[{"name": "f", "arguments": {...}}]              Granite 3.x
     phi4_mini_json  functools[{"name": "f", "arguments": {...}}]                  Phi-4-mini
+    pythonic        [f(a=1, b="x"), g(c=2)]                                       Llama 3.2 (pythonic template), Llama 4
 
+Pythonic calls are no JSON object: they have their own parser and grammar (engine/chat/pythonic.py).
 The grammar writes one call per block (parallel calls as several blocks, a newline apart) so every call
 has the same begin and end text; the parser also reads a family's list of several calls in one block."""
 
@@ -27,18 +29,25 @@ class ToolFormat:
     closer: str  # written after the call object
     # The trigger is the call object's own start (Llama 3's `{"name": `): the parser keeps it as JSON.
     trigger_in_call: bool = False
+    pythonic: bool = False  # `[f(a=1)]`, engine/chat/pythonic.py
 
     def begin(self, tool_name: str) -> str:
         """A call's text up to its arguments, as the grammar writes it."""
+        if self.pythonic:
+            return f"[{tool_name}("
         lead = "" if self.trigger_in_call else self.trigger + self.opener
         return f'{lead}{{"name": {json.dumps(tool_name)}, "{self.args_key}": '
 
     @property
     def end(self) -> str:
         """A call's text after its arguments."""
-        return "}" + self.closer
+        return ")]" if self.pythonic else "}" + self.closer
 
     def call_text(self, tool_name: str, arguments: str) -> str:
+        if self.pythonic:
+            from engine.chat.pythonic import call_source
+
+            return f"[{call_source(tool_name, arguments)}]"
         return self.begin(tool_name) + arguments + self.end
 
 
@@ -49,10 +58,12 @@ TOOL_FORMATS = {f.name: f for f in (
     ToolFormat("mistral", "[TOOL_CALLS]", "[", "arguments", "]"),
     ToolFormat("granite", "<|tool_call|>", "[", "arguments", "]"),
     ToolFormat("phi4_mini_json", "functools", "[", "arguments", "]"),
+    ToolFormat("pythonic", "[", "", "", "]", pythonic=True),
 )}
 
 # What a chat template writes around the calls in its history or its instructions, most specific first.
 _SIGNS = (
+    ("[func_name1(", "pythonic"),  # the instruction vLLM's pythonic templates and Llama 4's write
     ("[TOOL_CALLS]", "mistral"),
     ("<|tool_call|>", "granite"),
     ("functools", "phi4_mini_json"),
