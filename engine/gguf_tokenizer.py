@@ -36,27 +36,28 @@ _TEKKEN = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_U
 _DEFAULT = [r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"]
 
 
-def _family(names: str, regexes: list[str], ignore_merges: bool = False, clean_spaces: bool = True,
-            add_bos: bool = False) -> dict[str, tuple[list[str], bool, bool, bool]]:
-    return {name: (regexes, ignore_merges, clean_spaces, add_bos) for name in names.split()}
+def _family(names: str, regexes: list[str], ignore_merges: bool = False,
+            add_bos: bool = False) -> dict[str, tuple[list[str], bool, bool]]:
+    return {name: (regexes, ignore_merges, add_bos) for name in names.split()}
 
 
-# `tokenizer.ggml.pre` -> (regexes applied in turn, whole pre-tokens in the vocabulary skip the merges,
-# clean up spaces before punctuation when decoding, add BOS by default), grouped as llama.cpp groups them.
-PRE_TOKENIZERS: dict[str, tuple[list[str], bool, bool, bool]] = {
+# `tokenizer.ggml.pre` -> (regexes applied in turn, whole pre-tokens in the vocabulary skip the merges, add
+# BOS by default), grouped as llama.cpp groups them. (llama.cpp also cleans up spaces before punctuation
+# when decoding some of them; transformers 5 refuses that for BPE tokenizers, and we decode as HF does.)
+PRE_TOKENIZERS: dict[str, tuple[list[str], bool, bool]] = {
     **_family("default", _DEFAULT),
     **_family("gpt-2 phi-2 mpt olmo jais trillion exaone4 mellum modern-bert granite-docling jina-es jina-de "
               "gigachat", [_GPT2]),
     **_family("llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2", [_LLAMA3], ignore_merges=True,
               add_bos=True),
     **_family("dbrx smaug-bpe", [_LLAMA3]),
-    **_family("qwen2 deepseek-r1-qwen kormo", [_QWEN2], clean_spaces=False),
+    **_family("qwen2 deepseek-r1-qwen kormo", [_QWEN2]),
     **_family("stablelm2 megrez hunyuan", [_QWEN2]),
-    **_family("qwen35", [_QWEN35], clean_spaces=False),
+    **_family("qwen35", [_QWEN35]),
     **_family("starcoder refact codeshell exaone minerva-7b", [r"\p{N}", _GPT2]),
-    **_family("smollm command-r", [r"\p{N}", _GPT2], clean_spaces=False),
-    **_family("gpt-4o llama4", [_GPT4O], clean_spaces=False),
-    **_family("tekken", [_TEKKEN], ignore_merges=True, clean_spaces=False, add_bos=True),
+    **_family("smollm command-r", [r"\p{N}", _GPT2]),
+    **_family("gpt-4o llama4", [_GPT4O]),
+    **_family("tekken", [_TEKKEN], ignore_merges=True, add_bos=True),
 }
 
 
@@ -70,9 +71,9 @@ def load_gguf_tokenizer(gguf: GGUFFile):
         raise ValueError(f"{gguf.path.name} has no tokenizer (tokenizer.ggml.tokens)")
     types = [int(t) for t in gguf.get("tokenizer.ggml.token_type", [NORMAL] * len(tokens))]
     if model == "gpt2":
-        tokenizer, add_bos, clean_spaces = _byte_level_bpe(gguf, tokens)
+        tokenizer, add_bos = _byte_level_bpe(gguf, tokens)
     elif model == "llama":
-        tokenizer, add_bos, clean_spaces = _sentencepiece_bpe(gguf, tokens, types)
+        tokenizer, add_bos = _sentencepiece_bpe(gguf, tokens, types)
     else:
         raise ValueError(f"{gguf.path.name}: tokenizer model {model!r} is not supported (gpt2 and llama are)")
     add_bos = bool(gguf.get("tokenizer.ggml.add_bos_token", add_bos))
@@ -86,8 +87,7 @@ def load_gguf_tokenizer(gguf: GGUFFile):
     specials = _special_tokens(gguf, tokens)
     _post_processor(tokenizer, specials, add_bos, add_eos)
     fast = _handed_over(PreTrainedTokenizerFast)(
-        tokenizer, clean_up_tokenization_spaces=clean_spaces, chat_template=gguf.get("tokenizer.chat_template"),
-        **specials,
+        tokenizer, clean_up_tokenization_spaces=False, chat_template=gguf.get("tokenizer.chat_template"), **specials,
     )
     fast.add_bos_token, fast.add_eos_token = add_bos, add_eos
     return fast
@@ -114,7 +114,7 @@ def _byte_level_bpe(gguf: GGUFFile, tokens: list[str]):
     if pre not in PRE_TOKENIZERS:
         raise ValueError(f"{gguf.path.name}: pre-tokenizer {pre!r} is not supported; "
                          f"supported: {', '.join(sorted(PRE_TOKENIZERS))}")
-    regexes, ignore_merges, clean_spaces, add_bos = PRE_TOKENIZERS[pre]
+    regexes, ignore_merges, add_bos = PRE_TOKENIZERS[pre]
     merges = gguf.get("tokenizer.ggml.merges", [])
     if any(m.startswith(" ") for m in merges):  # tokenizers splits "a b" at its first space, llama.cpp after
         merges = [list(_split_merge(m)) for m in merges]  # the first character: the same but for these
@@ -131,7 +131,7 @@ def _byte_level_bpe(gguf: GGUFFile, tokens: list[str]):
         + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
     )
     tokenizer.decoder = decoders.ByteLevel()
-    return tokenizer, add_bos, clean_spaces
+    return tokenizer, add_bos
 
 
 def _sentencepiece_bpe(gguf: GGUFFile, tokens: list[str], types: list[int]):
@@ -152,7 +152,7 @@ def _sentencepiece_bpe(gguf: GGUFFile, tokens: list[str], types: list[int]):
     if space_prefix:
         decode.append(decoders.Strip(" ", 1, 0))
     tokenizer.decoder = decoders.Sequence(decode)
-    return tokenizer, True, False
+    return tokenizer, True
 
 
 def _vocab(tokens: list[str]) -> dict[str, int]:

@@ -40,10 +40,40 @@ class QuantizedWeight:
                              f"(K a multiple of {per}), got {self.data.dtype} {list(self.data.shape)}")
 
 
+# Types whose every weight is d * (integer in [-128, 127]) with one fp16 d per 32: Q8_0 holds any of them exactly.
+_SIGNED_32 = {Q4_0: 8, Q5_0: 16, Q8_0: 0}
+
+
+def as_q8_0(w: QuantizedWeight) -> QuantizedWeight:
+    """A Q4_0 or Q5_0 weight as Q8_0 blocks with the same scales and integers: lossless (each weight is
+    d * (q - 8) or d * (q - 16) either way), so a fused matrix can share one type."""
+    if w.qtype == Q8_0:
+        return w
+    per, size = BLOCK[w.qtype]
+    blocks = w.data.reshape(-1, size)
+    start = 2 + (4 if w.qtype == Q5_0 else 0)
+    nibbles = blocks[:, start:]
+    q = torch.cat([nibbles & 0x0F, nibbles >> 4], dim=1).to(torch.int16)  # weights 0-15 low, 16-31 high
+    if w.qtype == Q5_0:
+        qh = blocks[:, 2:6].to(torch.int64)
+        bits = qh[:, 0] | (qh[:, 1] << 8) | (qh[:, 2] << 16) | (qh[:, 3] << 24)
+        q = q | (((bits.unsqueeze(1) >> torch.arange(32)) & 1) << 4).to(torch.int16)
+    signed = (q - _SIGNED_32[w.qtype]).to(torch.int8).view(torch.uint8)
+    data = torch.cat([blocks[:, :2], signed], dim=1).reshape(w.shape[0], -1).contiguous()
+    return QuantizedWeight(data, Q8_0, w.shape)
+
+
 def cat_rows(parts: list[torch.Tensor | QuantizedWeight]) -> torch.Tensor | QuantizedWeight:
-    """Stacks matrices along their output rows (q, k, v into one projection); quantized ones stay
-    quantized when they share a type, and are dequantized otherwise."""
-    if all(isinstance(p, QuantizedWeight) for p in parts) and len({p.qtype for p in parts}) == 1:
+    """Stacks matrices along their output rows (q, k, v into one projection). Quantized ones stay quantized:
+    as they are when they share a type, else as Q8_0 (Q4_0 and Q5_0 parts without loss: a Q4_K_M file's
+    fallback types for rows of 896 weights, such as Qwen2.5-0.5B's, mix those with Q8_0)."""
+    quantized = all(isinstance(p, QuantizedWeight) for p in parts)
+    if quantized and len({p.qtype for p in parts}) > 1:
+        # Other mixes (a Q4_K_M file's Q4_K q and k beside a Q6_K v) are requantized to Q8_0: each weight
+        # within half a step of max|w| / 127 of its 32, a sixteenth of a Q4 step. Kept apart as float
+        # instead, Llama-3.2-1B's fused q/k/v would read 25 MB a layer where these blocks read 7.
+        parts = [as_q8_0(p) if p.qtype in _SIGNED_32 else quantize_q8_0(dequantize(p)) for p in parts]
+    if quantized and len({p.qtype for p in parts}) == 1:
         k = parts[0].shape[1]
         return QuantizedWeight(torch.cat([p.data for p in parts]), parts[0].qtype,
                                (sum(p.shape[0] for p in parts), k))

@@ -127,8 +127,11 @@ def test_embedding_rows_and_stacked_rows(qtype):
     both = cat_rows(parts)
     assert isinstance(both, QuantizedWeight) and both.shape == (16, k)
     assert torch.equal(dequantize(both), torch.cat([dequantize(p) for p in parts]))
-    mixed = cat_rows([parts[0], random_weight(8, k, Q8_0 if qtype != Q8_0 else Q4_0)])
-    assert isinstance(mixed, torch.Tensor) and mixed.shape == (16, k)
+    other = random_weight(8, k, Q8_0 if qtype != Q8_0 else Q4_0)
+    mixed = cat_rows([parts[0], other])  # two types: one Q8_0 matrix, exact where each part's ints fit
+    assert isinstance(mixed, QuantizedWeight) and mixed.qtype == Q8_0 and mixed.shape == (16, k)
+    if qtype in (Q4_0, Q5_0, Q8_0):
+        assert torch.equal(dequantize(mixed), torch.cat([dequantize(parts[0]), dequantize(other)]))
 
 
 def test_int8_weights_are_q8_0_blocks_as_the_gguf_package_writes_them():
@@ -153,3 +156,30 @@ def test_a_malformed_weight_is_refused():
         with pytest.raises(RuntimeError, match="multiple of 256"):
             torch.ops.sllm_cpu.quantized_linear(torch.zeros(1, 128), torch.zeros(4, 72, dtype=torch.uint8), Q4_K,
                                                 4, 128, None)
+
+
+@pytest.mark.parametrize("qtype", [Q4_0, Q5_0])
+def test_promotion_to_q8_0_is_lossless(qtype):
+    """A Q4_K_M file fuses q (Q5_0) with v (Q8_0) where rows are not whole K-quant super-blocks: the
+    promoted blocks decode to exactly the same weights, and the fused matrix stays quantized."""
+    from kernels.quantized import as_q8_0, cat_rows
+
+    w = random_weight(48, 96, qtype, seed=7)
+    promoted = as_q8_0(w)
+    assert promoted.qtype == Q8_0 and torch.equal(dequantize(promoted), dequantize(w))
+    fused = cat_rows([w, random_weight(16, 96, Q8_0, seed=8)])
+    assert isinstance(fused, QuantizedWeight) and fused.qtype == Q8_0 and fused.shape == (64, 96)
+    assert torch.equal(dequantize(fused)[:48], dequantize(w))
+
+
+def test_mixed_k_quants_fuse_as_q8_0_within_its_rounding():
+    """Q4_K q beside Q6_K v (Llama-3.2-1B's Q4_K_M file): requantized to Q8_0, each weight within half a
+    step (its block's largest weight / 127), plus the step's own fp16 rounding times 127."""
+    from kernels.quantized import Q4_K, Q6_K, cat_rows
+
+    q, v = random_weight(32, 256, Q4_K, seed=9), random_weight(16, 256, Q6_K, seed=10)
+    fused = cat_rows([q, v])
+    assert isinstance(fused, QuantizedWeight) and fused.qtype == Q8_0
+    want = torch.cat([dequantize(q), dequantize(v)])
+    step = want.reshape(-1, 32).abs().amax(dim=1, keepdim=True) / 127
+    assert ((dequantize(fused) - want).reshape(-1, 32).abs() <= step * 0.6 + 1e-7).all()
