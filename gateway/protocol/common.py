@@ -47,7 +47,7 @@ class UsageInfo(BaseModel):
     prompt_tokens_details: PromptTokensDetails | None = None
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(Request):  # strict, as the body around it: `include_usage: 0` is a 400, not false
     include_usage: bool | None = False
 
 

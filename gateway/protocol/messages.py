@@ -7,7 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # cache_control, citations, ...: accepted, not used
+    # cache_control, citations, ...: accepted, not used; the fields we read are type-checked strictly, as
+    # on the OpenAI side (gateway/protocol/common.py's Request).
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class AnthropicMessage(_Loose):

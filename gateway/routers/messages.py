@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
 from gateway.deps import State
 from gateway.errors import APIError, ClientDisconnected, _validation_message, as_api_error
@@ -31,6 +32,8 @@ class AnthropicErrors(APIRoute):
                 raise
             except RequestValidationError as exc:
                 return JSONResponse(error_body(400, _validation_message(exc)[0]), status_code=400)
+            except HTTPException as exc:  # a body that is not JSON, say
+                return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code)
             except Exception as exc:
                 err = as_api_error(exc)
                 return JSONResponse(error_body(err.status, err.message), status_code=err.status, headers=err.headers)
