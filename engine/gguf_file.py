@@ -95,6 +95,25 @@ class GGUFFile:
         """A `{arch}.` key, as llama.cpp names per-architecture hyper-parameters."""
         return self.metadata.get(f"{self.architecture}.{key}", default)
 
+    def release_unread(self, kept_pointers: set[int]) -> int:
+        """Drops from this process's memory the mapped pages of every tensor none of whose bytes start a
+        kept tensor (`kept_pointers`: the data pointers the model holds). Fused matrices (q/k/v, gate/up)
+        are copies, so their parts' pages would stay resident, counted in RSS, never read again; the file
+        is unchanged and a later read would page them back in. Returns the bytes released."""
+        page = mmap.PAGESIZE
+        base = np.frombuffer(self._map, dtype=np.uint8).ctypes.data
+        released = 0
+        for t in self.tensors.values():
+            start = t.data.ctypes.data
+            end = start + t.data.nbytes
+            if any(start <= p < end for p in kept_pointers):
+                continue
+            lo, hi = -(-(start - base) // page) * page, (end - base) // page * page  # whole pages inside
+            if hi > lo:
+                self._map.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+                released += hi - lo
+        return released
+
     # -- parsing ---------------------------------------------------------------------------------
     def _unpack(self, fmt: str) -> tuple:
         values = struct.unpack_from(fmt, self._map, self._pos)

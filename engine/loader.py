@@ -224,6 +224,18 @@ class ModelSource:
         return load_state_dict(self.path)
 
 
+    def release_unread(self, weights: dict) -> None:
+        """After the model took its weights: a GGUF file's mapped pages that no weight reads any more (the
+        parts of fused matrices, copied) leave the process's memory."""
+        if self.gguf is None:
+            return
+        from kernels.quantized import QuantizedWeight
+
+        kept = {(w.data if isinstance(w, QuantizedWeight) else w).data_ptr() for w in weights.values()}
+        released = self.gguf.release_unread(kept)
+        log.info("weights: %.0f MiB of the mapped file released (copied into fused matrices)", released / 2**20)
+
+
 def open_model(model: str) -> ModelSource:
     """The model `model` names, opened for serving; a GGUF file is mapped, never converted."""
     source = gguf_source(model)

@@ -60,6 +60,7 @@ class ModelRunner:
         self.block_size = config.block_size
         self.model = model_class(source.config)(source.config, self.dtype, self.device, max_model_len)
         self.model.load_weights(source.weights(config.quantization, self.device, self.dtype))
+        source.release_unread(self.model.weights)
         self.loras = (LoRAManager(self.model, config.max_loras, config.max_lora_rank)
                       if config.enable_lora else None)
         self.num_blocks = self._num_blocks()
