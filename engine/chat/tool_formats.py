@@ -63,7 +63,7 @@ TOOL_FORMATS = {f.name: f for f in (
 
 # What a chat template writes around the calls in its history or its instructions, most specific first.
 _SIGNS = (
-    ("[func_name1(", "pythonic"),  # the instruction vLLM's pythonic templates and Llama 4's write
+    ("[func_name1(", "pythonic"),  # the instruction vLLM's pythonic templates (Llama 3.2, Llama 4) write
     ("[TOOL_CALLS]", "mistral"),
     ("<|tool_call|>", "granite"),
     ("functools", "phi4_mini_json"),
