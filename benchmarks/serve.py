@@ -14,6 +14,8 @@ def bench_serve(
         None, "--base-url", help="A running server's /v1 URL; default: start `sllm serve` on a free port"),
     model: str = typer.Option("default", "--model", envvar="SLLM_MODEL"),
     num_prompts: int = typer.Option(112, "--num-prompts", help="Prompts to send (the set is cycled)"),
+    single_stream_prompts: int = typer.Option(
+        0, "--single-stream-prompts", help="Prompts at concurrency 1 (a long serial run); 0: --num-prompts"),
     max_concurrency: str = typer.Option(
         "16", "--max-concurrency", help="Requests in flight at most; several comma-separated (1,32) run in turn"),
     request_rate: float = typer.Option(math.inf, "--request-rate",
@@ -83,10 +85,11 @@ def bench_serve(
     async def over_http(name: str, url: str, served: str, concurrency: int) -> Summary:
         import httpx
 
+        sent = prompts[:single_stream_prompts] if concurrency == 1 and single_stream_prompts else prompts
         async with httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_connections=None)) as client:
             warm = http_sender(client, url, served, 4)
             await warm(prompts[0])  # first-request costs (connections, caches) stay out of the numbers
-            return await run_load(name, http_sender(client, url, served, max_tokens), prompts, concurrency,
+            return await run_load(name, http_sender(client, url, served, max_tokens), sent, concurrency,
                                   request_rate, seed)
 
     async def long_ttft(url: str, served: str) -> float:
