@@ -68,6 +68,7 @@ def _register_optional_commands() -> None:
         ("gateway.cli", "serve", app, "serve"),
         ("gateway.cli", "create_key", keys_app, "create"),
         ("gateway.cli", "key_usage", keys_app, "usage"),
+        ("gateway.cli", "revoke_key", keys_app, "revoke"),
         ("benchmarks.serve", "bench_serve", bench_app, "serve"),
         ("benchmarks.offline", "bench_offline", bench_app, "offline"),
         ("benchmarks.structured_output", "bench_json", bench_app, "json"),

@@ -273,6 +273,40 @@ def create_key(
     print(asyncio.run(run()))
 
 
+def revoke_key(
+    name: str = typer.Argument(..., help="The name the key was created with (every active key of that name)"),
+    db: str | None = typer.Option(None, "--db", envvar="SLLM_DB", help="SQLite file or SQLAlchemy URL"),
+):
+    """Revoke API keys by name: their requests are refused at once on every replica, and the
+    batches, background responses and schedules they queued stop at their next claim (failed,
+    schedules disabled). Prints the ids revoked (owners `key_<id>`)."""
+    import asyncio
+
+    from sqlalchemy import update
+
+    from gateway.db import Database
+    from gateway.settings import default_db_path
+    from gateway.tables.api_keys import ApiKey
+
+    async def run() -> list[int]:
+        database = Database(db or default_db_path())
+        try:
+            await database.create_all()
+            async with database.sessions() as session:
+                ids = (await session.scalars(update(ApiKey).where(ApiKey.name == name, ApiKey.revoked.is_(False))
+                                             .values(revoked=True).returning(ApiKey.id))).all()
+                await session.commit()
+                return list(ids)
+        finally:
+            await database.dispose()
+
+    ids = asyncio.run(run())
+    if not ids:
+        print(f"no active key is named {name!r}")
+        raise typer.Exit(1)
+    print(" ".join(f"key_{i}" for i in ids))
+
+
 def key_usage(
     db: str | None = typer.Option(None, "--db", envvar="SLLM_DB", help="SQLite file or SQLAlchemy URL"),
     by: str = typer.Option("day", "--by", help="Sum per `day` or per `hour` (UTC)"),

@@ -9,6 +9,8 @@ OpenAI answers for another project's objects), so ids cannot be probed. Admins s
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 ADMIN = "admin"
 
 
@@ -40,3 +42,23 @@ class Caller:
 
 
 ADMIN_CALLER = Caller(owner=ADMIN, admin=True)
+
+REVOKED_CODE = "api_key_revoked"
+
+
+async def revoked_owner(session: AsyncSession, owner: str) -> str | None:
+    """Why a job queued by `owner` may no longer run, or None: a database key that was revoked or
+    deleted. Read from the database at every claim, never cached, so a key revoked through any
+    replica (or straight in the database) stops its work on every replica. The message names the
+    key's id and name, never the key."""
+    from gateway.tables.api_keys import ApiKey  # tables import this module
+
+    caller = Caller.for_owner(owner)
+    if caller.key_id is None:
+        return None  # an admin's work: admins are the server's own keys, never revoked here
+    key = await session.get(ApiKey, caller.key_id, populate_existing=True)
+    if key is None:
+        return f"the API key that queued this work ({owner}) no longer exists"
+    if key.revoked:
+        return f"the API key that queued this work ({owner}, {key.name!r}) was revoked"
+    return None

@@ -320,11 +320,14 @@ def _jsonl(lines: list[BatchOutputLine]) -> bytes:
     return "".join(line.model_dump_json() + "\n" for line in lines).encode()
 
 
-async def finalize(state: ServerState, batch_id: str, owner: str | None = None) -> str | None:
+async def finalize(state: ServerState, batch_id: str, owner: str | None = None,
+                   failure: BatchError | None = None) -> str | None:
     """Writes the output and error files and the final status: `cancelled` after a cancel,
-    `expired` when the window closed with lines left, `completed` when every line has a result.
-    Returns the final status, or None when the batch is not ready: lines left in an open window,
-    or lines that another replica (not `owner`) holds a live lease on, which it finalizes itself.
+    `failed` with `failure` (the key that queued it was revoked: see BatchJob), `expired` when the
+    window closed with lines left, `completed` when every line has a result. Returns the final
+    status, or None when the batch is not ready: lines left in an open window, or lines that another
+    replica (not `owner`) holds a live lease on, which it finalizes itself (a failure does not wait
+    for them: its lines' results, if they come, are counted but in no file).
 
     All in one transaction that starts by locking the batch's row, so of replicas finalizing at
     once one writes the files and the others find the batch finished."""
@@ -334,7 +337,7 @@ async def finalize(state: ServerState, batch_id: str, owner: str | None = None) 
         if batch.status in TERMINAL_STATUSES:
             return batch.status
         window_open = batch.expires_at is None or now <= batch.expires_at
-        if batch.status != "cancelling" and window_open and await _unrecorded(session, batch_id):
+        if failure is None and batch.status != "cancelling" and window_open and await _unrecorded(session, batch_id):
             return None  # the common case, seen without taking the lock
         locked = await session.execute(update(Batch).where(Batch.id == batch_id,
                                                            Batch.status.not_in(TERMINAL_STATUSES))
@@ -343,7 +346,7 @@ async def finalize(state: ServerState, batch_id: str, owner: str | None = None) 
         if not locked.rowcount or batch.status in TERMINAL_STATUSES:
             await session.rollback()
             return batch.status
-        if await _unrecorded(session, batch_id, held_by_others_than=owner or "", now=now):
+        if failure is None and await _unrecorded(session, batch_id, held_by_others_than=owner or "", now=now):
             await session.rollback()
             return None
         results = {r.line: r for r in (await session.scalars(
@@ -353,6 +356,9 @@ async def finalize(state: ServerState, batch_id: str, owner: str | None = None) 
         missing = [(n, c) for n, c in lines if n not in results]
         if batch.status == "cancelling":
             final, reason = "cancelled", ("batch_cancelled", "This request was not run: the batch was cancelled.")
+        elif failure is not None:
+            final, reason = "failed", (failure.code, f"This request was not run: {failure.message}.")
+            batch.errors = [failure.model_dump()]
         elif missing and not window_open:
             final, reason = "expired", ("batch_expired",
                                         "This request could not be executed before the completion window expired.")

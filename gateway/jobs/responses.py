@@ -18,7 +18,7 @@ from gateway.serving.conversations import ACTIVE, finish, previous_conversation
 from gateway.serving.responses import check_request, response_object, run_response
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
-from gateway.tenancy import Caller
+from gateway.tenancy import REVOKED_CODE, Caller, revoked_owner
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,15 @@ async def run_background(state: ServerState, response_id: str, lease: LeasePolic
         queued = ResponseObject.model_validate(row.body)
         queued.status = "in_progress"
         if not await claim(session, response_id, queued.model_dump(mode="json"), lease):
+            return
+        if (revoked := await revoked_owner(session, row.created_by)) is not None:
+            # Checked once claimed, from the database, so whichever replica claims it: a revoked
+            # key's response never runs, and says why where its poller looks.
+            log.warning("background response %s not run: %s", response_id, revoked)
+            queued.status = "failed"
+            queued.error = {"code": REVOKED_CODE, "message": f"This response was not run: {revoked}."}
+            await finish(session, queued, None)
+            await session.commit()
             return
         try:
             body = ResponsesRequest.model_validate(row.request)

@@ -24,10 +24,11 @@ from gateway.jobs import batches, leases, responses
 from gateway.jobs.gate import JobGate
 from gateway.jobs.webhooks import WebhookPolicy, WebhookSender
 from gateway.priority import run_as
+from gateway.protocol.batches import BatchError
 from gateway.state import ServerState
 from gateway.tables.batches import Batch, BatchLine
 from gateway.tables.responses import StoredResponse
-from gateway.tenancy import ADMIN_CALLER, Caller
+from gateway.tenancy import ADMIN_CALLER, REVOKED_CODE, Caller, revoked_owner
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class BatchJob:
         self.engine_failed = False
         self.held: set[int] = set()  # lines this replica claimed and has not recorded
         self.caller: Caller = ADMIN_CALLER  # the batch's owner, whose lines these are (read in run())
+        self.revoked: str | None = None  # why the owner's key may no longer run it (see _owner_gone)
         self._lines: set[asyncio.Task] = set()
         self._dispatcher: asyncio.Task | None = None
 
@@ -63,8 +65,9 @@ class BatchJob:
                 self.held.clear()  # not handed back: see the module's note
                 return
             await self._release()
+            failure = None if self.revoked is None else BatchError(code=REVOKED_CODE, message=self.revoked)
             # None: lines are left that another replica holds; the last one to finish finalizes.
-            if await batches.finalize(self.state, self.batch_id, self.runner.lease.owner) is not None:
+            if await batches.finalize(self.state, self.batch_id, self.runner.lease.owner, failure) is not None:
                 self.runner.webhook_sender.wake.set()  # its webhook, if any, goes now rather than at the next poll
         finally:
             if self._dispatcher is not None:
@@ -114,8 +117,17 @@ class BatchJob:
                 return
             line = claimed[0]
             self.held.add(line.line)
-            if self.caller.key_id is not None and not await self._admit(expires_at):
-                return  # the window closed while the line waited: run() hands it back and finalizes
+            if self.caller.key_id is not None:
+                try:
+                    gone = await self._owner_gone()
+                except BaseException:
+                    gate.release()
+                    raise
+                if gone:  # run() hands the line back and fails the batch
+                    gate.release()
+                    return
+                if not await self._admit(expires_at):  # left without its place at the gate
+                    return  # the key was revoked or the window closed while the line waited: run() finalizes
             task = asyncio.create_task(self._line(line), name=f"{self.batch_id}:{line.line}")
             self._lines.add(task)
             task.add_done_callback(self._line_done)
@@ -125,7 +137,8 @@ class BatchJob:
         request of its key: a key's batches run no faster than its requests may. While the key's
         window is spent the line waits for the next one, held (its lease renewed) but without its
         place at the gate, so other keys' work runs meanwhile. Entered holding a place at the gate,
-        left holding it when True; False when the batch's completion window closed meanwhile."""
+        left holding it when True; False when the batch's completion window closed or its key was
+        revoked meanwhile."""
         gate, priority = self.runner.gate, self.state.settings.priority_batch
         assert self.caller.key_id is not None
         placed = True
@@ -144,12 +157,24 @@ class BatchJob:
                 log.debug("batch %s: key %r is at its rate limit; the next line waits %.2fs", self.batch_id,
                           limit.key_name, wait)
                 await asyncio.sleep(wait)
+                if await self._owner_gone():  # revoked while the line waited for its window
+                    return False
                 await gate.acquire(priority)
                 placed = True
         except BaseException:
             if placed:
                 gate.release()
             raise
+
+    async def _owner_gone(self) -> bool:
+        """Whether the batch's key was revoked or deleted, read from the database now (on every
+        replica, at every line's claim): a revoked key's lines stop running, and the batch fails."""
+        async with self.state.db.sessions() as session:
+            self.revoked = await revoked_owner(session, self.caller.owner)
+        if self.revoked is not None:
+            log.warning("batch %s: %s; its remaining lines are not run and the batch fails", self.batch_id,
+                        self.revoked)
+        return self.revoked is not None
 
     def _line_done(self, task: asyncio.Task) -> None:
         # A callback, not a `finally`: a task cancelled before its first step never runs its body.

@@ -36,6 +36,7 @@ from sqlalchemy.exc import IntegrityError
 from gateway.jobs.leases import LeasePolicy, free, renew_rows, replica_id
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
+from gateway.tenancy import REVOKED_CODE, Caller, revoked_owner
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,8 @@ class Scheduler:
 
     async def _seconds_to_next(self) -> float:
         async with self.state.db.sessions() as session:
-            soonest = await session.scalar(select(func.min(Text2SQLSchedule.next_run_at)))
+            soonest = await session.scalar(select(func.min(Text2SQLSchedule.next_run_at)).where(
+                Text2SQLSchedule.disabled_reason.is_(None)))
         return TICK_S if soonest is None else min(TICK_S, soonest - now())
 
     async def renew(self) -> None:
@@ -166,8 +168,9 @@ class Scheduler:
         """Claims every schedule due by now() and starts its run; returns the new runs' ids."""
         t = now()
         async with self.state.db.sessions() as session:
-            due = (await session.scalars(select(Text2SQLSchedule).where(Text2SQLSchedule.next_run_at <= t)
-                                         .order_by(Text2SQLSchedule.next_run_at))).all()
+            due = (await session.scalars(select(Text2SQLSchedule).where(
+                Text2SQLSchedule.next_run_at <= t, Text2SQLSchedule.disabled_reason.is_(None))
+                .order_by(Text2SQLSchedule.next_run_at))).all()
         started = []
         for schedule in due:
             run_id = await self._claim(schedule, t)
@@ -216,6 +219,12 @@ class Scheduler:
             self._running.discard(run_id)
 
     async def _execute_claimed(self, run_id: str, schedule: Text2SQLSchedule) -> None:
+        if Caller.for_owner(schedule.created_by).key_id is not None:  # an admin's schedule costs no query
+            async with self.state.db.sessions() as session:
+                revoked = await revoked_owner(session, schedule.created_by)
+            if revoked is not None:
+                await self._disable(run_id, schedule, revoked)
+                return
         gate = self.state.jobs.gate if self.state.jobs is not None else None
         if gate is not None:
             await gate.acquire(self.state.settings.priority_schedule)
@@ -241,6 +250,24 @@ class Scheduler:
                 self._notify(session, schedule, run_id, status, result, error)
             await session.commit()
         if schedule.webhook_url and self.state.jobs is not None:
+            self.state.jobs.webhook_sender.wake.set()
+
+    async def _disable(self, run_id: str, schedule: Text2SQLSchedule, revoked: str) -> None:
+        """The schedule's key was revoked (read from the database at the run's claim, on whichever
+        replica claimed it): the run is recorded failed without asking anything, and the schedule
+        stops, in one transaction. Its owner's data is not queried as a key that no longer may."""
+        log.warning("text-to-SQL schedule %s disabled: %s", schedule.id, revoked)
+        error = {"code": REVOKED_CODE, "message": f"This run was not run and its schedule is disabled: {revoked}."}
+        async with self.state.db.sessions() as session:
+            ended = await session.execute(update(Text2SQLRun).where(
+                Text2SQLRun.id == run_id, Text2SQLRun.owner == self.lease.owner, Text2SQLRun.status == "running",
+            ).values(status="failed", error=error, finished_at=now(), lease_expires_at=None))
+            await session.execute(update(Text2SQLSchedule).where(Text2SQLSchedule.id == schedule.id)
+                                  .values(disabled_reason=revoked))
+            if ended.rowcount and schedule.webhook_url:
+                self._notify(session, schedule, run_id, "failed", None, error)
+            await session.commit()
+        if ended.rowcount and schedule.webhook_url and self.state.jobs is not None:
             self.state.jobs.webhook_sender.wake.set()
 
     @staticmethod

@@ -191,6 +191,8 @@ class ScheduleObject(BaseModel):
     webhook_url: str | None = None
     next_run_at: int
     last_run_at: int | None = None
+    enabled: bool = True
+    disabled_reason: str | None = None  # why it no longer runs: the key that made it was revoked
 
 
 class ScheduleList(BaseModel):

@@ -98,7 +98,8 @@ def _schedule_object(row: Text2SQLSchedule) -> ScheduleObject:
     return ScheduleObject(id=row.id, created_at=int(row.created_at), cron=row.cron, source=row.source,
                           question=row.question, execute=row.execute, max_rows=row.max_rows,
                           constrained=row.constrained, candidates=row.candidates or 1, webhook_url=row.webhook_url,
-                          next_run_at=int(row.next_run_at), last_run_at=_seconds(row.last_run_at))
+                          next_run_at=int(row.next_run_at), last_run_at=_seconds(row.last_run_at),
+                          enabled=row.disabled_reason is None, disabled_reason=row.disabled_reason)
 
 
 def _run_object(row: Text2SQLRun) -> RunObject:

@@ -41,6 +41,8 @@ class Text2SQLSchedule(Owned, Base):
     webhook_url: Mapped[str | None] = mapped_column(String(2048))
     next_run_at: Mapped[float] = mapped_column(Float, index=True)
     last_run_at: Mapped[float | None] = mapped_column(Float)
+    # Revision 0008: why the scheduler no longer runs it (its key was revoked); None while it runs.
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class Text2SQLRun(Base):

@@ -170,7 +170,8 @@ def test_the_migrations_ship_inside_the_package():
     assert folder.joinpath("env.py").is_file() and folder.joinpath("script.py.mako").is_file()
     assert sorted(p.name for p in folder.joinpath("versions").iterdir() if p.name[0].isdigit()) == [
         "0001_first_release.py", "0002_baseline.py", "0003_leases.py", "0004_rate_limits.py",
-        "0005_run_attempts.py", "0006_text2sql_candidates.py", "0007_owners.py"]
+        "0005_run_attempts.py", "0006_text2sql_candidates.py", "0007_owners.py",
+        "0008_schedule_disabled.py"]
 
 
 def test_database_urls_get_the_async_drivers(tmp_path):

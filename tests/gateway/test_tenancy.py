@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from engine.loader import resolve_model
-from gateway.cli import create_key
+from gateway.cli import create_key, revoke_key
 from integrations.text2sql.dataset import demo_database
 from tests.engine.conftest import make_tiny_llama
 from tests.gateway.jobs_helpers import TERMINAL, WEBHOOK_SECRET, DbReader, database_for, jsonl
@@ -331,6 +331,158 @@ def test_limits_are_4xx_in_openais_shape(world):
     _error(admin.post("/files", files={"file": ("big.jsonl", b"x" * (65 * 1024))}, data={"purpose": "batch"}),
            413, "file_too_large")
     _error(admin.post("/completions", json={"model": "tiny", "prompt": "x" * (300 * 1024)}), 413)
+
+
+# -- revoked keys: their queued work stops at its next claim ---------------------------------------------
+def _revoke(name: str, db: str) -> str:
+    """Revokes the key through `sllm keys revoke`; its owner name (`key_<id>`)."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        revoke_key(name=name, db=db)
+    return out.getvalue().strip()
+
+
+def _write(db: str, sql: str, params: dict) -> None:
+    """Writes to the server's database behind its back, as another replica or an operator would."""
+    import asyncio
+
+    from sqlalchemy import text
+
+    from gateway.db import Database
+
+    async def run() -> None:
+        database = Database(db)
+        try:
+            async with database.sessions() as session:
+                await session.execute(text(sql), params)
+                await session.commit()
+        finally:
+            await database.dispose()
+
+    asyncio.run(run())
+
+
+def _queue_background(db: str, owner: str) -> str:
+    """A background response queued by `owner`, as `POST /v1/responses` stores it (the runner's scan
+    claims it)."""
+    import asyncio
+
+    from gateway.db import Database
+    from gateway.protocol.responses import ResponsesRequest
+    from gateway.serving.responses import response_object
+    from gateway.tables.responses import StoredResponse
+
+    body = ResponsesRequest(model="tiny", input="Hi", max_output_tokens=2, background=True)
+    resp = response_object(body, "tiny")
+    resp.status = "queued"
+
+    async def run() -> None:
+        database = Database(db)
+        try:
+            async with database.sessions() as session:
+                session.add(StoredResponse(id=resp.id, model="tiny", status="queued", conversation=[],
+                                           body=resp.model_dump(mode="json"), background=True,
+                                           request=body.model_dump(mode="json"), created_by=owner))
+                await session.commit()
+        finally:
+            await database.dispose()
+
+    asyncio.run(run())
+    return resp.id
+
+
+def test_a_revoked_keys_batch_fails_at_its_next_line(world, monkeypatch):
+    """erin's batch waits for her rate-limit window (2 requests per 3 s here); she is revoked
+    meanwhile. Her lines are not run: the batch is `failed` (OpenAI's status for a batch that
+    cannot go on, with the reason in `errors`; `cancelled` would say someone cancelled it), every
+    line in its error file says why, no message holds her key. An admin's batch queued after runs."""
+    from gateway import rate_limits
+
+    server, c, _ = world
+    key = _new_key("erin", server.db, rpm=2)
+    erin = httpx.Client(base_url=server.base_url, timeout=60, headers={"authorization": f"Bearer {key}"})
+    window = 3.0
+    monkeypatch.setattr(rate_limits, "WINDOW_S", window)
+    deadline = time.monotonic() + 2 * window
+    while time.time() % window > 0.3 and time.monotonic() < deadline:  # both requests early in one window
+        time.sleep(0.01)
+    file_id = _upload(erin, [_line(f"e-{i}") for i in range(3)])
+    batch = erin.post("/batches", json={"input_file_id": file_id, "endpoint": "/v1/completions",
+                                        "completion_window": "24h"})
+    assert batch.status_code == 200, batch.text
+    owner = _revoke("erin", server.db)
+    assert owner.startswith("key_"), owner
+    _error(erin.get("/batches"), 401)  # her requests stop at once
+    done = _wait(c["admin"], f"/batches/{batch.json()['id']}", lambda b: b["status"] in TERMINAL, timeout=30)
+    assert done["status"] == "failed" and done["failed_at"], done
+    assert done["request_counts"] == {"total": 3, "completed": 0, "failed": 0}, done
+    [error] = done["errors"]["data"]
+    assert error["code"] == "api_key_revoked" and owner in error["message"] and key not in error["message"], error
+    assert done["output_file_id"] is None
+    lines = [json.loads(x) for x in c["admin"].get(f"/files/{done['error_file_id']}/content").text.splitlines()]
+    assert sorted(x["custom_id"] for x in lines) == ["e-0", "e-1", "e-2"]
+    assert {x["error"]["code"] for x in lines} == {"api_key_revoked"}
+    with DbReader(server.db) as db:
+        assert db.execute("SELECT count(*) FROM batch_results WHERE batch_id = ?", (done["id"],)).fetchone()[0] == 0
+    erin.close()
+
+    admins = c["admin"].post("/batches", json={"input_file_id": _upload(c["admin"], [_line("ad-1")]),
+                                               "endpoint": "/v1/completions", "completion_window": "24h"}).json()
+    done = _wait(c["admin"], f"/batches/{admins['id']}", lambda b: b["status"] in TERMINAL, timeout=30)
+    assert done["status"] == "completed", done
+
+
+def test_a_revoked_or_deleted_keys_background_response_fails(world):
+    """Background responses queued by a key revoked since, or by one deleted from the database, fail
+    when a replica claims them, with the reason as their error; an admin's, queued beside, runs."""
+    server, c, _ = world
+    _new_key("frank", server.db)
+    revoked = _revoke("frank", server.db)
+    ids = {"revoked": _queue_background(server.db, revoked), "deleted": _queue_background(server.db, "key_999999"),
+           "admin": _queue_background(server.db, "admin")}
+    done = {what: _wait(c["admin"], f"/responses/{rid}", lambda r: r["status"] not in ("queued", "in_progress"))
+            for what, rid in ids.items()}
+    for what, owner, words in [("revoked", revoked, "was revoked"), ("deleted", "key_999999", "no longer exists")]:
+        assert done[what]["status"] == "failed" and done[what]["output"] == [], done[what]
+        error = done[what]["error"]
+        assert error["code"] == "api_key_revoked" and owner in error["message"] and words in error["message"], error
+    assert done["admin"]["status"] in ("completed", "incomplete"), done["admin"]
+
+
+def test_a_revoked_keys_schedule_is_disabled_and_its_run_failed(world):
+    """gina's schedule comes due after she is revoked: its run is recorded failed with the reason,
+    nothing is asked, and the schedule is disabled (it shows why, and never runs again, even due)."""
+    server, c, source_dir = world
+    key = _new_key("gina", server.db)
+    gina = httpx.Client(base_url=server.base_url, timeout=60, headers={"authorization": f"Bearer {key}"})
+    source = gina.post("/text2sql/sources", json={"name": "gina_shop", "url": f"sqlite:///{source_dir}/shop.sqlite"})
+    assert source.status_code == 200, source.text
+    schedule = gina.post("/text2sql/schedules", json={"cron": "0 0 1 1 *", "source": "gina_shop",
+                                                      "question": "How many products?"}).json()
+    assert schedule["enabled"] is True and schedule["disabled_reason"] is None, schedule
+    gina.close()
+    owner = _revoke("gina", server.db)
+    due = {"t": time.time() - 1, "id": schedule["id"]}
+    _write(server.db, "UPDATE text2sql_schedules SET next_run_at = :t WHERE id = :id", due)
+    path = f"/text2sql/schedules/{schedule['id']}"
+    disabled = _wait(c["admin"], path, lambda s: not s["enabled"], timeout=30)
+    assert disabled["enabled"] is False and owner in disabled["disabled_reason"], disabled
+    runs = _wait(c["admin"], f"{path}/runs", lambda r: r["data"] and r["data"][0]["status"] != "running")["data"]
+    assert len(runs) == 1 and runs[0]["status"] == "failed" and runs[0]["result"] is None, runs
+    assert runs[0]["error"]["code"] == "api_key_revoked" and owner in runs[0]["error"]["message"], runs
+
+    # Due again, before an admin's schedule: one pass of the scheduler claims the schedules due in
+    # their order, so once the admin's has run, gina's would have been claimed, were it not disabled.
+    due["t"] = time.time() - 5
+    _write(server.db, "UPDATE text2sql_schedules SET next_run_at = :t WHERE id = :id", due)
+    admins = c["admin"].post("/text2sql/schedules", json={"cron": "0 0 1 1 *", "source": "gina_shop",
+                                                          "question": "How many products?"}).json()
+    _write(server.db, "UPDATE text2sql_schedules SET next_run_at = :t WHERE id = :id",
+           {"t": due["t"] + 1, "id": admins["id"]})
+    ran = _wait(c["admin"], f"/text2sql/schedules/{admins['id']}/runs", lambda r: r["data"], timeout=30)["data"]
+    assert ran, "the admin's schedule never ran"
+    assert len(c["admin"].get(f"{path}/runs").json()["data"]) == 1
+    assert c["admin"].get(f"/text2sql/schedules/{admins['id']}").json()["enabled"] is True
 
 
 # -- text-to-SQL sources: what no key may open -------------------------------------------------------------
