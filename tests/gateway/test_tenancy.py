@@ -432,6 +432,54 @@ def test_a_revoked_keys_batch_fails_at_its_next_line(world, monkeypatch):
     assert done["status"] == "completed", done
 
 
+def _queue_batch(db: str, owner: str, lines: int) -> str:
+    """A batch queued by `owner`, as `POST /v1/batches` stores it (the runner's scan claims it)."""
+    import asyncio
+    import uuid
+
+    from gateway.db import Database
+    from gateway.tables.batches import Batch, BatchLine
+
+    batch_id = f"batch_{uuid.uuid4().hex}"
+    now = time.time()
+
+    async def run() -> None:
+        database = Database(db)
+        try:
+            async with database.sessions() as session:
+                session.add(Batch(id=batch_id, created_at=now, endpoint="/v1/completions", input_file_id="file-gone",
+                                  completion_window="24h", status="in_progress", in_progress_at=now,
+                                  expires_at=now + 86400, total=lines, created_by=owner))
+                await session.flush()
+                session.add_all([BatchLine(batch_id=batch_id, line=n, custom_id=f"q-{n}", url="/v1/completions",
+                                           body=_line(f"q-{n}")["body"]) for n in range(1, lines + 1)])
+                await session.commit()
+        finally:
+            await database.dispose()
+
+    asyncio.run(run())
+    return batch_id
+
+
+def test_a_deleted_keys_batch_fails_before_its_first_line(world):
+    """A batch whose key was deleted from the database before any replica claimed a line: no line
+    runs, the batch fails saying so; an admin's batch queued the same way completes."""
+    server, c, _ = world
+    _new_key("hal", server.db)
+    owner = _revoke("hal", server.db)
+    _write(server.db, "DELETE FROM api_keys WHERE name = 'hal'", {})
+    ids = {"deleted": _queue_batch(server.db, owner, 2), "admin": _queue_batch(server.db, "admin", 2)}
+    done = {what: _wait(c["admin"], f"/batches/{bid}", lambda b: b["status"] in TERMINAL, timeout=30)
+            for what, bid in ids.items()}
+    assert done["deleted"]["status"] == "failed", done["deleted"]
+    [error] = done["deleted"]["errors"]["data"]
+    assert error["code"] == "api_key_revoked" and f"({owner}) no longer exists" in error["message"], error
+    with DbReader(server.db) as db:
+        assert db.execute("SELECT count(*) FROM batch_results WHERE batch_id = ?", (ids["deleted"],)).fetchone()[0] == 0
+    assert done["admin"]["status"] == "completed", done["admin"]
+    assert done["admin"]["request_counts"] == {"total": 2, "completed": 2, "failed": 0}, done["admin"]
+
+
 def test_a_revoked_or_deleted_keys_background_response_fails(world):
     """Background responses queued by a key revoked since, or by one deleted from the database, fail
     when a replica claims them, with the reason as their error; an admin's, queued beside, runs."""
