@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-ADMIN = "admin"
+from gateway.tables.base import ADMIN
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ the arguments must match that tool's JSON schema, so every call parses."""
 
 import json
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
+from engine.chat.json_ebnf import compact_json_ebnf
 from engine.chat.tool_formats import HERMES, ToolFormat
 from engine.chat.tools import (
     NAME_RE,
@@ -30,17 +30,6 @@ from engine.guided_spec import (
     ToolCalls,
 )
 from engine.json_budget import CallFormat
-
-
-@lru_cache(maxsize=256)
-def compact_json_ebnf(schema_json: str, strict: bool = True) -> str:
-    """A JSON schema as an EBNF grammar for compact JSON (separators ", " and ": ", no newlines or
-    indentation), for structural-tag content: xgrammar's structural-tag `json_schema` content allows
-    any whitespace, and a 135M model spends tokens on (or loops in) indentation. Compact JSON is also
-    what the preamble shows."""
-    import xgrammar as xgr
-
-    return str(xgr.Grammar.from_json_schema(schema_json, any_whitespace=False, strict_mode=strict))
 
 
 def json_guided(schema: dict[str, Any] | None = None) -> GuidedSpec:
@@ -106,7 +95,7 @@ def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
 def _pythonic_guided(shown: list[FunctionTool], choice: Any, one: bool) -> GuidedSpec:
     """One list of calls (engine/chat/pythonic.py); under auto each `[` opens one, so free text has none.
     No budget closing: it closes JSON only."""
-    from engine.chat.pythonic import pythonic_tag
+    from engine.chat.pythonic_grammar import pythonic_tag
 
     try:
         tag = pythonic_tag(shown, one)

@@ -5,9 +5,9 @@ import json
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from engine.chat.events import ContentDelta, ReasoningDelta, StreamEvent, ToolCallArguments, ToolCallStart
 from engine.chat.json_scan import JsonValueScanner
 from engine.chat.markup import TOOL_MARKUP, find_markup, held_prefix
 from engine.chat.tool_formats import HERMES, ToolFormat
@@ -15,30 +15,6 @@ from engine.chat.tools import ToolCall, new_tool_call_id
 
 log = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class ContentDelta:
-    text: str
-
-
-@dataclass(frozen=True)
-class ToolCallStart:
-    index: int
-    id: str
-    name: str
-
-
-@dataclass(frozen=True)
-class ToolCallArguments:
-    index: int
-    delta: str  # the next fragment of the arguments' JSON text
-
-
-@dataclass(frozen=True)
-class ReasoningDelta:
-    text: str  # thinking text (engine/chat/reasoning.py), never content
-
-
-StreamEvent = ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArguments
 
 # A call's head as the grammar writes it (either arguments key); other key orders or spellings fall back to
 # parsing the whole call object.

@@ -271,6 +271,6 @@ def test_unload_races_end_in_404s_not_500s(files):
             asyncio.run(ask_while_unloading())
         api = as_api_error(err.value)
         assert (api.status, api.info.code) == (404, "model_not_found"), api.info
-        assert eng.list_loras() == [] and set(reg.models) == {eng.served_model_name}
+        assert eng.list_loras() == [] and set(reg.models) == {eng.served_model_name, f"{eng.served_model_name}-embed"}
     finally:
         eng.shutdown()

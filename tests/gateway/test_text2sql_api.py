@@ -48,8 +48,9 @@ def webhook_receiver():
 def server(tmp_path_factory, webhook_receiver):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gateway.jobs.schedules, "TICK_S", 0.1)
+        # A secret key: sources with a password are stored sealed with it (gateway/secret_box.py).
         with run_server(tmp_path_factory.mktemp("t2s"), webhook_secret="whsec_dGVzdC1zZWNyZXQ=",
-                        webhook_allow_hosts=["127.0.0.1"]) as s:
+                        webhook_allow_hosts=["127.0.0.1"], secret_key="t2s-test-secret-key") as s:
             yield s
             s.assert_no_leak()
 
@@ -148,9 +149,10 @@ def test_source_crud_never_shows_credentials(server, tmp_path):
         text = json.dumps(body)
         assert "s3cret" not in text and "t0ken" not in text
     assert "bob:***@" in created["url"]
-    # Stored in the gateway's own database, in full (the server needs it to connect).
+    # Stored in the gateway's own database sealed with the server's key: the password never in clear.
     with sqlite3.connect(server.state.settings.db) as db:
-        assert db.execute("SELECT url FROM text2sql_sources WHERE name = 'mine'").fetchone() == (url,)
+        (stored,) = db.execute("SELECT url FROM text2sql_sources WHERE name = 'mine'").fetchone()
+    assert "s3cret" not in stored and stored != url
     assert _error(server, "text2sql/sources", {"name": "mine", "url": url}, 409)["code"] == "duplicate_source"
     r = _post(server, "text2sql", {"source": "mine", "sql": "SELECT COUNT(*) FROM employees"})
     assert r["rows"][0][0] > 0
