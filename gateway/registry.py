@@ -60,8 +60,23 @@ class AdapterEngine:
         return await self._base.generate_full(prompt, params, request_id, priority, fairness_key, self.lora_name)
 
 
+class OnBaseModel:
+    """A name served by an embedded model's engine (an adapter on it, its pooled states): its entry and context
+    are the base model's."""
+
+    base: EmbeddedModel
+
+    @property
+    def entry(self) -> ModelEntry:
+        return self.base.entry
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.base.max_model_len
+
+
 @dataclass
-class LoRAModel:
+class LoRAModel(OnBaseModel):
     """A LoRA adapter served as a model of its own name, on its base model's engine (vLLM's `parent`).
     Like the base models it is the server's: every key may use it; loading and unloading one are
     admin work (gateway/routers/lora.py). `loaded_by` records who loaded it (gateway/tenancy.py's
@@ -72,14 +87,6 @@ class LoRAModel:
     path: str
     loaded_by: str = ADMIN
     kind: ClassVar[str] = "lora"
-
-    @property
-    def entry(self) -> ModelEntry:
-        return self.base.entry
-
-    @property
-    def max_model_len(self) -> int | None:
-        return self.base.max_model_len
 
     def ready(self) -> AdapterEngine:
         return AdapterEngine(self.base.ready(), self.name)
@@ -95,7 +102,7 @@ class UpstreamModel:
 
 
 @dataclass
-class PooledModel:
+class PooledModel(OnBaseModel):
     """An embedded model's pooled hidden states served for /v1/embeddings under a name of their own (the
     chat model's with "-embed": n8n's embeddings node lists only ids containing "embed")."""
 
@@ -103,14 +110,6 @@ class PooledModel:
     base: EmbeddedModel
     pooling: str
     kind: ClassVar[str] = "embedding"
-
-    @property
-    def entry(self) -> ModelEntry:
-        return self.base.entry
-
-    @property
-    def max_model_len(self) -> int | None:
-        return self.base.max_model_len
 
     def ready(self) -> AsyncEngine:
         return self.base.ready()

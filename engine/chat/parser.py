@@ -5,11 +5,12 @@ import json
 import logging
 import re
 from collections.abc import Iterable
-from typing import Any, Literal
+from typing import Literal
 
 from engine.chat.events import ContentDelta, ReasoningDelta, StreamEvent, ToolCallArguments, ToolCallStart
 from engine.chat.json_scan import JsonValueScanner
 from engine.chat.markup import TOOL_MARKUP, find_markup, held_prefix
+from engine.chat.text_stream import TextStream
 from engine.chat.tool_formats import HERMES, ToolFormat
 from engine.chat.tools import ToolCall, new_tool_call_id
 
@@ -23,7 +24,7 @@ _HEAD_RE = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:argum
 State = Literal["text", "open", "head", "args", "tail", "next", "after", "ended"]
 
 
-class ToolCallParser:
+class ToolCallParser(TextStream):
     """Splits streamed model text into content and tool calls in one family's format (ToolFormat,
     engine/chat/tool_formats.py), fed one delta at a time.
 
@@ -45,39 +46,13 @@ class ToolCallParser:
         self.fmt = fmt
         # What ends a block after its call object: Hermes' close tag (a list's "]" is read as the list's end).
         self._block_end = fmt.closer.strip() if not fmt.opener.strip() else ""
-        self._buf = ""  # text received but not yet emitted or discarded
+        super().__init__()
         self._state: State = "text"
         self._in_list = False
-        self._pending_ws = ""  # content whitespace held until more content follows
-        self._content_started = False
         self._scanner = JsonValueScanner()
-        self._calls: list[ToolCall] = []
-        self._seen: list[tuple[str, Any]] = []  # (name, parsed arguments) of the calls given
         self._open: tuple[str, list[str]] | None = None  # the call being written: name, argument text
-        self.ended_by_repeat = False
-
-    @property
-    def tool_calls(self) -> list[ToolCall]:
-        return list(self._calls)
-
-    def feed(self, delta: str) -> list[StreamEvent]:
-        self._buf += delta
-        return self._drain(final=False)
-
-    def finish(self) -> list[StreamEvent]:
-        """Flushes what was held back; call once after the last delta."""
-        return self._drain(final=True)
 
     # -- internals --
-    def _content(self, text: str, events: list[StreamEvent]) -> None:
-        text = self._pending_ws + text
-        if not self._content_started:
-            text = text.lstrip()
-        body = text.rstrip()
-        self._pending_ws = text[len(body):]
-        if body:
-            self._content_started = True
-            events.append(ContentDelta(body))
 
     def _start_call(self, name: str) -> None:
         self._open = (name, [])

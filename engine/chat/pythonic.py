@@ -19,7 +19,8 @@ import logging
 import re
 from typing import Any
 
-from engine.chat.events import ContentDelta, StreamEvent, ToolCallArguments, ToolCallStart
+from engine.chat.events import StreamEvent, ToolCallArguments, ToolCallStart
+from engine.chat.text_stream import TextStream
 from engine.chat.tools import ToolCall, new_tool_call_id
 
 log = logging.getLogger(__name__)
@@ -123,39 +124,13 @@ def _whole_calls(cut: str) -> list[tuple[str, dict[str, Any]]]:
     return []
 
 
-class PythonicCallParser:
-    """ToolCallParser's interface (feed, finish, tool_calls, ended_by_repeat) for pythonic call lists."""
+class PythonicCallParser(TextStream):
+    """ToolCallParser's interface (feed, finish, tool_calls, ended_by_repeat) for pythonic call lists; a list
+    still open at finish (cut by max_tokens) is dropped."""
 
     def __init__(self) -> None:
-        self._buf = ""
-        self._pending_ws = ""
-        self._content_started = False
-        self._calls: list[ToolCall] = []
-        self._seen: list[tuple[str, Any]] = []
+        super().__init__()
         self._ended = False
-        self.ended_by_repeat = False
-
-    @property
-    def tool_calls(self) -> list[ToolCall]:
-        return list(self._calls)
-
-    def feed(self, delta: str) -> list[StreamEvent]:
-        self._buf += delta
-        return self._drain(final=False)
-
-    def finish(self) -> list[StreamEvent]:
-        """Flushes what was held back; a list still open (cut by max_tokens) is dropped."""
-        return self._drain(final=True)
-
-    def _content(self, text: str, events: list[StreamEvent]) -> None:
-        text = self._pending_ws + text
-        if not self._content_started:
-            text = text.lstrip()
-        body = text.rstrip()
-        self._pending_ws = text[len(body):]
-        if body:
-            self._content_started = True
-            events.append(ContentDelta(body))
 
     def _drain(self, final: bool) -> list[StreamEvent]:
         events: list[StreamEvent] = []
