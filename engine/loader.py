@@ -113,19 +113,24 @@ def gguf_source(model: str) -> Path | None:
     return path if path.is_file() and path.suffix == ".gguf" else None
 
 
-def resolve_model(model: str) -> Path:
-    """An HF-style folder for `model`, converting GGUF on first use (training and test references)."""
-    if model in ("default", DEFAULT_MODEL_NAME, "", None):
-        return convert_gguf(default_model_path())
+def _locate(model: str) -> tuple[Path, bool]:
+    """(the .gguf file or HF folder `model` names, whether it is GGUF); nothing is looked for on a hub."""
+    source = gguf_source(model)
+    if source is not None:
+        return source, True
     path = Path(model).expanduser()
-    if path.is_file() and path.suffix == ".gguf":
-        return convert_gguf(path)
     if path.is_dir() and (path / "config.json").exists():
-        return path
+        return path, False
     raise FileNotFoundError(
         f"model {model!r} is neither a folder with config.json nor a .gguf file "
         "(nothing is downloaded from a hub)"
     )
+
+
+def resolve_model(model: str) -> Path:
+    """An HF-style folder for `model`, converting GGUF on first use (training and test references)."""
+    path, is_gguf = _locate(model)
+    return convert_gguf(path) if is_gguf else path
 
 
 def default_served_name(model: str) -> str:
@@ -211,18 +216,14 @@ class ModelSource:
             keep = quantization == "gguf"
             log.info("weights: %s's blocks, %s", self.path.name, "served as they are" if keep else "dequantized")
             state = read_gguf_weights(self.gguf, self.config, keep_quantized=keep)
-            if quantization == "int8":
-                from engine.int8_weights import quantize_state_dict
-
-                state = quantize_state_dict(state)
-            return state
+        else:
+            state = load_state_dict(self.path)
         if quantization == "int8":
             from engine.int8_weights import quantize_state_dict
 
             log.info("weights: %s's matrices as weight-only int8 (groups of 32)", self.path.name)
-            return quantize_state_dict(load_state_dict(self.path))
-        return load_state_dict(self.path)
-
+            state = quantize_state_dict(state)
+        return state
 
     def release_unread(self, weights: dict) -> None:
         """After the model took its weights: a GGUF file's mapped pages that no weight reads any more (the
@@ -238,18 +239,12 @@ class ModelSource:
 
 def open_model(model: str) -> ModelSource:
     """The model `model` names, opened for serving; a GGUF file is mapped, never converted."""
-    source = gguf_source(model)
-    if source is not None:
-        from engine.gguf_file import GGUFFile
-
-        return ModelSource(source, GGUFFile(source))
-    path = Path(model).expanduser()
-    if path.is_dir() and (path / "config.json").exists():
+    path, is_gguf = _locate(model)
+    if not is_gguf:
         return ModelSource(path)
-    raise FileNotFoundError(
-        f"model {model!r} is neither a folder with config.json nor a .gguf file "
-        "(nothing is downloaded from a hub)"
-    )
+    from engine.gguf_file import GGUFFile
+
+    return ModelSource(path, GGUFFile(path))
 
 
 def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
