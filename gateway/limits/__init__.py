@@ -1,0 +1,1 @@
+"""Limits and accounting: admission (backpressure), per-key rate limits, engine priority, token usage, metrics."""

@@ -1,0 +1,1 @@
+"""HTTP plumbing: error responses, middleware and the access log, FastAPI dependencies, SSE framing, pagination, OpenAPI links."""
