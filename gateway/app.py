@@ -8,13 +8,9 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from engine import AsyncEngine
-from gateway import openapi_links
-from gateway.admission import Admission
 from gateway.db import Database
-from gateway.deps import require_api_key
-from gateway.errors import install_error_handlers
 from gateway.jobs.runner import JobRunner
-from gateway.middleware import RequestContextMiddleware
+from gateway.limits.admission import Admission
 from gateway.registry import ModelRegistry
 from gateway.routers import (
     batches,
@@ -31,11 +27,15 @@ from gateway.routers import (
     text2sql,
     tokenize,
 )
-from gateway.secret_box import SecretBox
+from gateway.security.secret_box import SecretBox
+from gateway.serving.text2sql import Text2SQL
 from gateway.settings import LOOPBACK_HOSTS, Settings
 from gateway.state import ServerState
 from gateway.tables.api_keys import any_active_key
-from gateway.text2sql import Text2SQL
+from gateway.web import openapi_links
+from gateway.web.deps import require_api_key
+from gateway.web.errors import install_error_handlers
+from gateway.web.middleware import RequestContextMiddleware
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from engine import AsyncEngine, InvalidRequestError
-from gateway.errors import APIError
+from gateway.security.tenancy import ADMIN
 from gateway.settings import ModelEntry, Settings, reserved_lora_name
-from gateway.tenancy import ADMIN
+from gateway.web.errors import APIError
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class OnBaseModel:
 class LoRAModel(OnBaseModel):
     """A LoRA adapter served as a model of its own name, on its base model's engine (vLLM's `parent`).
     Like the base models it is the server's: every key may use it; loading and unloading one are
-    admin work (gateway/routers/lora.py). `loaded_by` records who loaded it (gateway/tenancy.py's
+    admin work (gateway/routers/lora.py). `loaded_by` records who loaded it (gateway/security/tenancy.py's
     owners; --lora-modules adapters are the operator's, `admin`)."""
 
     name: str

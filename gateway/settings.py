@@ -221,7 +221,7 @@ class Settings(BaseSettings, _LoRAModules):
                 raise ValueError(f"model_alias {item!r}: expected NAME=SERVED")
             out[name.strip()] = served.strip()
         return out
-    # Engine priority of each kind of work (lower runs first; gateway/priority.py), whether clients may
+    # Engine priority of each kind of work (lower runs first; gateway/limits/priority.py), whether clients may
     # name their own in the body, and how fast waiting work ages toward the front (EngineConfig).
     priority_interactive: int = 0
     priority_background: int = 5
@@ -244,13 +244,13 @@ class Settings(BaseSettings, _LoRAModules):
     max_batch_lines: int = Field(50_000, ge=1)
     # What one database key's files (batch outputs included) may hold; None: no quota. Admins have none.
     key_storage_quota_mb: float | None = Field(None, gt=0)
-    # Text-to-SQL sources (integrations/text2sql/source_policy.py): whether database keys may register
+    # Text-to-SQL sources (gateway/security/source_policy.py): whether database keys may register
     # their own (admins always may), the one folder SQLite sources are read from (None: none but the
     # demo databases), and hosts a network source may name although they resolve to internal addresses.
     text2sql_user_sources: bool = False
     text2sql_source_dir: str | None = None
     text2sql_allow_hosts: list[str] = Field(default_factory=list)
-    # The key source URLs with passwords are stored encrypted with (gateway/secret_box.py); from
+    # The key source URLs with passwords are stored encrypted with (gateway/security/secret_box.py); from
     # SLLM_SECRET_KEY or a configuration file, never a flag (argv is visible to every local user).
     secret_key: SecretStr | None = None
     # Webhooks: refused unless a secret and an allow-list of hosts are configured.

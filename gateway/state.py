@@ -4,9 +4,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import AsyncEngine
-from gateway.admission import Admission
 from gateway.db import Database
-from gateway.metrics import Metrics
+from gateway.limits.admission import Admission
+from gateway.limits.metrics import Metrics
 from gateway.protocol.common import now
 from gateway.registry import EmbeddedModel, ModelRegistry
 from gateway.settings import Settings
@@ -21,7 +21,7 @@ class ServerState:
     db_has_keys: bool = False
     started_at: int = field(default_factory=now)  # the model cards' `created`
     jobs: Any = None  # gateway.jobs.runner.JobRunner: batches and background responses
-    text2sql: Any = None  # gateway.text2sql.Text2SQL: sources, asking, and the schedules' scheduler
+    text2sql: Any = None  # gateway.serving.text2sql.Text2SQL: sources, asking, and the schedules' scheduler
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:

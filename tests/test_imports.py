@@ -60,3 +60,41 @@ def test_the_text2sql_runtime_never_imports_its_training_kit():
     assert graph.find_children(KIT), "the kit's package is missing"
     chains = kit_importers(graph)
     assert not chains, "imports into the training kit from outside it:\n" + "\n".join(chains)
+
+
+# The gateway, grouped by concern: the composition root at the top (app, cli, settings, config_file, state, db,
+# registry: what the server is built from and holds), routers (HTTP resources) over serving (what each endpoint
+# does; gateway/jobs run it too), and below both the plumbing packages: web (HTTP plumbing), limits (limits and
+# accounting) and security (tenancy and policies). Each entry: a package (or module) and what it never imports,
+# even through other modules.
+GATEWAY_BOUNDARIES: dict[str, tuple[str, ...]] = {
+    "gateway.serving": ("gateway.routers", "gateway.app", "gateway.cli"),
+    "gateway.jobs": ("gateway.routers", "gateway.app", "gateway.cli"),
+    "gateway.web": ("gateway.serving", "gateway.jobs", "gateway.routers", "gateway.app", "gateway.cli"),
+    "gateway.limits": ("gateway.serving", "gateway.jobs", "gateway.routers", "gateway.app", "gateway.cli"),
+    "gateway.security": (
+        "gateway.web", "gateway.limits", "gateway.serving", "gateway.jobs", "gateway.routers", "gateway.app",
+        "gateway.cli",
+    ),
+    "gateway.state": ("gateway.serving", "gateway.jobs", "gateway.routers", "gateway.app", "gateway.cli"),
+    "gateway.registry": ("gateway.serving", "gateway.jobs", "gateway.routers", "gateway.app", "gateway.cli"),
+}
+
+
+def boundary_crossings(graph: grimp.ImportGraph, boundaries: dict[str, tuple[str, ...]]) -> list[str]:
+    """One import chain for each boundary crossed (a package on the left needing one it must not)."""
+    crossings = []
+    for importer, forbidden in boundaries.items():
+        for imported in forbidden:
+            chains = graph.find_shortest_chains(importer=importer, imported=imported)
+            if chains:
+                crossings.append(" -> ".join(min(chains)))
+    return crossings
+
+
+def test_the_gateway_packages_import_one_way():
+    graph = grimp.build_graph(*PACKAGES, cache_dir=None)
+    for package in ("gateway.web", "gateway.limits", "gateway.security", "gateway.serving"):
+        assert graph.find_children(package), f"{package} is missing"
+    crossings = boundary_crossings(graph, GATEWAY_BOUNDARIES)
+    assert not crossings, "gateway boundaries crossed:\n" + "\n".join(crossings)

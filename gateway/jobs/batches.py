@@ -18,10 +18,9 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway import rate_limits
-from gateway.errors import APIError, as_api_error
 from gateway.jobs import webhooks
 from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
+from gateway.limits import rate_limits
 from gateway.protocol.batches import (
     BATCH_ENDPOINTS,
     COMPLETION_WINDOWS,
@@ -42,10 +41,11 @@ from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.common import ErrorResponse
 from gateway.protocol.completions import CompletionRequest
 from gateway.protocol.responses import ResponsesRequest
+from gateway.security.tenancy import ADMIN_CALLER, Caller
 from gateway.state import ServerState
 from gateway.tables.batches import Batch, BatchLine, BatchResult
 from gateway.tables.files import StoredFile, add_file, new_file_id, read_content
-from gateway.tenancy import ADMIN_CALLER, Caller
+from gateway.web.errors import APIError, as_api_error
 
 log = logging.getLogger(__name__)
 

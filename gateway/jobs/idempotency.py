@@ -11,8 +11,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.errors import APIError
 from gateway.tables.idempotency import IdempotencyKey
+from gateway.web.errors import APIError
 
 KEY_TTL_S = 24 * 3600
 

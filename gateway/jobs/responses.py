@@ -9,16 +9,16 @@ import time
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway import rate_limits
-from gateway.errors import APIError, as_api_error
 from gateway.jobs.idempotency import commit_or_replay, remember, replay, request_hash
 from gateway.jobs.leases import LeasePolicy, free
+from gateway.limits import rate_limits
 from gateway.protocol.responses import ResponseObject, ResponsesRequest
+from gateway.security.tenancy import REVOKED_CODE, Caller, revoked_owner
 from gateway.serving.conversations import ACTIVE, finish, previous_conversation
 from gateway.serving.responses import check_request, response_object, run_response
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
-from gateway.tenancy import REVOKED_CODE, Caller, revoked_owner
+from gateway.web.errors import APIError, as_api_error
 
 log = logging.getLogger(__name__)
 

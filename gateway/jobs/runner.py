@@ -1,5 +1,5 @@
 """The job runner inside the server: runs batches and background responses through the engine, at
-their kinds' priorities (gateway/priority.py), a bounded number at once (JobGate), shared with any
+their kinds' priorities (gateway/limits/priority.py), a bounded number at once (JobGate), shared with any
 other replica on the same database through leases (gateway/jobs/leases.py).
 
 Each batch is a task that claims its free lines one at a time as places at the gate come free, and
@@ -19,16 +19,16 @@ import time
 
 from sqlalchemy import select, update
 
-from gateway import rate_limits
 from gateway.jobs import batches, leases, responses
 from gateway.jobs.gate import JobGate
 from gateway.jobs.webhooks import WebhookPolicy, WebhookSender
-from gateway.priority import run_as
+from gateway.limits import rate_limits
+from gateway.limits.priority import run_as
 from gateway.protocol.batches import BatchError
+from gateway.security.tenancy import ADMIN_CALLER, REVOKED_CODE, Caller, revoked_owner
 from gateway.state import ServerState
 from gateway.tables.batches import Batch, BatchLine
 from gateway.tables.responses import StoredResponse
-from gateway.tenancy import ADMIN_CALLER, REVOKED_CODE, Caller, revoked_owner
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class BatchJob:
             task.add_done_callback(self._line_done)
 
     async def _admit(self, expires_at: float | None) -> bool:
-        """Counts the claimed line against its owner's rate limits (gateway/rate_limits.py), as a
+        """Counts the claimed line against its owner's rate limits (gateway/limits/rate_limits.py), as a
         request of its key: a key's batches run no faster than its requests may. While the key's
         window is spent the line waits for the next one, held (its lease renewed) but without its
         place at the gate, so other keys' work runs meanwhile. Entered holding a place at the gate,

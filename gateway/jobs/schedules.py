@@ -34,9 +34,9 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from gateway.jobs.leases import LeasePolicy, free, renew_rows, replica_id
+from gateway.security.tenancy import REVOKED_CODE, Caller, revoked_owner
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
-from gateway.tenancy import REVOKED_CODE, Caller, revoked_owner
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +210,7 @@ class Scheduler:
             await asyncio.gather(*list(self._runs), return_exceptions=True)
 
     async def _execute(self, run_id: str, schedule: Text2SQLSchedule) -> None:
-        from gateway.priority import run_as
+        from gateway.limits.priority import run_as
 
         run_as("schedule")
         try:

@@ -11,7 +11,7 @@ A server must not become a request-forgery tool, so a URL is accepted only when:
   http to a host the list names by its exact name, address or network (a wildcard opens https only);
 - its host is on the allow-list: a host name (`hooks.example.com`), a wildcard (`*.example.com`),
   an IP address or a CIDR network;
-- every address the host resolves to passes gateway/address_policy.py: public, or covered by an
+- every address the host resolves to passes gateway/security/address_policy.py: public, or covered by an
   IP/CIDR entry of the list, or private/loopback with the host listed by its exact name.
 The check runs when the job is created (a refused URL is a 400 then) and again before every
 attempt, which then connects to the address it checked (no DNS rebinding in between) and never
@@ -31,7 +31,8 @@ import httpx
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.address_policy import (
+from gateway.protocol.webhooks import WebhookEvent, WebhookEventData, WebhookEventType
+from gateway.security.address_policy import (
     METADATA_HOSTS,
     AddressRefused,
     AllowList,
@@ -40,10 +41,9 @@ from gateway.address_policy import (
     checked_address,
     literal_address,
 )
-from gateway.errors import APIError
-from gateway.protocol.webhooks import WebhookEvent, WebhookEventData, WebhookEventType
 from gateway.settings import Settings
 from gateway.tables.webhooks import WebhookDelivery
+from gateway.web.errors import APIError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Backpressure: a bounded number of requests in flight; past it, 429 with retry-after."""
 
-from gateway.errors import APIError
+from gateway.web.errors import APIError
 
 
 class Slot:

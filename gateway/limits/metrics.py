@@ -4,7 +4,7 @@
 Engine gauges and counters are read from each embedded engine's `stats()` at scrape time; upstream
 counters from each pool's snapshot; per-request latencies are observed by the gateway from each
 request's engine-side timestamps (for upstreams, the proxy's own clock). Queue time, TTFT and
-preemptions are also kept per engine priority (a `priority` label: gateway/priority.py maps the
+preemptions are also kept per engine priority (a `priority` label: gateway/limits/priority.py maps the
 kinds of work onto priorities), in series of their own so vLLM's names keep vLLM's labels."""
 
 from collections.abc import Iterable

@@ -14,9 +14,9 @@ from typing import Literal
 
 from fastapi import Request
 
-from gateway.errors import APIError
 from gateway.settings import Settings
 from gateway.tables.api_keys import hash_key
+from gateway.web.errors import APIError
 
 JobKind = Literal["background", "batch", "schedule"]
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 from starlette.types import Scope
 
-from gateway.access_log import RequestRecord
 from gateway.db import Database
-from gateway.errors import APIError
 from gateway.settings import Settings
 from gateway.tables.api_keys import ApiKey
 from gateway.tables.rate_limits import Spent, admit, charge
+from gateway.web.access_log import RequestRecord
+from gateway.web.errors import APIError
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from gateway.protocol.common import Request
 
 NAME_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 MAX_ROWS = 10_000
-# The demo databases are registered at start as demo_<schema> (gateway/text2sql.py), so these examples
+# The demo databases are registered at start as demo_<schema> (gateway/serving/text2sql.py), so these examples
 # work on any server; their files live in $SLLM_CACHE_DIR/text2sql (by default ~/.cache/sllm/text2sql).
 DEMO_SOURCE = "demo_shop"
 DEMO_SHOP_URL = "sqlite:///~/.cache/sllm/text2sql/shop.sqlite"

@@ -5,12 +5,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from gateway.deps import CallerDep, Session, State
 from gateway.jobs.batches import batch_object, cancel_batch, create_batch, load_batch
 from gateway.jobs.idempotency import IdempotencyHeader
-from gateway.pagination import page
 from gateway.protocol.batches import BatchCreateRequest, BatchList, BatchObject
 from gateway.tables.batches import Batch
+from gateway.web.deps import CallerDep, Session, State
+from gateway.web.pagination import page
 
 router = APIRouter(prefix="/v1")
 

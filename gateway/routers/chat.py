@@ -3,10 +3,10 @@ tool calls and structured output (engine/chat), streamed as `chat.completion.chu
 
 from fastapi import APIRouter, Request
 
-from gateway.deps import State
-from gateway.priority import check_client_priority
+from gateway.limits.priority import check_client_priority
 from gateway.protocol.chat import ChatCompletionRequest, ChatCompletionResponse
 from gateway.serving.routing import route
+from gateway.web.deps import State
 
 router = APIRouter(prefix="/v1")
 

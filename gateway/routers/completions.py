@@ -4,10 +4,10 @@ it (`response_format`, `guided_json|regex|grammar|choice`, `structured_outputs`)
 
 from fastapi import APIRouter, Request
 
-from gateway.deps import State
-from gateway.priority import check_client_priority
+from gateway.limits.priority import check_client_priority
 from gateway.protocol.completions import CompletionRequest, CompletionResponse
 from gateway.serving.routing import route
+from gateway.web.deps import State
 
 router = APIRouter(prefix="/v1")
 

@@ -3,13 +3,13 @@ forwarded to an upstream model as the client sent it."""
 
 from fastapi import APIRouter, Request
 
-from gateway import proxy
-from gateway.deps import State
-from gateway.errors import APIError
-from gateway.priority import check_client_priority
+from gateway.limits.priority import check_client_priority
 from gateway.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
 from gateway.registry import EmbeddedModel, PooledModel, UpstreamModel
+from gateway.serving import proxy
 from gateway.serving.embeddings import EmbeddingModel, run_embeddings
+from gateway.web.deps import State
+from gateway.web.errors import APIError
 
 router = APIRouter(prefix="/v1")
 

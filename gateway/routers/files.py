@@ -7,14 +7,14 @@ from fastapi import APIRouter, File, Form, Query, UploadFile
 from fastapi.responses import Response
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.deps import CallerDep, Session, State
-from gateway.errors import APIError
 from gateway.jobs.idempotency import IdempotencyHeader, commit_or_replay, remember, replay, request_hash
-from gateway.pagination import Order, page
 from gateway.protocol.files import FileDeleted, FileList, FileObject
+from gateway.security.tenancy import Caller
 from gateway.state import ServerState
 from gateway.tables.files import StoredFile, add_file, new_file_id, read_content, stored_bytes
-from gateway.tenancy import Caller
+from gateway.web.deps import CallerDep, Session, State
+from gateway.web.errors import APIError
+from gateway.web.pagination import Order, page
 
 router = APIRouter(prefix="/v1")
 

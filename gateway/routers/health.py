@@ -6,10 +6,10 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from gateway.deps import State
-from gateway.errors import APIError, error_response
 from gateway.jobs.backlog import backlog
 from gateway.protocol.common import HealthStatus
+from gateway.web.deps import State
+from gateway.web.errors import APIError, error_response
 
 log = logging.getLogger(__name__)
 router = APIRouter()

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.deps import State, require_admin_key
-from gateway.tenancy import ADMIN_CALLER, Caller
+from gateway.security.tenancy import ADMIN_CALLER, Caller
+from gateway.web.deps import State, require_admin_key
 
 router = APIRouter(prefix="/v1", dependencies=[Depends(require_admin_key)])
 

@@ -12,11 +12,11 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from gateway.deps import State
-from gateway.errors import APIError, ClientDisconnected, _validation_message, as_api_error
 from gateway.protocol.messages import CountTokensRequest, MessageResponse, MessagesRequest, error_body
 from gateway.registry import UpstreamModel
 from gateway.serving.messages import count_tokens, run_messages
+from gateway.web.deps import State
+from gateway.web.errors import APIError, ClientDisconnected, _validation_message, as_api_error
 
 
 class AnthropicErrors(APIRoute):

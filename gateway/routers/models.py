@@ -7,10 +7,10 @@ import os
 
 from fastapi import APIRouter
 
-from gateway.deps import CallerDep, State
 from gateway.protocol.common import ModelCard, ModelList
 from gateway.registry import LoRAModel, PooledModel, Served, UpstreamModel
-from gateway.tenancy import Caller
+from gateway.security.tenancy import Caller
+from gateway.web.deps import CallerDep, State
 
 router = APIRouter(prefix="/v1")
 

@@ -4,14 +4,14 @@ an upstream model."""
 
 from fastapi import APIRouter, Request
 
-from gateway import proxy
-from gateway.deps import State
-from gateway.errors import APIError
-from gateway.priority import check_client_priority
+from gateway.limits.priority import check_client_priority
 from gateway.protocol.rerank import RerankRequest, RerankResponse
 from gateway.registry import EmbeddedModel, PooledModel, UpstreamModel
+from gateway.serving import proxy
 from gateway.serving.embeddings import EmbeddingModel
 from gateway.serving.rerank import run_rerank
+from gateway.web.deps import State
+from gateway.web.errors import APIError
 
 router = APIRouter()
 

@@ -5,19 +5,19 @@ Responses API (gateway/serving/responses.py); `background: true` queues it as a 
 from fastapi import APIRouter, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.deps import CallerDep, Session, State
-from gateway.errors import APIError
 from gateway.jobs import responses as background
 from gateway.jobs.idempotency import IdempotencyHeader
-from gateway.priority import check_client_priority
+from gateway.limits.priority import check_client_priority
 from gateway.protocol.responses import (
     DeletedResponse,
     ResponseObject,
     ResponsesRequest,
 )
+from gateway.security.tenancy import Caller
 from gateway.serving.responses import run_response
 from gateway.tables.responses import StoredResponse
-from gateway.tenancy import Caller
+from gateway.web.deps import CallerDep, Session, State
+from gateway.web.errors import APIError
 
 router = APIRouter(prefix="/v1")
 

@@ -1,5 +1,5 @@
 """`/v1/text2sql`: ask a question of a registered database (or run given SQL), manage sources, and
-schedule questions on a cron with their runs kept (gateway/text2sql.py, gateway/jobs/schedules.py).
+schedule questions on a cron with their runs kept (gateway/serving/text2sql.py, gateway/jobs/schedules.py).
 
     POST   /v1/text2sql                         {source, question | sql, execute, max_rows, constrained, candidates,
                                                  sample_when}
@@ -13,8 +13,6 @@ import uuid
 from fastapi import APIRouter, Query, Request
 from sqlalchemy import delete, select
 
-from gateway.deps import CallerDep, Session, State
-from gateway.errors import APIError
 from gateway.jobs import schedules as scheduling  # its clock, `now()`, is patched by tests
 from gateway.protocol.text2sql import (
     AskRequest,
@@ -30,10 +28,12 @@ from gateway.protocol.text2sql import (
     SourceList,
     SourceObject,
 )
+from gateway.security.tenancy import Caller
+from gateway.serving.text2sql import Text2SQL, result_body
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLRun, Text2SQLSchedule
-from gateway.tenancy import Caller
-from gateway.text2sql import Text2SQL, result_body
+from gateway.web.deps import CallerDep, Session, State
+from gateway.web.errors import APIError
 
 router = APIRouter(prefix="/v1/text2sql")
 

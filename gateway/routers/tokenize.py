@@ -3,9 +3,9 @@
 from fastapi import APIRouter
 
 from engine.chat import render_chat
-from gateway.deps import State, get_engine
-from gateway.errors import APIError
 from gateway.protocol.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
+from gateway.web.deps import State, get_engine
+from gateway.web.errors import APIError
 
 router = APIRouter()
 

@@ -9,7 +9,7 @@
   and `vfs` among them, are dropped). With --text2sql-source-dir every SQLite source must lie in it
   (or be a demo database); without it, only admins may open SQLite files.
 - Network databases of a database key: the host must resolve only to addresses the address policy
-  (gateway/address_policy.py, with --text2sql-allow-hosts) allows, and the connection is pinned to
+  (gateway/security/address_policy.py, with --text2sql-allow-hosts) allows, and the connection is pinned to
   the checked address; query parameters that choose another host or a local socket are refused.
 Admins' network sources are theirs to choose (the operator's own databases are usually internal)."""
 
@@ -19,8 +19,8 @@ from urllib.parse import unquote
 
 from sqlalchemy.engine import URL, make_url
 
-from gateway.address_policy import AddressRefused, AllowList, checked_address, resolve_all
 from gateway.db import database_url
+from gateway.security.address_policy import AddressRefused, AllowList, checked_address, resolve_all
 from gateway.settings import Settings
 from integrations.text2sql.errors import BadSourceURL
 from integrations.text2sql.sources import URLGuard

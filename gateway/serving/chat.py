@@ -19,9 +19,7 @@ from engine.chat import (
     finish_reason,
     prepare_chat,
 )
-from gateway.errors import APIError
-from gateway.generation import Generation
-from gateway.logprobs import chat_logprobs
+from gateway.limits.usage import usage_of
 from gateway.protocol.chat import (
     AssistantMessage,
     ChatChoice,
@@ -34,10 +32,12 @@ from gateway.protocol.chat import (
     DeltaToolCall,
 )
 from gateway.protocol.common import now, random_id
-from gateway.sampling import sampling_params
-from gateway.sse import openai_stream, sse_response
+from gateway.serving.generation import Generation
+from gateway.serving.logprobs import chat_logprobs
+from gateway.serving.sampling import sampling_params
 from gateway.state import ServerState
-from gateway.usage import usage_of
+from gateway.web.errors import APIError
+from gateway.web.sse import openai_stream, sse_response
 
 
 async def run_chat(body: ChatCompletionRequest, state: ServerState, engine: AsyncEngine,

@@ -8,15 +8,15 @@ from fastapi import Request, Response
 
 from engine import AsyncEngine, CompletionOutput, RequestOutput
 from engine.chat import EXTRA_FIELDS, structured_output
-from gateway.errors import APIError
-from gateway.generation import Generation
-from gateway.logprobs import completion_logprobs
+from gateway.limits.usage import usage_of
 from gateway.protocol.common import now, random_id
 from gateway.protocol.completions import CompletionChoice, CompletionRequest, CompletionResponse
-from gateway.sampling import sampling_params
-from gateway.sse import openai_stream, sse_response
+from gateway.serving.generation import Generation
+from gateway.serving.logprobs import completion_logprobs
+from gateway.serving.sampling import sampling_params
 from gateway.state import ServerState
-from gateway.usage import usage_of
+from gateway.web.errors import APIError
+from gateway.web.sse import openai_stream, sse_response
 
 
 def _prompts(prompt: str | list) -> list[str | list[int]]:

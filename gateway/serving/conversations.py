@@ -5,16 +5,16 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine.chat import content_text
-from gateway.errors import APIError
 from gateway.jobs import webhooks
 from gateway.protocol.responses import (
     FunctionCallItem,
     InputItem,
     ResponseObject,
 )
+from gateway.security.tenancy import Caller
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
-from gateway.tenancy import Caller
+from gateway.web.errors import APIError
 
 
 def input_messages(items: str | list[InputItem]) -> list[dict]:

@@ -11,12 +11,12 @@ from fastapi import Request
 
 from engine import AsyncEngine, InvalidRequestError, SamplingParams
 from engine.pooling import PoolingParams
-from gateway.errors import APIError
-from gateway.generation import unless_disconnected
-from gateway.priority import fairness_key, priority_of
+from gateway.limits.priority import fairness_key, priority_of
 from gateway.protocol.common import random_id
 from gateway.protocol.embeddings import MAX_INPUTS, Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
+from gateway.serving.generation import unless_disconnected
 from gateway.state import ServerState
+from gateway.web.errors import APIError
 
 # Inputs tokenized on the event loop; more go to a thread so other requests keep flowing.
 INLINE_INPUTS = 16

@@ -10,10 +10,10 @@ from typing import TypeVar
 from fastapi import Request
 
 from engine import AsyncEngine, RequestOutput, SamplingParams
-from gateway.access_log import RequestRecord
-from gateway.errors import ClientDisconnected
-from gateway.priority import fairness_key, priority_of
+from gateway.limits.priority import fairness_key, priority_of
 from gateway.state import ServerState
+from gateway.web.access_log import RequestRecord
+from gateway.web.errors import ClientDisconnected
 
 T = TypeVar("T")
 

@@ -22,8 +22,6 @@ from engine.chat import (
     prepare_chat,
     read_whole,
 )
-from gateway.errors import APIError, as_api_error
-from gateway.generation import Generation
 from gateway.protocol.common import random_id
 from gateway.protocol.messages import (
     AnthropicUsage,
@@ -32,8 +30,10 @@ from gateway.protocol.messages import (
     MessagesRequest,
     error_body,
 )
-from gateway.sse import sse_response
+from gateway.serving.generation import Generation
 from gateway.state import ServerState
+from gateway.web.errors import APIError, as_api_error
+from gateway.web.sse import sse_response
 
 
 def _text(content: str | list[dict[str, Any]], where: str) -> str:

@@ -11,8 +11,8 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse
 
 from gateway.registry import UpstreamModel
-from gateway.sse import ClosingStreamingResponse
 from gateway.state import ServerState
+from gateway.web.sse import ClosingStreamingResponse
 
 
 async def request_body(request: Request) -> dict[str, Any]:

@@ -7,11 +7,11 @@ from fastapi import Request
 
 from engine import AsyncEngine
 from engine.pooling import PoolingParams
-from gateway.errors import APIError
 from gateway.protocol.common import random_id
 from gateway.protocol.rerank import RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankUsage
 from gateway.serving.embeddings import EmbeddingModel, embed_inputs
 from gateway.state import ServerState
+from gateway.web.errors import APIError
 
 MAX_DOCUMENTS = 1000  # Cohere's limit per request
 

@@ -12,8 +12,7 @@ from engine.chat import (
     ReasoningDelta,
     ToolCallStart,
 )
-from gateway.errors import as_api_error
-from gateway.generation import Generation
+from gateway.limits.usage import usage_of
 from gateway.protocol.responses import (
     ContentPartEvent,
     ErrorEvent,
@@ -35,8 +34,9 @@ from gateway.protocol.responses import (
     TextDoneEvent,
 )
 from gateway.serving.conversations import store
+from gateway.serving.generation import Generation
 from gateway.state import ServerState
-from gateway.usage import usage_of
+from gateway.web.errors import as_api_error
 
 
 class StreamedItems:

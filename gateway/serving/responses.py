@@ -13,8 +13,6 @@ from engine.chat import (
     chat_constraint,
     prepare_chat,
 )
-from gateway import proxy
-from gateway.generation import Generation
 from gateway.protocol.responses import (
     FunctionCallItem,
     OutputItem,
@@ -26,13 +24,15 @@ from gateway.protocol.responses import (
     ResponsesRequest,
 )
 from gateway.registry import UpstreamModel
-from gateway.sampling import sampling_params
+from gateway.security.tenancy import Caller
+from gateway.serving import proxy
 from gateway.serving.conversations import as_input_items, input_messages, previous_conversation, store
+from gateway.serving.generation import Generation
 from gateway.serving.response_stream import finish_response, stream_response
-from gateway.sse import sse_response
+from gateway.serving.sampling import sampling_params
 from gateway.state import ServerState
 from gateway.tables.responses import StoredResponse
-from gateway.tenancy import Caller
+from gateway.web.sse import sse_response
 
 
 def _text_format(body: ResponsesRequest) -> dict | None:

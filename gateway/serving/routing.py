@@ -1,5 +1,5 @@
 """Where a Chat Completions or Completions request goes: forwarded as the client sent it to an upstream
-model (gateway/proxy.py), or run on the embedded engine. Written once for the routers and batch lines;
+model (gateway/serving/proxy.py), or run on the embedded engine. Written once for the routers and batch lines;
 the Responses API keeps its own branch (gateway/serving/responses.py), since it stores the
 conversation around the upstream's answer."""
 
@@ -8,10 +8,10 @@ from typing import Any
 from fastapi import Request, Response
 from pydantic import BaseModel
 
-from gateway import proxy
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.completions import CompletionRequest
 from gateway.registry import UpstreamModel
+from gateway.serving import proxy
 from gateway.serving.chat import run_chat
 from gateway.serving.completions import run_completion
 from gateway.state import ServerState

@@ -4,8 +4,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine import GuidedSpec, SamplingParams
-from gateway.errors import APIError
 from gateway.protocol.common import SamplingExtras
+from gateway.web.errors import APIError
 
 
 def _stops(stop: str | list[str] | None) -> list[str]:

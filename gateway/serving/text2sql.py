@@ -28,16 +28,16 @@ from fastapi import Request
 from sqlalchemy import delete, select
 
 from engine import AsyncEngine, InvalidRequestError, RequestOutput, SamplingParams
-from gateway import proxy
-from gateway.errors import APIError, ClientDisconnected, as_api_error
-from gateway.generation import Generation
 from gateway.protocol.text2sql import AskError, AskResponse, SourceObject, Timings
 from gateway.registry import AdapterEngine, EmbeddedModel, LoRAModel, Served, UpstreamModel
-from gateway.secret_box import SecretBox, has_secret
-from gateway.source_policy import SourcePolicy
+from gateway.security.secret_box import SecretBox, has_secret
+from gateway.security.source_policy import SourcePolicy
+from gateway.security.tenancy import ADMIN, ADMIN_CALLER, Caller
+from gateway.serving import proxy
+from gateway.serving.generation import Generation
 from gateway.state import ServerState
 from gateway.tables.text2sql import Text2SQLSchedule, Text2SQLSource
-from gateway.tenancy import ADMIN, ADMIN_CALLER, Caller
+from gateway.web.errors import APIError, ClientDisconnected, as_api_error
 from integrations.text2sql.adapter import LORA_NAME, AdapterStyle, adapter_style
 from integrations.text2sql.ask import AskResult, aask, arun_sql
 from integrations.text2sql.errors import (
@@ -234,7 +234,7 @@ class Text2SQL:
     async def register(self, name: str, url: str, description: str = "", *, db_schema: str | None = None,
                        replace: bool = False, caller: Caller = ADMIN_CALLER) -> Source:
         """Opens and introspects the database first, so a URL that cannot work is refused now (400);
-        the source policy (gateway/source_policy.py) is asked before anything connects."""
+        the source policy (gateway/security/source_policy.py) is asked before anything connects."""
         self.may_manage(caller)
         if has_secret(url) and not self.secrets.enabled:  # refused before anything connects
             raise APIError(400, "this server stores database passwords encrypted and has no SLLM_SECRET_KEY; start it "

@@ -5,7 +5,7 @@ without importing the module that runs them."""
 from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-# The owner value of everything made by an admin key (gateway/tenancy.py reads it from here: the tables
+# The owner value of everything made by an admin key (gateway/security/tenancy.py reads it from here: the tables
 # cannot import the tenancy module, which imports the api_keys table).
 ADMIN = "admin"
 
@@ -15,7 +15,7 @@ class Base(DeclarativeBase):
 
 
 class Owned:
-    """The key that made a row (gateway/tenancy.py): `admin`, or `key_<id>` for a database key.
+    """The key that made a row (gateway/security/tenancy.py): `admin`, or `key_<id>` for a database key.
     Rows from before revision 0007 belong to the admin."""
 
     created_by: Mapped[str] = mapped_column(String(64), default=ADMIN, server_default=ADMIN, index=True)

@@ -7,8 +7,8 @@ import json
 
 import httpx
 
-from gateway.errors import APIError
 from gateway.protocol.common import ErrorResponse
+from gateway.web.errors import APIError
 
 RETRY_STATUSES = frozenset({502, 503, 504})
 

@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 import httpx
 
-from gateway.errors import APIError
 from gateway.upstream.balance import Balancer
 from gateway.upstream.errors import (
     RETRY_STATUSES,
@@ -24,6 +23,7 @@ from gateway.upstream.errors import (
 )
 from gateway.upstream.sse import relay_events, rename_model
 from gateway.upstream.target import TargetState, UpstreamTarget
+from gateway.web.errors import APIError
 
 log = logging.getLogger(__name__)
 

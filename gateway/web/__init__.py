@@ -1,1 +1,1 @@
-"""HTTP plumbing: error responses, middleware and the access log, FastAPI dependencies, SSE framing, pagination, OpenAPI links."""
+"""HTTP plumbing: error responses, middleware, access log, FastAPI dependencies, SSE, pagination, OpenAPI links."""

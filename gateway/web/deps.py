@@ -9,11 +9,11 @@ from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from engine import AsyncEngine
-from gateway import rate_limits
-from gateway.errors import APIError
+from gateway.limits import rate_limits
+from gateway.security.tenancy import ADMIN_CALLER, Caller
 from gateway.state import ServerState
 from gateway.tables.api_keys import ApiKey, find_active_key, hash_key
-from gateway.tenancy import ADMIN_CALLER, Caller
+from gateway.web.errors import APIError
 
 
 def get_state(request: Request) -> ServerState:
@@ -74,7 +74,7 @@ async def require_api_key(request: Request, state: State) -> None:
 
 
 async def get_caller(request: Request, _: Annotated[None, Depends(require_api_key)]) -> Caller:
-    """Who is asking (gateway/tenancy.py); the key is checked once per request, whoever asks first."""
+    """Who is asking (gateway/security/tenancy.py); the key is checked once per request, whoever asks first."""
     return request.state.caller
 
 

@@ -1,6 +1,6 @@
 """Pure ASGI middleware (not BaseHTTPMiddleware, which would hide client disconnects from routes):
 request ids in and out, the request body size limit (413), the per-request log line, and for a
-database API key its rate limit headers and usage (gateway/rate_limits.py)."""
+database API key its rate limit headers and usage (gateway/limits/rate_limits.py)."""
 
 import json
 import re
@@ -10,9 +10,9 @@ from fastapi import HTTPException
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gateway import rate_limits
-from gateway.access_log import RequestRecord
+from gateway.limits import rate_limits
 from gateway.protocol.common import ErrorInfo, ErrorResponse
+from gateway.web.access_log import RequestRecord
 
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
 

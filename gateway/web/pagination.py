@@ -6,7 +6,7 @@ from typing import Any, Literal
 from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gateway.errors import APIError
+from gateway.web.errors import APIError
 
 Order = Literal["asc", "desc"]
 

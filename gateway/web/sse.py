@@ -8,8 +8,8 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from gateway.errors import as_api_error
 from gateway.protocol.common import ErrorResponse
+from gateway.web.errors import as_api_error
 
 log = logging.getLogger(__name__)
 

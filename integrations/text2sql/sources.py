@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 MAX_VALUE_BYTES = 16 * 1024 * 1024  # the largest string or blob a text-to-SQL query may build or read (SQLite)
 
 # What a source connects to in place of its URL: the same URL, or one pinned to checked addresses and
-# paths; it raises BadSourceURL for a target a server's policy refuses (gateway/source_policy.py).
+# paths; it raises BadSourceURL for a target a server's policy refuses (gateway/security/source_policy.py).
 URLGuard = Callable[[URL], URL]
 
 # Query-string keys that carry secrets in some drivers' URLs (``?password=...``, tokens for cloud DBs).

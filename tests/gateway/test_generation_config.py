@@ -11,7 +11,7 @@ import pytest
 from engine.generation_config import generation_defaults
 from engine.loader import default_model_path, resolve_model
 from gateway.protocol.chat import ChatCompletionRequest
-from gateway.sampling import sampling_params
+from gateway.serving.sampling import sampling_params
 from tests.engine.conftest import make_tiny_llama
 from tests.gateway.server import run_server
 

@@ -246,9 +246,9 @@ def test_unload_races_end_in_404s_not_500s(files):
     resolved the adapter just before an unload reaches the engine after it: 404 model_not_found, as
     for any other unknown model."""
     from engine import AsyncEngine
-    from gateway.errors import as_api_error
     from gateway.registry import ModelRegistry
     from gateway.settings import Settings
+    from gateway.web.errors import as_api_error
 
     _, base, adapters = files
     eng = AsyncEngine(model=str(base), enable_lora=True, max_lora_rank=8, num_kv_blocks=32,

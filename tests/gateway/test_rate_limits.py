@@ -15,7 +15,7 @@ import pytest
 
 from engine.loader import resolve_model
 from gateway.cli import create_key, key_usage
-from gateway.rate_limits import WINDOW_S
+from gateway.limits.rate_limits import WINDOW_S
 from tests.engine.conftest import make_tiny_llama
 from tests.gateway.jobs_helpers import DbReader, database_for
 from tests.gateway.server import RunningServer, run_server

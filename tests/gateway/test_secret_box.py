@@ -1,4 +1,4 @@
-"""Secrets at rest (gateway/secret_box.py) on SQLite and PostgreSQL: a source URL with a password is
+"""Secrets at rest (gateway/security/secret_box.py) on SQLite and PostgreSQL: a source URL with a password is
 stored encrypted and comes back whole with the key; a database holding encrypted sources fails the
 start's check without the key, or with another one, saying SLLM_SECRET_KEY; URLs without secrets are
 stored as given."""
@@ -7,7 +7,7 @@ import pytest
 from sqlalchemy import select
 
 from gateway.db import Database
-from gateway.secret_box import PREFIX, SecretBox, SecretKeyError, has_secret
+from gateway.security.secret_box import PREFIX, SecretBox, SecretKeyError, has_secret
 from gateway.tables.text2sql import Text2SQLSource
 
 URL = "postgresql://reader:s3cret-pw@db.example.org:5432/shop"

@@ -286,7 +286,7 @@ def test_a_keys_batch_runs_no_faster_than_its_rate_limit(world, monkeypatch):
     """dave may make DAVE_RPM requests per window (2 s here, a minute in service). His upload and his
     batch spend the first window; his lines then wait, are not failed, and run DAVE_RPM per window, as
     his requests would."""
-    from gateway import rate_limits
+    from gateway.limits import rate_limits
 
     server, c, _ = world
     window = 2.0
@@ -396,7 +396,7 @@ def test_a_revoked_keys_batch_fails_at_its_next_line(world, monkeypatch):
     meanwhile. Her lines are not run: the batch is `failed` (OpenAI's status for a batch that
     cannot go on, with the reason in `errors`; `cancelled` would say someone cancelled it), every
     line in its error file says why, no message holds her key. An admin's batch queued after runs."""
-    from gateway import rate_limits
+    from gateway.limits import rate_limits
 
     server, c, _ = world
     key = _new_key("erin", server.db, rpm=2)

@@ -15,18 +15,18 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from gateway.address_policy import AddressRefused, AllowList, carried_ipv4, checked_address
 from gateway.db import Database
-from gateway.errors import APIError
 from gateway.jobs.webhooks import WebhookPolicy, WebhookSender
 from gateway.protocol.responses import ResponseObject, ResponsesRequest
 from gateway.registry import ModelRegistry, UpstreamModel
+from gateway.security.address_policy import AddressRefused, AllowList, carried_ipv4, checked_address
+from gateway.security.source_policy import SourcePolicy
+from gateway.security.tenancy import ADMIN_CALLER, Caller
 from gateway.serving.responses import run_response
 from gateway.settings import ModelEntry, Settings
-from gateway.source_policy import SourcePolicy
 from gateway.tables.responses import StoredResponse
 from gateway.tables.webhooks import WebhookDelivery
-from gateway.tenancy import ADMIN_CALLER, Caller
+from gateway.web.errors import APIError
 from integrations.text2sql.errors import BadSourceURL
 
 PUBLIC = "93.184.216.34"  # a global address: allowed without any list entry

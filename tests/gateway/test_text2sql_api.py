@@ -48,7 +48,7 @@ def webhook_receiver():
 def server(tmp_path_factory, webhook_receiver):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gateway.jobs.schedules, "TICK_S", 0.1)
-        # A secret key: sources with a password are stored sealed with it (gateway/secret_box.py).
+        # A secret key: sources with a password are stored sealed with it (gateway/security/secret_box.py).
         with run_server(tmp_path_factory.mktemp("t2s"), webhook_secret="whsec_dGVzdC1zZWNyZXQ=",
                         webhook_allow_hosts=["127.0.0.1"], secret_key="t2s-test-secret-key") as s:
             yield s
@@ -277,8 +277,8 @@ def test_schedule_webhook_must_be_allowed(server):
 
 def test_what_the_gateway_answered_a_model_call_with_is_not_turned_into_a_502():
     """Admission's 429 (the server at capacity) reached the client as a 502 "the model call failed"."""
-    from gateway.errors import APIError
-    from gateway.text2sql import _call_error
+    from gateway.serving.text2sql import _call_error
+    from gateway.web.errors import APIError
     from integrations.text2sql.errors import GenerationError
 
     busy = APIError(429, "the server is at capacity", code="rate_limit_exceeded", headers={"retry-after": "1"})
@@ -297,8 +297,8 @@ def test_an_upstream_samples_its_extra_candidates(monkeypatch):
     import asyncio
     from types import SimpleNamespace
 
-    from gateway import proxy
-    from gateway.text2sql import _upstream_complete
+    from gateway.serving import proxy
+    from gateway.serving.text2sql import _upstream_complete
     from integrations.text2sql.selection import SAMPLE_TEMPERATURE
 
     sent = []
@@ -317,7 +317,7 @@ def test_an_upstream_samples_its_extra_candidates(monkeypatch):
 def test_a_lora_named_as_the_model_is_asked_in_its_own_style(server, tmp_path, monkeypatch):
     """The shipped adapter's style (value hints, alias-free grammar) is for the shipped adapter; another
     LoRA named as the model gets the style its own folder states (the plain one without `text2sql.json`)."""
-    import gateway.text2sql as t2s
+    import gateway.serving.text2sql as t2s
     from integrations.text2sql.adapter import SHIPPED
 
     mine = tmp_path / "mine"

@@ -19,11 +19,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.errors import APIError
 from gateway.upstream import UpstreamPool, UpstreamTarget
 from gateway.upstream.balance import Balancer
 from gateway.upstream.sse import relay_events
 from gateway.upstream.target import TargetState
+from gateway.web.errors import APIError
 from tests.gateway.server import MODEL, RunningServer, free_port, run_server, wait_healthy
 
 pytestmark = pytest.mark.default_model

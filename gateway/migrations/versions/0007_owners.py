@@ -1,4 +1,4 @@
-"""Tenancy: every stored object records the key that made it (gateway/tenancy.py). Rows made before
+"""Tenancy: every stored object records the key that made it (gateway/security/tenancy.py). Rows made before
 this revision had no owner on record: they go to the admin, the only one who could see them all."""
 
 import sqlalchemy as sa
