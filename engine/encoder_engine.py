@@ -1,0 +1,205 @@
+"""The engine for encoder models (engine/models/bert.py): embedding models and cross-encoders.
+
+An encoder takes no KV cache and generates nothing, so it does not go through the paged scheduler:
+requests queue up, and a worker thread takes every request waiting, sorts them by length and runs them
+in padded batches (at most `max_batch_tokens` padded tokens each), so concurrent requests share forward
+passes (dynamic batching). Inputs are tokenized as sentence-transformers does (special tokens added,
+truncated to the model's `max_seq_length`); a cross-encoder reads (query, document) pairs."""
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Hashable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.encoder_folder import EncoderSpec, read_encoder_spec
+from engine.errors import EngineDeadError, InvalidRequestError
+from engine.models.bert import BertEncoder
+from engine.outputs import RequestMetrics
+from engine.pooling import PoolingOutput, PoolingParams
+
+log = logging.getLogger(__name__)
+
+_ACTIVATE = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda x: x}
+
+
+@dataclass
+class _Job:
+    ids: list[int]
+    type_ids: list[int] | None
+    pooling: PoolingParams | None  # None: a cross-encoder score
+    future: Future = field(default_factory=Future)
+
+
+class EncoderEngine:
+    def __init__(self, model: str | Path, served_model_name: str | None = None, max_batch_tokens: int = 16384,
+                 max_batch_size: int = 128, num_threads: int | None = None):
+        from transformers import AutoTokenizer
+
+        folder = Path(model).expanduser()
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        tok_max = getattr(self.tokenizer, "model_max_length", None)
+        self.spec: EncoderSpec = read_encoder_spec(folder, tok_max if tok_max and tok_max < 10**6 else None)
+        self.model = BertEncoder.from_folder(folder)
+        self.served_model_name = served_model_name or folder.name
+        self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.error: BaseException | None = None
+        self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._counts = {"requests": 0, "batches": 0, "tokens": 0}
+        self._thread = threading.Thread(target=self._loop, name="sllm-encoder", daemon=True)
+        self._thread.start()
+
+    # -- what the gateway reads ------------------------------------------------------------------------
+    @property
+    def task(self) -> str:
+        """"embed" (pooled states) or "score" (a cross-encoder's head)."""
+        return self.spec.config.task
+
+    @property
+    def hidden_size(self) -> int:
+        return self.model.hidden_size
+
+    @property
+    def max_model_len(self) -> int:
+        return self.spec.max_seq_length
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread.is_alive() and self.error is None
+
+    def stats(self) -> dict[str, Any]:
+        return {**self._counts, "num_waiting": self._jobs.qsize()}
+
+    def list_loras(self) -> list:
+        return []
+
+    # -- input -----------------------------------------------------------------------------------------
+    def check_request(self, prompt: str | list[int], params: Any = None, priority: int = 0) -> list[int]:
+        """Token ids of one input: text tokenized with special tokens and truncated to max_seq_length;
+        token ids taken as given, within the vocabulary and the position table."""
+        if isinstance(prompt, str):
+            ids = self.tokenizer(prompt, truncation=True, max_length=self.max_model_len)["input_ids"]
+        else:
+            ids = list(prompt)
+            vocab = self.spec.config.vocab_size
+            if not ids or any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+                raise InvalidRequestError(f"token ids must be in [0, {vocab})", "input")
+            if len(ids) > self.spec.config.max_positions:
+                raise InvalidRequestError(f"{len(ids)} tokens; this model reads at most "
+                                          f"{self.spec.config.max_positions}", "input")
+        if not ids:
+            raise InvalidRequestError("the input is empty", "input")
+        return ids
+
+    def check_pair(self, query: str, document: str) -> tuple[list[int], list[int]]:
+        """A cross-encoder's input: the pair as its tokenizer joins them, truncated longest first."""
+        enc = self.tokenizer(query, document, truncation=True, max_length=self.max_model_len)
+        return enc["input_ids"], enc.get("token_type_ids") or [0] * len(enc["input_ids"])
+
+    # -- requests --------------------------------------------------------------------------------------
+    def _submit(self, job: _Job) -> Future:
+        if not self.is_running:
+            raise EngineDeadError(f"the encoder has stopped: {self.error}")
+        self._jobs.put(job)
+        return job.future
+
+    async def embed(self, prompt: str | list[int], pooling: PoolingParams, request_id: str | None = None,
+                    priority: int = 0, fairness_key: Hashable | None = None) -> PoolingOutput:
+        """One input's pooled vector (`priority` and `fairness_key` are accepted for the AsyncEngine's
+        signature; requests run in arrival order)."""
+        ids = prompt if isinstance(prompt, list) else self.check_request(prompt)
+        if self.task != "embed":
+            raise InvalidRequestError(f"{self.served_model_name} is a cross-encoder: it scores pairs", "model")
+        arrived = time.time()
+        vector = await asyncio.wrap_future(self._submit(_Job(ids, None, pooling)))
+        metrics = RequestMetrics(arrival_time=arrived, finished_time=time.time(), prompt_tokens=len(ids))
+        return PoolingOutput(request_id or "", ids, vector, metrics)
+
+    async def score(self, ids: list[int], type_ids: list[int]) -> float:
+        """A cross-encoder's relevance score of one tokenized pair (check_pair), activation applied."""
+        assert self.task == "score", "scores come from cross-encoders"
+        return await asyncio.wrap_future(self._submit(_Job(ids, type_ids, None)))
+
+    def shutdown(self) -> None:
+        self._jobs.put(None)
+        self._thread.join(timeout=5)
+        if self.error is None:
+            self.error = EngineDeadError("the encoder was shut down")
+
+    # -- the worker thread ------------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            jobs = [job]
+            while True:  # every request waiting joins this round
+                try:
+                    more = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._jobs.put(None)
+                    break
+                jobs.append(more)
+            for batch in self._batches(jobs):
+                try:
+                    self._run(batch)
+                except BaseException as exc:  # a bug: fail these requests, keep serving the next ones
+                    log.exception("encoder batch failed")
+                    for j in batch:
+                        if not j.future.done():
+                            j.future.set_exception(exc)
+
+    def _batches(self, jobs: list[_Job]) -> list[list[_Job]]:
+        batches: list[list[_Job]] = []
+        current: list[_Job] = []
+        for job in sorted(jobs, key=lambda j: len(j.ids)):
+            width = len(job.ids)  # sorted: the longest so far
+            if current and (width * (len(current) + 1) > self.max_batch_tokens or len(current) >= self.max_batch_size):
+                batches.append(current)
+                current = []
+            current.append(job)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _run(self, batch: list[_Job]) -> None:
+        width = max(len(j.ids) for j in batch)
+        ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
+        types = torch.zeros((len(batch), width), dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, j in enumerate(batch):
+            ids[i, : len(j.ids)] = torch.tensor(j.ids)
+            mask[i, : len(j.ids)] = 1
+            if j.type_ids is not None:
+                types[i, : len(j.ids)] = torch.tensor(j.type_ids)
+        states = self.model.forward(ids, mask, types)
+        self._counts["batches"] += 1
+        self._counts["requests"] += len(batch)
+        self._counts["tokens"] += int(mask.sum())
+        if batch[0].pooling is None:  # a batch is all scores or all vectors: the two never share a model
+            scores = _ACTIVATE[self.spec.activation](self.model.classify(states)[:, 0].float())
+            for j, s in zip(batch, scores.tolist(), strict=True):
+                j.future.set_result(s)
+            return
+        m = mask.unsqueeze(-1).to(states.dtype)
+        means = (states * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        for i, j in enumerate(batch):
+            p = j.pooling
+            v = {"mean": means[i], "cls": states[i, 0], "last": states[i, len(j.ids) - 1]}[p.pooling].float()
+            if p.dimensions is not None:
+                v = v[: p.dimensions]
+            if p.normalize:
+                v = torch.nn.functional.normalize(v, dim=0)
+            j.future.set_result(v.clone())
