@@ -5,6 +5,7 @@ import type {
 	IHttpRequestOptions,
 	ILoadOptionsFunctions,
 	INodePropertyOptions,
+	ISupplyDataFunctions,
 } from 'n8n-workflow';
 
 import { toNodeApiError } from './errors';
@@ -12,7 +13,7 @@ import { toNodeApiError } from './errors';
 export const CREDENTIAL_NAME = 'sllmApi';
 export const DEFAULT_BASE_URL = 'http://localhost:8000/v1';
 
-export type SllmContext = IExecuteFunctions | ILoadOptionsFunctions;
+export type SllmContext = IExecuteFunctions | ILoadOptionsFunctions | ISupplyDataFunctions;
 
 export interface SllmRequest {
 	method: IHttpRequestMethods;
@@ -71,6 +72,22 @@ export async function sllmApiRequest(this: SllmContext, request: SllmRequest): P
 
 /** `GET /models` as dropdown options, shared by the action node and the chat model sub-node. */
 export async function getModels(this: ILoadOptionsFunctions): Promise<INodePropertyOptions[]> {
+	return (await listModelIds.call(this)).map((id) => ({ name: id, value: id }));
+}
+
+/**
+ * The served models whose id matches `pattern` (the server lists each model's pooled embeddings
+ * as `<name>-embed`), or all of them when none does: any served model can be pooled.
+ */
+export function getModelsMatching(pattern: RegExp) {
+	return async function (this: ILoadOptionsFunctions): Promise<INodePropertyOptions[]> {
+		const ids = await listModelIds.call(this);
+		const matching = ids.filter((id) => pattern.test(id));
+		return (matching.length > 0 ? matching : ids).map((id) => ({ name: id, value: id }));
+	};
+}
+
+async function listModelIds(this: ILoadOptionsFunctions): Promise<string[]> {
 	const response = (await sllmApiRequest.call(this, { method: 'GET', path: '/models' })) as
 		| IDataObject
 		| undefined;
@@ -78,6 +95,5 @@ export async function getModels(this: ILoadOptionsFunctions): Promise<INodePrope
 	return data
 		.map((model) => String(model.id ?? ''))
 		.filter((id) => id !== '')
-		.sort((a, b) => a.localeCompare(b))
-		.map((id) => ({ name: id, value: id }));
+		.sort((a, b) => a.localeCompare(b));
 }
