@@ -188,21 +188,23 @@ def quantized_linear_cases(hidden: int, intermediate: int, vocab: int, path: str
                           shape=f"M={m} N={n} K={k}", run=run, ref=ref,
                           check=lambda run=run, ref=ref: rel_err(run(), ref()), tol=TOL[torch.float32],
                           bytes=data.numel()))
-        if qtype == Q4_1 and m <= 8:
+        if m <= 8:
             cases.append(_int8_activation_case(x, w, dense, path, int8_activations, quantized_linear,
                                                quantized_linear_int8_ref))
     return cases
 
 
 def _int8_activation_case(x, w, dense, path, int8_activations, quantized_linear, int8_ref) -> Case:
-    """The opt-in int8-activation product of a Q4_1 weight (quantized_linear.h), checked against its own
-    exact reference, timed against the fp32 F.linear like the float kernel above it."""
+    """The int8-activation product (quantized_linear.h), checked against its own exact reference, timed
+    against the fp32 F.linear like the float kernel above it."""
 
     def run():
         with int8_activations():
             return quantized_linear(x, w)
 
-    return Case(name=f"quantized_linear Q4_1 int8-activations [C++ {path}] vs fp32 F.linear",
+    from kernels.gguf_blocks import NAMES
+
+    return Case(name=f"quantized_linear {NAMES[w.qtype]} int8-activations [C++ {path}] vs fp32 F.linear",
                 shape=f"M={x.shape[0]} N={w.shape[0]} K={w.shape[1]}", run=run, ref=lambda: F.linear(x, dense),
                 check=lambda: rel_err(run(), int8_ref(x, w)), tol=TOL[torch.float32], bytes=w.data.numel())
 

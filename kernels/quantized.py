@@ -102,26 +102,22 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
 
 
 def quantized_linear_int8_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """The int8-activation product of a Q4_1 weight (`int8_activations`) in float64: per block,
-    d_w * d_x * sum(q_w * q_x) + m_w * s_x. Against `quantized_linear_ref` it differs by the activations'
-    rounding (half a step of max|x| / 127 per value)."""
-    if w.qtype != Q4_1:
-        raise ValueError("the int8-activation path serves Q4_1 weights")
+    """The int8-activation product (`int8_activations`) in float64: the dequantized weight times the
+    activations as their int8 blocks stand for them (q * d per 32 values). The kernels compute the same
+    sum split per 32 weights, d_w * d_x * sum(q_w * q_x) + m_w * s_x, so they differ from it by float
+    rounding only; against `quantized_linear_ref` it differs by the activations' rounding (half a step of
+    max|x| / 127 per value)."""
     n, k = w.shape
-    blocks = w.data.reshape(n, k // 32, 20)
-    dw = blocks[..., :2].contiguous().view(torch.float16).double().squeeze(-1)  # [N, K / 32]
-    mw = blocks[..., 2:4].contiguous().view(torch.float16).double().squeeze(-1)
-    qw = torch.cat([blocks[..., 4:] & 0x0F, blocks[..., 4:] >> 4], dim=-1).double()  # [N, K / 32, 32]
-    q, d, s = quantize_activations(x.reshape(-1, k))
-    dots = torch.einsum("nbj,mbj->mnb", qw, q.double().reshape(-1, k // 32, 32))
-    y = (dots * dw * d.double().unsqueeze(1) + mw * s.double().unsqueeze(1)).sum(dim=-1)
-    return (y if bias is None else y + bias.double()).float().reshape(*x.shape[:-1], n)
+    q, d, _ = quantize_activations(x.reshape(-1, k))
+    x8 = (q.double().reshape(-1, k // 32, 32) * d.double().unsqueeze(-1)).reshape(-1, k)
+    y = F.linear(x8, dequantize(w, torch.float64), None if bias is None else bias.double())
+    return y.float().reshape(*x.shape[:-1], n)
 
 
 @contextlib.contextmanager
 def int8_activations() -> Iterator[None]:
-    """Within it, the C++ kernels take Q4_1 weights with int8 activations (quantized_linear.h), the
-    few-row op and the one-call decode step alike; an opt-in trade of exactness for speed."""
+    """Within it, the C++ kernels take int8 activations (quantized_linear.h) for every block type, the
+    few-row op and the one-call decode step alike: llama.cpp's trade of exactness for speed."""
     before = torch.ops.sllm_cpu.int8_activations()
     torch.ops.sllm_cpu.set_int8_activations(True)
     try:

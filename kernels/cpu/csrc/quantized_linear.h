@@ -8,7 +8,7 @@
 // llama.cpp instead quantizes the activations to int8 per block and takes integer dot products, which
 // costs fewer instructions; on the default model that flipped greedy choices against the float
 // reference (345-370 of 512 tokens agree over 16 prompts, 6-8 of 16 answers whole, by path), far from the
-// float product's 512 of 512, so it is only an opt-in (set_int8_activations below).
+// float product's 512 of 512, so it is a switch, off by default (set_int8_activations below).
 // No torch headers (see decode_attention.h).
 #pragma once
 
@@ -42,11 +42,11 @@ void quantized_linear_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, 
 // The path under the ceiling of isa.h (the int8-activation one below while it is switched on).
 QuantizedKernel quantized_linear_kernel();
 
-// Opt-in, Q4_1 weights only (other types take the float kernels): x quantized to int8 per 32 values
-// (quantize_activations, as llama.cpp's Q8_1 but with float32 scales), then integer dot products per
-// block, d_w * d_x * sum(q_w * q_x) + m_w * s_x, with AVX-512 VNNI (vpdpbusd) where the CPU has it,
-// AVX2's maddubs otherwise. Fewer instructions per weight than the float path, at the cost of the
-// activations' rounding (kernels/quantized.py: `quantized_linear_int8_ref` is its exact reference).
+// Switched on per process, every type: x quantized to int8 per 32 values (quantize_activations, as
+// llama.cpp's Q8_1 but with float32 scales), then integer dot products per 32 weights,
+// d_w * d_x * sum(q_w * q_x) + m_w * s_x (quantized_int8_impl.h), with AVX-512 VNNI (vpdpbusd) where the
+// CPU has it, AVX2's maddubs otherwise. Fewer instructions per weight than the float path, at the cost
+// of the activations' rounding (kernels/quantized.py: `quantized_linear_int8_ref` is its exact reference).
 void set_int8_activations(bool on);
 bool int8_activations();
 void quantized_linear_int8_generic(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w,
