@@ -99,6 +99,11 @@ class AsyncEngine:
         return self.engine.max_model_len
 
     @property
+    def hidden_size(self) -> int:
+        """The width of the final hidden states an embedding request pools."""
+        return self.engine.runner.model.hidden_size
+
+    @property
     def is_running(self) -> bool:
         return self._thread.is_alive() and self.error is None
 

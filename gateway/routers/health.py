@@ -8,6 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from gateway.jobs.backlog import backlog
 from gateway.protocol.common import HealthStatus
+from gateway.registry import EncoderModel
 from gateway.web.deps import State
 from gateway.web.errors import APIError, error_response
 
@@ -17,10 +18,11 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(state: State) -> Response:
-    """200 once every embedded model is up; upstreams are checked passively, by the requests to them."""
-    for model in state.models.embedded:
+    """200 once every embedded and encoder model is up; upstreams are checked passively, by the requests to
+    them."""
+    for model in [*state.models.embedded, *state.models.encoders]:
         try:
-            model.ready()
+            model.encoder() if isinstance(model, EncoderModel) else model.ready()
         except APIError as exc:
             exc.headers = None
             return error_response(exc)

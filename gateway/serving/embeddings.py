@@ -1,5 +1,6 @@
 """Embeddings served by an embedded engine: every input one prefill-only engine request (pooled final
 hidden states, engine/pooling.py), all submitted at once so the engine batches them beside generation;
+or by an encoder model (engine/encoder_engine.py), which batches them by length among themselves;
 vectors as floats or, as the openai SDKs ask by default, base64 of little-endian float32."""
 
 import asyncio
@@ -10,6 +11,7 @@ import numpy as np
 from fastapi import Request
 
 from engine import AsyncEngine, InvalidRequestError, SamplingParams
+from engine.encoder_engine import EncoderEngine
 from engine.pooling import PoolingParams
 from gateway.limits.priority import fairness_key, priority_of
 from gateway.protocol.common import random_id
@@ -24,11 +26,13 @@ INLINE_INPUTS = 16
 
 @dataclass(frozen=True)
 class EmbeddingModel:
-    """How a served model embeds: its pooling, and whether it was trained for shorter vectors
-    (Matryoshka), which is what makes `dimensions` meaningful."""
+    """How a served model embeds: its pooling, whether its vectors are L2-normalised (a sentence-transformers
+    encoder without a Normalize module is served as it is trained), and whether it was trained for shorter
+    vectors (Matryoshka), which is what makes `dimensions` meaningful."""
 
     pooling: str = "mean"
     matryoshka: bool = False
+    normalize: bool = True
 
 
 def _inputs(value: str | list) -> list[str | list[int]]:
@@ -48,7 +52,7 @@ def _inputs(value: str | list) -> list[str | list[int]]:
     return items
 
 
-def _tokenize(engine: AsyncEngine, items: list[str | list[int]], param: str) -> list[list[int]]:
+def _tokenize(engine: AsyncEngine | EncoderEngine, items: list[str | list[int]], param: str) -> list[list[int]]:
     params = SamplingParams(max_tokens=1)
     out = []
     for i, item in enumerate(items):
@@ -66,7 +70,7 @@ def _encode(vector: np.ndarray, fmt: str) -> list[float] | str:
 
 
 async def embed_inputs(items: list[str | list[int]], pooling: PoolingParams, state: ServerState,
-                       engine: AsyncEngine, request: Request | None, client_priority: int | None = None,
+                       engine: AsyncEngine | EncoderEngine, request: Request | None, client_priority: int | None = None,
                        param: str = "input") -> tuple[list[np.ndarray], int]:
     """Every item's vector (in order) and the tokens they took: one engine request each, all at once."""
     priority = priority_of(state.settings, request, client_priority)
@@ -87,17 +91,17 @@ async def embed_inputs(items: list[str | list[int]], pooling: PoolingParams, sta
     return [out.embedding.numpy() for out in outs], sum(len(ids) for ids in token_ids)
 
 
-async def run_embeddings(body: EmbeddingRequest, state: ServerState, engine: AsyncEngine, model_name: str,
-                         how: EmbeddingModel, request: Request | None = None) -> EmbeddingResponse:
+async def run_embeddings(body: EmbeddingRequest, state: ServerState, engine: AsyncEngine | EncoderEngine,
+                         model_name: str, how: EmbeddingModel, request: Request | None = None) -> EmbeddingResponse:
     items = _inputs(body.input)
-    hidden = engine.engine.runner.model.hidden_size
+    hidden = engine.hidden_size
     if body.dimensions is not None:
         if not 1 <= body.dimensions <= hidden:
             raise APIError(400, f"dimensions must be between 1 and {hidden}", param="dimensions")
         if not how.matryoshka and body.dimensions != hidden:
             raise APIError(400, f"`{model_name}` was not trained for shorter vectors: dimensions must be {hidden} "
                            "or left out", param="dimensions", code="unsupported_parameter")
-    pooling = PoolingParams(how.pooling, normalize=True, dimensions=body.dimensions)  # type: ignore[arg-type]
+    pooling = PoolingParams(how.pooling, normalize=how.normalize, dimensions=body.dimensions)  # type: ignore[arg-type]
     vectors, tokens = await embed_inputs(items, pooling, state, engine, request, body.priority)
     data = [Embedding(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
     return EmbeddingResponse(data=data, model=model_name, usage=EmbeddingUsage(prompt_tokens=tokens,

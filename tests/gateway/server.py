@@ -92,6 +92,8 @@ class RunningServer:
 def run_server(tmp_dir: Path, **settings) -> Iterator[RunningServer]:
     port = free_port()
     settings.setdefault("db", str(tmp_dir / "sllm.db"))  # or a PostgreSQL URL
+    # The bundled embedding model only where a test asks for it: it lists one more model and loads 90 MB.
+    settings.setdefault("embedding_model", "none")
     config = Settings(port=port, **settings)
     app = create_app(config)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",

@@ -1,0 +1,105 @@
+"""`/v1/embeddings` on encoder models (engine/encoder_engine.py) through the official openai client: a
+tiny random BERT saved by sentence-transformers served with --embedding-model beside a tiny Llama chat
+model, and an XLM-RoBERTa one without a Normalize module served as a model of its own; vectors equal
+sentence-transformers' `encode` to 1e-4 as floats and base64, `dimensions` as for any model not trained
+for it, a batch of 512 strings in few forward passes, no model named -> the encoder; chat on an
+encoder is an OpenAI-shaped 400."""
+
+import base64
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import torch
+
+from engine.loader import resolve_model
+from tests.engine.conftest import make_tiny_llama
+from tests.engine.encoder_helpers import make_sentence_transformer
+from tests.gateway.server import run_server
+
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "안녕하세요, 세계", "SELECT count(*) FROM users;", "a",
+         "how do plants make food " * 30]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("encoders")
+    return {"llama": make_tiny_llama(tmp / "tiny-llama", resolve_model("default"), seed=4),
+            "bert": make_sentence_transformer(tmp / "tiny-bert", "bert", "mean", normalize=True, seed=1),
+            "xlmr": make_sentence_transformer(tmp / "tiny-xlmr", "roberta", "cls", normalize=False, seed=2)}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, folders):
+    models = [{"model": str(folders["llama"])}, {"model": str(folders["xlmr"]), "name": "xlmr-embed"}]
+    with run_server(tmp_path_factory.mktemp("enc-server"), models=models, embedding_model=str(folders["bert"]),
+                    embedding_pooling="none") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base_url, api_key="EMPTY", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def reference(folders):
+    from sentence_transformers import SentenceTransformer
+
+    models = {name: SentenceTransformer(str(folders[key]), device="cpu")
+              for name, key in (("tiny-bert-embed", "bert"), ("xlmr-embed", "xlmr"))}
+    return lambda name, texts: models[name].encode(texts, convert_to_tensor=True).cpu()
+
+
+def test_encoders_are_listed(client):
+    assert [m.id for m in client.models.list().data] == ["tiny-llama", "xlmr-embed", "tiny-bert-embed"]
+
+
+@pytest.mark.parametrize("model", ["tiny-bert-embed", "xlmr-embed"])
+@pytest.mark.parametrize("fmt", [None, "float"], ids=["sdk-base64", "float"])
+def test_vectors_equal_sentence_transformers(client, reference, model, fmt):
+    kwargs = {"encoding_format": fmt} if fmt else {}
+    r = client.embeddings.create(model=model, input=TEXTS, **kwargs)
+    assert r.model == model and [d.index for d in r.data] == list(range(len(TEXTS)))
+    got = torch.tensor([d.embedding for d in r.data])
+    torch.testing.assert_close(got, reference(model, TEXTS), atol=1e-4, rtol=1e-4)
+    assert r.usage.prompt_tokens == r.usage.total_tokens > len(TEXTS)
+
+
+def test_raw_base64_and_no_model_named(server, reference):
+    r = httpx.post(f"{server.base_url}/embeddings", json={"input": "hello", "encoding_format": "base64"}, timeout=60)
+    item = r.json()["data"][0]
+    assert r.json()["model"] == "xlmr-embed"  # no model named: the first encoder embedding model
+    vector = np.frombuffer(base64.b64decode(item["embedding"]), dtype="<f4")
+    np.testing.assert_allclose(vector, reference("xlmr-embed", ["hello"])[0].numpy(), atol=1e-4)
+
+
+def test_dimensions(client, server):
+    assert len(client.embeddings.create(model="tiny-bert-embed", input="x", dimensions=32).data[0].embedding) == 32
+    r = httpx.post(f"{server.base_url}/embeddings", json={"model": "tiny-bert-embed", "input": "x", "dimensions": 8},
+                   timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "dimensions"
+
+
+def test_a_batch_of_512_strings(client, server, reference):
+    texts = [f"document number {i} about {['cats', 'SQL', 'rain', 'music'][i % 4]}" for i in range(512)]
+    before = server.state.models.models["tiny-bert-embed"].engine.stats()["batches"]
+    r = client.embeddings.create(model="tiny-bert-embed", input=texts)
+    assert [d.index for d in r.data] == list(range(512))
+    torch.testing.assert_close(torch.tensor([d.embedding for d in r.data]), reference("tiny-bert-embed", texts),
+                               atol=1e-4, rtol=1e-4)
+    assert server.state.models.models["tiny-bert-embed"].engine.stats()["batches"] - before <= 8
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/chat/completions", {"model": "xlmr-embed", "messages": [{"role": "user", "content": "hi"}]}),
+    ("/completions", {"model": "tiny-bert-embed", "prompt": "hi"}),
+    ("/embeddings", {"model": "tiny-bert-embed", "input": [10**6]}),
+    ("/embeddings", {"model": "tiny-bert-embed", "input": ["ok", ""]}),
+])
+def test_bad_use_is_an_openai_error(server, path, body):
+    r = httpx.post(f"{server.base_url}{path}", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"].split("[")[0] in ("model", "input") and set(err) == {"message", "type", "param", "code"}
