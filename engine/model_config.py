@@ -8,7 +8,10 @@ so a config means the same to us as to HF, whose outputs are our correctness ora
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "granite", "phi3", "smollm3", "gemma3_text")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "granite", "phi3", "smollm3", "gemma3_text",
+                         "gemma4_text", "gemma4")
+
+FULL_ATTENTION, SLIDING_ATTENTION = "full_attention", "sliding_attention"
 
 # transformers' RotaryEmbeddingConfigMixin.default_theta, which SmolLM3 and Gemma 3 override.
 DEFAULT_ROPE_THETA = 10_000.0
@@ -52,19 +55,29 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
         "query_pre_attn_scalar": 256, "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
         "sliding_window_pattern": 6,
     },
+    "gemma4_text": {
+        **_LLAMA, "vocab_size": 262_144, "hidden_size": 2304, "num_hidden_layers": 30, "num_attention_heads": 8,
+        "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072, "tie_word_embeddings": True,
+        "eos_token_id": 1, "hidden_activation": "gelu_pytorch_tanh", "sliding_window": 512,
+        "sliding_window_pattern": 6, "global_head_dim": 512, "attention_k_eq_v": False, "num_kv_shared_layers": 0,
+        "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": 262_144,
+        "rope_parameters": {
+            SLIDING_ATTENTION: {"rope_type": "default", "rope_theta": 10_000.0},
+            FULL_ATTENTION: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1_000_000.0},
+        },
+    },
 }
 
 # A config.json without model_type still names its class; AutoConfig would refuse it, we need not.
 _ARCHITECTURE_MODEL_TYPES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3", "GraniteForCausalLM": "granite", "Phi3ForCausalLM": "phi3",
-    "SmolLM3ForCausalLM": "smollm3", "Gemma3ForCausalLM": "gemma3_text",
+    "SmolLM3ForCausalLM": "smollm3", "Gemma3ForCausalLM": "gemma3_text", "Gemma4ForCausalLM": "gemma4_text",
+    "Gemma4ForConditionalGeneration": "gemma4",
 }
 
 # RoPE types scaled relative to a pretraining length; HF takes max_position_embeddings when none is given.
 _ROPE_TYPES_WITH_ORIGINAL_LENGTH = ("llama3", "yarn", "longrope")
-
-FULL_ATTENTION, SLIDING_ATTENTION = "full_attention", "sliding_attention"
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,16 @@ class ModelConfig:
     # Gemma 3
     query_pre_attn_scalar: float | None = None
     final_logit_softcapping: float | None = None
+    # Gemma 4: full-attention layers have a head size of their own (and, with attention_k_eq_v, their own KV
+    # head count, their values being their keys' projection); the last num_kv_shared_layers layers attend over
+    # the KV cache of the last earlier layer of their type; per-layer embeddings of hidden_size_per_layer_input
+    # values per layer (0: none).
+    global_head_dim: int | None = None
+    num_global_key_value_heads: int | None = None
+    attention_k_eq_v: bool = False
+    num_kv_shared_layers: int = 0
+    hidden_size_per_layer_input: int = 0
+    vocab_size_per_layer_input: int | None = None
 
     @property
     def architecture(self) -> str:
@@ -116,17 +139,37 @@ class ModelConfig:
         """The RoPE settings of one layer, or None for a layer without RoPE (SmolLM3's NoPE layers)."""
         if self.no_rope_layers is not None and not self.no_rope_layers[layer]:
             return None
-        if self.model_type == "gemma3_text":
+        if self.model_type in ("gemma3_text", "gemma4_text"):
             return self.rope_parameters[self.layer_type(layer)]
         return self.rope_parameters
 
     def layer_sliding_window(self, layer: int) -> int | None:
         return self.sliding_window if self.layer_type(layer) == SLIDING_ATTENTION else None
 
+    def layer_head_dim(self, layer: int) -> int:
+        full = self.global_head_dim is not None and self.layer_type(layer) == FULL_ATTENTION
+        return self.global_head_dim if full else self.head_dim
+
+    def layer_num_kv_heads(self, layer: int) -> int:
+        full = self.num_global_key_value_heads is not None and self.layer_type(layer) == FULL_ATTENTION
+        return self.num_global_key_value_heads if full else self.num_key_value_heads
+
+    def kv_source_layer(self, layer: int) -> int:
+        """The layer whose keys and values `layer` attends over: itself, or for Gemma 4's KV-shared layers
+        (the last num_kv_shared_layers) the last layer of the same type before them."""
+        first_shared = self.num_hidden_layers - self.num_kv_shared_layers
+        if layer < first_shared:
+            return layer
+        kind = self.layer_type(layer)
+        return max(i for i in range(first_shared) if self.layer_type(i) == kind)
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> "ModelConfig":
         architectures = raw.get("architectures")
         model_type = raw.get("model_type") or _ARCHITECTURE_MODEL_TYPES.get((architectures or [None])[0])
+        if model_type == "gemma4":  # the multimodal checkpoint: we serve its text model
+            raw = _gemma4_text_config(raw)
+            model_type = "gemma4_text"
         if model_type not in _FAMILY_DEFAULTS:
             raise ValueError(
                 f"unsupported model_type {model_type!r} in config.json; "
@@ -148,6 +191,9 @@ class ModelConfig:
                 SLIDING_ATTENTION: _rope_parameters(raw, max_position_embeddings, SLIDING_ATTENTION,
                                                     get("rope_local_base_freq")),
             }
+        elif model_type == "gemma4_text":
+            params = raw.get("rope_parameters") or defaults["rope_parameters"]
+            rope = {kind: {"rope_type": "default", **p} for kind, p in params.items()}
         else:
             rope = _rope_parameters(raw, max_position_embeddings, None, get("rope_theta"))
             if model_type == "phi3":
@@ -161,6 +207,7 @@ class ModelConfig:
         if model_type == "smollm3":
             interval = get("no_rope_layer_interval")
             no_rope_layers = raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
+        gemma4 = _gemma4_fields(raw, get, layer_types) if model_type == "gemma4_text" else {}
         return cls(
             model_type=model_type,
             architectures=architectures,
@@ -187,6 +234,7 @@ class ModelConfig:
             logits_scaling=get("logits_scaling") or 1.0,
             query_pre_attn_scalar=get("query_pre_attn_scalar"),
             final_logit_softcapping=raw.get("final_logit_softcapping"),
+            **gemma4,
         )
 
 
@@ -199,6 +247,12 @@ def _layer_types(model_type: str, raw: dict[str, Any], get, num_layers: int) -> 
         return window, [SLIDING_ATTENTION if window is not None else FULL_ATTENTION] * num_layers
     if model_type in ("qwen2", "qwen3", "smollm3") and not raw.get("use_sliding_window", False):
         window = None
+    if model_type == "gemma4_text":
+        pattern = get("sliding_window_pattern")
+        types = list(raw.get("layer_types") or [SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION
+                                                 for i in range(num_layers)])
+        types[-1] = FULL_ATTENTION  # as Gemma4TextConfig forces it
+        return window, types
     if raw.get("layer_types"):
         return window, list(raw["layer_types"])
     if model_type in ("qwen2", "qwen3"):
@@ -212,6 +266,51 @@ def _layer_types(model_type: str, raw: dict[str, Any], get, num_layers: int) -> 
                         for i in range(num_layers)]
     pattern = get("sliding_window_pattern")  # gemma3_text
     return window, [SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION for i in range(num_layers)]
+
+
+def _gemma4_text_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """The text model's config of a multimodal Gemma 4 checkpoint (Gemma4ForConditionalGeneration), with the
+    keys the outer config holds for it."""
+    text = dict(raw.get("text_config") or {})
+    text["model_type"] = "gemma4_text"
+    text["architectures"] = raw.get("architectures") or ["Gemma4ForConditionalGeneration"]
+    text.setdefault("tie_word_embeddings", raw.get("tie_word_embeddings", True))
+    if "eos_token_id" in raw:
+        text.setdefault("eos_token_id", raw["eos_token_id"])
+    return text
+
+
+def _gemma4_fields(raw: dict[str, Any], get, layer_types: list[str]) -> dict[str, Any]:
+    """Gemma 4's own fields, resolved as Gemma4TextConfig does: the full-attention layers' head size and KV
+    heads from per_layer_config (how transformers saves them) or global_head_dim and num_global_key_value_heads
+    (how the checkpoints state them; the KV heads only where keys are values)."""
+    if get("enable_moe_block"):
+        raise ValueError("Gemma 4 mixture-of-experts layers (enable_moe_block) are not supported")
+    if get("use_bidirectional_attention") == "all":
+        raise ValueError("Gemma 4 with bidirectional attention (use_bidirectional_attention: all) is not supported")
+    k_eq_v = bool(get("attention_k_eq_v"))
+    overrides = {int(i): c for i, c in (raw.get("per_layer_config") or {}).items()}
+    if overrides:
+        full = [overrides.get(i, {}) for i, t in enumerate(layer_types) if t == FULL_ATTENTION]
+        sliding = [overrides[i] for i, t in enumerate(layer_types) if t == SLIDING_ATTENTION and overrides.get(i)]
+        dims = {c.get("head_dim", get("head_dim")) for c in full}
+        heads = {c.get("num_key_value_heads") for c in full}
+        if sliding or len(dims) > 1 or len(heads) > 1:
+            raise ValueError("Gemma 4 per_layer_config: only one override for every full-attention layer is supported")
+        global_head_dim, global_kv_heads = dims.pop(), heads.pop()
+    else:
+        global_head_dim = get("global_head_dim")
+        global_kv_heads = get("num_global_key_value_heads") if k_eq_v else None
+    shared = get("num_kv_shared_layers") or 0
+    if shared and shared >= len(layer_types):
+        raise ValueError("Gemma 4 with every layer's KV shared (num_kv_shared_layers = num_hidden_layers) "
+                         "is not supported")
+    return {
+        "global_head_dim": global_head_dim, "num_global_key_value_heads": global_kv_heads,
+        "attention_k_eq_v": k_eq_v, "num_kv_shared_layers": shared,
+        "hidden_size_per_layer_input": get("hidden_size_per_layer_input") or 0,
+        "vocab_size_per_layer_input": get("vocab_size_per_layer_input"),
+    }
 
 
 def _rope_parameters(raw: dict[str, Any], max_position_embeddings: int, layer_type: str | None,

@@ -67,12 +67,12 @@ class ModelRunner:
         m = self.model
         # Head-major storage under the logical [blocks, block_size, Hkv, D] view that the kernels take:
         # each head's context is then contiguous per block, which the CPU gather and GPU tiles both like.
-        shape = (m.num_kv_heads, self.num_blocks, self.block_size, m.head_dim)
-
-        def layer_cache() -> torch.Tensor:
+        def layer_cache(kv_heads: int, head_dim: int) -> torch.Tensor:
+            shape = (kv_heads, self.num_blocks, self.block_size, head_dim)
             return zeros(shape, self.dtype, self.device).permute(1, 2, 0, 3)
 
-        self.kv_caches = [(layer_cache(), layer_cache()) for _ in range(m.num_layers)]
+        # One pair per cache the model keeps (engine/models: one per layer, but for Gemma 4's shared ones).
+        self.kv_caches = [(layer_cache(h, d), layer_cache(h, d)) for h, d in m.kv_cache_shapes()]
         if self.device.type == "cpu":
             # Build (once per machine, tens of seconds) or load the C++ attention now, not in the first step.
             cpu_kernels_available()

@@ -3,6 +3,7 @@
 
 from engine.model_config import ModelConfig
 from engine.models.gemma3 import Gemma3ForCausalLM
+from engine.models.gemma4 import Gemma4ForCausalLM
 from engine.models.llama import AttentionMetadata, LlamaForCausalLM
 
 ARCHITECTURES: dict[str, type[LlamaForCausalLM]] = {
@@ -14,6 +15,8 @@ ARCHITECTURES: dict[str, type[LlamaForCausalLM]] = {
     "Phi3ForCausalLM": LlamaForCausalLM,
     "SmolLM3ForCausalLM": LlamaForCausalLM,
     "Gemma3ForCausalLM": Gemma3ForCausalLM,
+    "Gemma4ForCausalLM": Gemma4ForCausalLM,
+    "Gemma4ForConditionalGeneration": Gemma4ForCausalLM,  # its text model; the image and audio towers are dropped
 }
 
 
@@ -24,4 +27,5 @@ def model_class(config: ModelConfig) -> type[LlamaForCausalLM]:
     return ARCHITECTURES[arch]
 
 
-__all__ = ["ARCHITECTURES", "AttentionMetadata", "Gemma3ForCausalLM", "LlamaForCausalLM", "model_class"]
+__all__ = ["ARCHITECTURES", "AttentionMetadata", "Gemma3ForCausalLM", "Gemma4ForCausalLM", "LlamaForCausalLM",
+           "model_class"]

@@ -20,5 +20,10 @@ class Gemma3ForCausalLM(LlamaForCausalLM):
     def __init__(self, config: ModelConfig, dtype: torch.dtype, device: torch.device, max_position: int):
         super().__init__(config, dtype, device, max_position)
         self.scale = config.query_pre_attn_scalar**-0.5
-        # HF multiplies by the scale rounded to the weights' dtype first (a bf16 sqrt(2304) is 48.0).
-        self.embed_scale = float(torch.tensor(config.hidden_size**0.5, dtype=dtype))
+        self.embed_scale = embedding_scale(config.hidden_size, dtype)
+
+
+def embedding_scale(size: int, dtype: torch.dtype) -> float:
+    """Gemma's embeddings are multiplied by sqrt(size), which HF rounds to the weights' dtype first (a bf16
+    sqrt(2304) is 48.0)."""
+    return float(torch.tensor(size**0.5, dtype=dtype))

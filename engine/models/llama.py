@@ -2,7 +2,7 @@
 Llama plus a few switches read from the config and the checkpoint: Qwen3 (per-head q/k RMSNorm), Granite
 (embedding, residual, attention and logit multipliers), Phi-3 / Phi-4-mini (fused qkv and gate_up in the
 checkpoint, LongRoPE, partial rotary), SmolLM3 (layers without RoPE); Gemma 3 (engine/models/gemma3.py)
-adds a norm on each branch's output.
+adds a norm on each branch's output, Gemma 4 (engine/models/gemma4.py) its own layer loop.
 
 Tokens of all scheduled sequences are packed into one flat batch [T, hidden]; attention is the only
 place where sequences are told apart, through `AttentionMetadata` and the paged KV cache. Q, K and V
@@ -23,6 +23,20 @@ from kernels.quantized import QuantizedWeight, cat_rows, dequantize
 from kernels.rotary import build_cos_sin_cache
 
 ACTIVATIONS = {"silu": kernels.silu_and_mul, "gelu_pytorch_tanh": kernels.gelu_tanh_and_mul}
+
+
+MULTIMODAL_TEXT_PREFIX = "model.language_model."
+
+
+def text_model_weights(state: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal checkpoint's text model (Gemma4ForConditionalGeneration, Mistral3ForConditionalGeneration)
+    under a causal LM's names: model.language_model.* as model.*, lm_head kept, the vision and audio towers
+    and their projectors left out. Other checkpoints are returned as they are."""
+    if not any(k.startswith(MULTIMODAL_TEXT_PREFIX) for k in state):
+        return state
+    n = len(MULTIMODAL_TEXT_PREFIX)
+    return {("model." + k[n:] if k.startswith(MULTIMODAL_TEXT_PREFIX) else k): v for k, v in state.items()
+            if k.startswith(MULTIMODAL_TEXT_PREFIX) or k == "lm_head.weight"}
 
 
 @dataclass
@@ -154,11 +168,10 @@ class LlamaForCausalLM:
         """Takes an HF-named state dict and fuses q/k/v and gate/up per layer (Phi-3 checkpoints have them
         fused already). Matrices may come quantized (GGUF blocks, engine/gguf_weights.py): they stay so
         on the CPU."""
+        state = text_model_weights(state)
+
         def get(name: str) -> torch.Tensor | QuantizedWeight:
-            value = state.pop(name)
-            if isinstance(value, QuantizedWeight):
-                return value if self.device.type == "cpu" else dequantize(value, self.dtype).to(self.device)
-            return value.to(self.device, self.dtype)
+            return self._placed(state.pop(name))
 
         def norm(name: str) -> torch.Tensor:
             w = get(name)
@@ -176,8 +189,9 @@ class LlamaForCausalLM:
             p = f"model.layers.{i}."
             a, m = p + "self_attn.", p + "mlp."
             fused_qkv = a + "qkv_proj.weight" in state
+            # Gemma 4's KV-shared layers have q only: they read another layer's cache.
             w[p + "qkv"] = get(a + "qkv_proj.weight") if fused_qkv else cat_rows(
-                [get(a + f"{x}_proj.weight") for x in "qkv"])
+                [get(a + f"{x}_proj.weight") for x in "qkv" if a + f"{x}_proj.weight" in state])
             if a + "q_proj.bias" in state:
                 w[p + "qkv_bias"] = torch.cat([get(a + f"{x}_proj.bias") for x in "qkv"])
             w[p + "o"] = get(a + "o_proj.weight")
@@ -186,9 +200,9 @@ class LlamaForCausalLM:
             w[p + "down"] = get(m + "down_proj.weight")
             for ours, theirs in self.norm_names.items():
                 w[p + ours] = norm(p + theirs + ".weight")
-            if a + "q_norm.weight" in state:  # Qwen3, Gemma 3: RMSNorm of each q and k head
-                w[p + "q_norm"] = norm(a + "q_norm.weight")
-                w[p + "k_norm"] = norm(a + "k_norm.weight")
+            for x in "qk":  # Qwen3, Gemma 3: RMSNorm of each q and k head
+                if a + f"{x}_norm.weight" in state:
+                    w[p + f"{x}_norm"] = norm(a + f"{x}_norm.weight")
             if self.rope_perm is not None:
                 self._permute_rotary(p)
         leftovers = [k for k in state if "rotary_emb" not in k]
@@ -203,6 +217,12 @@ class LlamaForCausalLM:
             self.packed[name] = packed
         self.decode_layers = self._decode_layer_lists()
         self.decode_rows = decode_max_rows(self.decode_layers) if self.decode_layers is not None else 0
+
+    def _placed(self, value: torch.Tensor | QuantizedWeight) -> torch.Tensor | QuantizedWeight:
+        """A checkpoint weight on the model's device and in its dtype; GGUF blocks stay so on the CPU."""
+        if isinstance(value, QuantizedWeight):
+            return value if self.device.type == "cpu" else dequantize(value, self.dtype).to(self.device)
+        return value.to(self.device, self.dtype)
 
     def _permute_rotary(self, p: str) -> None:
         """Reorders each q and k head's dimensions by `rope_perm` (see `rotary_permutation`)."""
@@ -328,6 +348,10 @@ class LlamaForCausalLM:
             logits = torch.tanh(logits / cap) * cap
         return logits.float()
 
+    def kv_cache_shapes(self) -> list[tuple[int, int]]:
+        """(KV heads, head size) of each KV cache the model keeps: one per layer, alike."""
+        return [(self.num_kv_heads, self.head_dim)] * self.num_layers
+
     def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
         itemsize = torch.empty((), dtype=dtype).element_size()
-        return 2 * self.num_layers * block_size * self.num_kv_heads * self.head_dim * itemsize
+        return 2 * block_size * itemsize * sum(h * d for h, d in self.kv_cache_shapes())

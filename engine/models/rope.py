@@ -1,9 +1,9 @@
 """RoPE inverse frequencies and attention scaling for each rope_type we serve.
 
 The formulas are those of the papers and model cards (position interpolation, NTK-aware dynamic scaling,
-Llama 3.1's frequency bands, YaRN, Phi-3's LongRoPE), written so the float32 results equal what transformers 5
-computes at model init: HF's outputs are our correctness oracle, so the same rounding matters more than extra
-precision.
+Llama 3.1's frequency bands, YaRN, Phi-3's LongRoPE, Gemma 4's proportional RoPE), written so the float32
+results equal what transformers 5 computes at model init: HF's outputs are our correctness oracle, so the
+same rounding matters more than extra precision.
 Importing transformers' rotary code instead would pull in torch._dynamo and seconds of imports."""
 
 import math
@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 
 
 def rope_inv_freq(
@@ -52,6 +52,8 @@ def _scaled_inv_freq(
         return _llama3(rope, base, dim), 1.0
     if rope_type == "longrope":
         return _longrope(rope, base, dim, max_position_embeddings, long_context)
+    if rope_type == "proportional":
+        return _proportional(rope, base, head_dim), 1.0
     return _yarn(rope, base, dim, max_position_embeddings)
 
 
@@ -138,6 +140,16 @@ def _yarn(
     keep = 1 - ramp  # weight of the unscaled frequency per dimension
     inv_freq = interpolated * (1 - keep) + extrapolated * keep
     return inv_freq, attention_factor
+
+
+def _proportional(rope: dict[str, Any], base: float, head_dim: int) -> torch.Tensor:
+    """Gemma 4's global layers: the first partial_rotary_factor of the frequencies as a whole head's
+    (exponents over head_dim, not over the rotated part), the rest 0, so those dimensions never rotate; all
+    divided by factor. One frequency per pair of the whole head."""
+    angles = int(rope.get("partial_rotary_factor", 1.0) * head_dim // 2)
+    rotated = 1.0 / (base ** (torch.arange(0, 2 * angles, 2, dtype=torch.int64).float() / head_dim))
+    inv_freq = torch.cat([rotated, torch.zeros(head_dim // 2 - angles, dtype=torch.float32)])
+    return inv_freq / rope.get("factor", 1.0)
 
 
 def _longrope(

@@ -25,6 +25,7 @@ GGUF_FAMILIES = {
     "qwen2": lambda: transformers.Qwen2Config(**TINY),
 }
 GGUF_FAMILIES.pop("mistral_window")  # llama.cpp's llama architecture has no sliding window
+GGUF_FAMILIES.pop("gemma4")  # served from HF folders only so far
 
 
 def _gemma3():

@@ -15,6 +15,7 @@ from transformers import (
     AutoConfig,
     AutoTokenizer,
     Gemma3TextConfig,
+    Gemma4TextConfig,
     GraniteConfig,
     LlamaConfig,
     MistralConfig,
@@ -47,6 +48,8 @@ def write_config(folder: Path, config: dict | LlamaConfig) -> Path:
 
 def hf_value(hf, name: str):
     """What transformers' config (and the model built from it) means by each of our fields."""
+    if getattr(hf, "model_type", None) == "gemma4_text":  # head_dim etc.: the base values, as ours are
+        hf.allow_global_per_layer_attribute_access = True
     if name == "head_dim":  # Qwen2Config has no field; its model falls back as we do
         return getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     if name == "rope_parameters":
@@ -61,8 +64,17 @@ def hf_value(hf, name: str):
         window = getattr(hf, "sliding_window", None)
         return getattr(hf, "layer_types", None) or [
             "sliding_attention" if window else "full_attention"] * hf.num_hidden_layers
-    # Fields other families lack, as our defaults mean them (multipliers of 1).
-    return getattr(hf, name, {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "logits_scaling": 1.0}.get(name))
+    if name in ("global_head_dim", "num_global_key_value_heads"):  # Gemma 4: its full layers' overrides
+        if getattr(hf, "model_type", None) != "gemma4_text":
+            return None
+        full = hf.per_layer_config[hf.layer_types.index("full_attention")]
+        if name == "global_head_dim":
+            return full.head_dim
+        return full.num_key_value_heads if full.num_key_value_heads != hf.num_key_value_heads else None
+    # Fields other families lack, as our defaults mean them (multipliers of 1, no Gemma 4 parts).
+    defaults = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "logits_scaling": 1.0,
+                "attention_k_eq_v": False, "num_kv_shared_layers": 0, "hidden_size_per_layer_input": 0}
+    return getattr(hf, name, defaults.get(name))
 
 
 CONFIGS = {
@@ -104,6 +116,22 @@ CONFIGS = {
         "rope_scaling": {"rope_type": "linear", "factor": 8.0}, "sliding_window_pattern": 2,
     },
     "gemma3_minimal": {"model_type": "gemma3_text", "hidden_size": 64, "num_attention_heads": 4},
+    "gemma4": Gemma4TextConfig(**TINY, num_key_value_heads=2, head_dim=16, global_head_dim=32, sliding_window=8,
+                               layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=4,
+                               vocab_size_per_layer_input=128, num_kv_shared_layers=0, final_logit_softcapping=30.0),
+    "gemma4_keys_as_values": Gemma4TextConfig(
+        **{**TINY, "num_hidden_layers": 4}, num_key_value_heads=2, attention_k_eq_v=True, global_head_dim=32,
+        num_global_key_value_heads=1, num_kv_shared_layers=2, use_double_wide_mlp=True,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                         "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.5,
+                                            "rope_theta": 1e6, "factor": 2.0}}),
+    # How the checkpoints state the global layers (global_head_dim, not per_layer_config); the last layer is
+    # forced global, as transformers forces it.
+    "gemma4_checkpoint_keys": {
+        "model_type": "gemma4_text", **TINY, "num_hidden_layers": 3, "head_dim": 16, "global_head_dim": 64,
+        "attention_k_eq_v": True, "num_global_key_value_heads": 2, "layer_types": ["sliding_attention"] * 3,
+    },
+    "gemma4_minimal": {"model_type": "gemma4_text", "hidden_size": 64, "num_attention_heads": 4},
     "old_llama3": {
         "model_type": "llama", **TINY, "max_position_embeddings": 131072, "rope_theta": 500000.0,
         "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

@@ -3,8 +3,10 @@ saved by transformers itself (an HF folder of safetensors), on every instruction
 kernels this CPU runs: mixed batches, chunked prefill and prefix-cache hits. Each family's own parts are
 made to matter: random norm weights (Gemma's zero-initialised (1 + w) ones included), q/k norms with a
 head_dim unlike hidden / heads (Qwen3), multipliers far from 1 (Granite), fused checkpoint matrices,
-partial rotary and LongRoPE past the original context (Phi-3), a layer without RoPE (SmolLM3), and
-sliding-window layers beside global ones with prompts longer than the window (Gemma 3, Mistral)."""
+partial rotary and LongRoPE past the original context (Phi-3), a layer without RoPE (SmolLM3),
+sliding-window layers beside global ones with prompts longer than the window (Gemma 3, Mistral), and Gemma 4's
+own parts: global layers with another head size, keys as values, KV caches shared across layers, per-layer
+embeddings and scalars."""
 
 import random
 import shutil
@@ -43,19 +45,31 @@ FAMILIES = {
             "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
             "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1_000_000.0}}),
     "mistral_window": lambda: transformers.MistralConfig(**TINY, sliding_window=WINDOW),
+    # Gemma 4: a sliding and a global layer with their own head sizes (the global one with keys as values and
+    # one KV head), then two layers that share their caches (wider MLPs), per-layer embeddings, soft-capping.
+    # A smaller init range: Gemma 4 sums more branches into the residual, and 0.2 saturates the logits.
+    "gemma4": lambda: transformers.Gemma4TextConfig(
+        **{**TINY, "num_hidden_layers": 4, "initializer_range": 0.05}, head_dim=16, global_head_dim=32,
+        num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=2, use_double_wide_mlp=True,
+        sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"] * 2,
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=TINY["vocab_size"], final_logit_softcapping=30.0),
 }
 per_path = pytest.mark.parametrize("cpu_path", cpu_paths(16), indirect=True)
 
 
 def make_tiny(folder: Path, config, tokenizer_from: Path, seed: int) -> Path:
     """A random model of `config` saved with save_pretrained, with every norm weight randomised too (HF
-    initialises them to 1, Gemma's to 0), and the default model's tokenizer."""
+    initialises them to 1, Gemma 3's to 0) and Gemma 4's per-layer scalars (1), and the default model's
+    tokenizer."""
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.copy_(torch.randn_like(p) * 0.3 + (0.0 if config.model_type == "gemma3_text" else 1.0))
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.copy_(torch.rand_like(b) + 0.5)
     model.save_pretrained(folder)
     for name in TOKENIZER_FILES:
         if (tokenizer_from / name).exists():
@@ -133,3 +147,16 @@ def test_phi3_long_factors_past_the_original_context(family):
     expected = family.hf(prompts, max_new=16)
     assert family.ours(prompts, max_new=16, num_kv_blocks=128) == expected
     assert family.ours(prompts, max_new=16, num_kv_blocks=128, max_num_batched_tokens=16) == expected
+
+
+def test_gemma4_multimodal_checkpoint_serves_its_text_model(tmp_path, default_model_dir):
+    """A Gemma4ForConditionalGeneration checkpoint (how Gemma 4 ships): its text model, the vision tower's
+    weights left aside, gives HF's greedy tokens for text prompts; the KV-shared layers keep no cache."""
+    vision = transformers.Gemma4VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=2, head_dim=8)
+    config = transformers.Gemma4Config(text_config=FAMILIES["gemma4"](), vision_config=vision, audio_config=None)
+    family = Family("gemma4_multimodal", make_tiny(tmp_path, config, default_model_dir, seed=5))
+    llm = LLM(model=str(family.folder), num_kv_blocks=64, block_size=8)
+    assert len(llm.engine.runner.kv_caches) == 2  # 4 layers, the last 2 reading the first 2's caches
+    prompts = prompts_of(3, seed=7, lo=3, hi=40)
+    assert family.ours(prompts, llm=llm) == family.hf(prompts)
