@@ -2,7 +2,8 @@
 // A stand-in for the sllm server, for dry runs of e2e/run.sh when no real server is at hand.
 // It speaks just enough of the OpenAI wire format (and sllm's /text2sql) for the workflows in
 // e2e/: /models, /chat/completions (plain, SSE, one scripted tool call), /completions,
-// /responses (foreground and background), /text2sql, /files and /batches.
+// /responses (foreground and background), /text2sql, /files, /batches, /embeddings (word-hash
+// vectors, float or base64) and /rerank (shared words).
 // It proves that n8n loads and drives the nodes; it proves nothing about the real server.
 //
 //   node e2e/fake-sllm.mjs [port]      prints "listening <base url>" once ready
@@ -12,6 +13,7 @@ import { createServer } from 'node:http';
 const port = Number(process.argv[2] ?? process.env.FAKE_SLLM_PORT ?? 0);
 const apiKey = process.env.FAKE_SLLM_API_KEY ?? '';
 const MODEL = process.env.FAKE_SLLM_MODEL ?? 'fake-model';
+const EMBED_MODEL = `${MODEL}-embed`;
 const files = new Map();
 const batches = new Map();
 const responses = new Map();
@@ -37,6 +39,28 @@ function reply(text) {
 	if (/ping|pong/i.test(text)) return 'pong';
 	if (/sentiment/i.test(text)) return 'positive';
 	return `You said: ${text}`;
+}
+
+const words = (text) => String(text).toLowerCase().split(/[^a-z0-9]+/).filter(Boolean);
+
+/** 32 buckets of hashed words, L2-normalised: texts sharing words are near. */
+function embed(text) {
+	const v = new Array(32).fill(0);
+	for (const w of words(text)) {
+		let h = 0;
+		for (const c of w) h = (h * 31 + c.charCodeAt(0)) >>> 0;
+		v[h % 32] += 1;
+	}
+	const norm = Math.hypot(...v) || 1;
+	return v.map((x) => x / norm);
+}
+
+/** A retrieval QA prompt puts the documents in the system message after "Context:"; answer from them. */
+function contextAnswer(messages) {
+	const system = (messages ?? []).find((m) => m.role === 'system');
+	const text = typeof system?.content === 'string' ? system.content : '';
+	const at = text.indexOf('Context:');
+	return at < 0 ? undefined : `From the context: ${text.slice(at + 8).trim().replace(/\s+/g, ' ').slice(0, 200)}`;
 }
 
 function chatCompletion(body) {
@@ -70,7 +94,7 @@ function chatCompletion(body) {
 		? `The tool said ${typeof toolResult.content === 'string' ? toolResult.content : JSON.stringify(toolResult.content)}`
 		: body.response_format?.type === 'json_object'
 			? JSON.stringify({ answer: reply(lastUserText(messages)) })
-			: reply(lastUserText(messages));
+			: (contextAnswer(messages) ?? reply(lastUserText(messages)));
 	return {
 		...base,
 		choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
@@ -166,12 +190,33 @@ async function handle(req, res) {
 			return error(res, 400, 'Body is not valid JSON', 'invalid_request_error');
 		}
 	}
-	if (body.model !== undefined && body.model !== MODEL) {
+	if (body.model !== undefined && body.model !== MODEL && body.model !== EMBED_MODEL) {
 		return error(res, 404, `The model \`${body.model}\` does not exist.`, 'invalid_request_error', 'model', 'model_not_found');
 	}
 
 	if (method === 'GET' && path === '/models') {
-		return send(res, 200, { object: 'list', data: [{ id: MODEL, object: 'model', created: now(), owned_by: 'sllm' }] });
+		const data = [MODEL, EMBED_MODEL].map((id) => ({ id, object: 'model', created: now(), owned_by: 'sllm' }));
+		return send(res, 200, { object: 'list', data });
+	}
+	if (method === 'POST' && path === '/embeddings') {
+		const input = typeof body.input === 'string' ? [body.input] : body.input;
+		if (!Array.isArray(input) || input.some((t) => typeof t !== 'string')) {
+			return error(res, 400, 'This fake embeds strings only', 'invalid_request_error', 'input');
+		}
+		const data = input.map((text, index) => {
+			const vector = embed(text);
+			const embedding = body.encoding_format === 'base64' ? Buffer.from(new Float32Array(vector).buffer).toString('base64') : vector;
+			return { object: 'embedding', index, embedding };
+		});
+		return send(res, 200, { object: 'list', model: body.model, data, usage: { prompt_tokens: input.length, total_tokens: input.length } });
+	}
+	if (method === 'POST' && path === '/rerank') {
+		const query = new Set(words(body.query));
+		const results = (body.documents ?? [])
+			.map((doc, index) => ({ index, relevance_score: words(typeof doc === 'string' ? doc : doc.text).filter((w) => query.has(w)).length / query.size }))
+			.sort((a, b) => b.relevance_score - a.relevance_score)
+			.slice(0, body.top_n ?? undefined);
+		return send(res, 200, { id: `rerank-${randomUUID()}`, model: body.model, results, usage: { total_tokens: 1 } });
 	}
 	if (method === 'POST' && path === '/chat/completions') {
 		const completion = chatCompletion(body);

@@ -2,7 +2,8 @@
 // Writes what e2e/run.sh imports into n8n: credentials.json, workflows.json and checks.json.
 //
 //   node e2e/render.mjs --out DIR --base-url URL --model NAME [--api-key KEY]
-//                       [--workflows chat,chat-model,agent,agent-math,openai-chat,openai-responses,examples]
+//                       [--embed-model NAME] (default: NAME-embed, the id sllm lists for a model's pooled states)
+//                       [--workflows chat,chat-model,agent,agent-math,openai-chat,openai-responses,rag,rag-sllm,examples]
 //
 // Node types of this package are prefixed "CUSTOM." when n8n loads the package through
 // N8N_CUSTOM_EXTENSIONS, and "n8n-nodes-sllm." (--prefix) when it is installed as a package, which is
@@ -18,6 +19,7 @@ const { values: args } = parseArgs({
 		out: { type: 'string' },
 		'base-url': { type: 'string' },
 		model: { type: 'string' },
+		'embed-model': { type: 'string', default: '' },
 		'api-key': { type: 'string', default: '' },
 		workflows: { type: 'string', default: 'chat,chat-model,agent,openai-chat,openai-responses' },
 		prefix: { type: 'string', default: 'CUSTOM' },
@@ -32,6 +34,7 @@ const SLLM_CRED = { id: 'sllmE2eCred00001', name: 'sllm e2e' };
 const OPENAI_CRED = { id: 'openaiE2eCred001', name: 'OpenAI API pointed at sllm (e2e)' };
 const baseUrl = args['base-url'].replace(/\/+$/, '');
 const model = args.model;
+const embedModel = args['embed-model'] || `${model}-embed`;
 const PROMPT = 'Reply with exactly one word: pong';
 // The issue's agent check: each question needs the calculator, and the answer is the exact number.
 const MATH = [
@@ -64,6 +67,83 @@ const ai = (type, to) => ({ [type]: [[{ node: to, type, index: 0 }]] });
 const sllmCred = { credentials: { sllmApi: SLLM_CRED } };
 const sllmChatModel = () =>
 	node('Sllm Chat Model', `${PREFIX}.lmChatSllm`, 1, { model, options: { temperature: 0, maxTokens: 64 } }, sllmCred);
+const to = (type, ...targets) => ({ [type]: [targets.map((t) => ({ node: t, type, index: 0 }))] });
+const openAiCred = { credentials: { openAiApi: OPENAI_CRED } };
+
+// The RAG check: a few documents go into n8n's in-memory vector store, then a Question and Answer
+// chain answers from what a Vector Store Retriever finds. Only one document holds the answer.
+const RAG_DOCS = [
+	'The Zorblat festival is held every March in the town of Quenby, with lantern boats on the river.',
+	'Photosynthesis lets plants turn sunlight, water and carbon dioxide into sugar and oxygen.',
+	'The stock market fell sharply on Tuesday after the central bank raised interest rates.',
+	'A sourdough starter is a mix of flour and water in which wild yeast and bacteria ferment.',
+];
+const RAG_QUESTION = 'In which town is the Zorblat festival held?';
+
+/**
+ * Documents → Insert (vector store, insert mode) → Question, which feeds Search (the store's Get Many,
+ * top 2) and the Question and Answer Chain (chat model + Vector Store Retriever over the same store).
+ * `embeddings` feeds all three stores; with `reranker`, Search and the retriever's store rerank.
+ */
+function ragWorkflow(id, name, memoryKey, embeddings, chatModel, reranker) {
+	const store = (label, parameters) =>
+		node(label, '@n8n/n8n-nodes-langchain.vectorStoreInMemory', 1.3, {
+			memoryKey: { __rl: true, mode: 'list', value: memoryKey },
+			...parameters,
+		});
+	const rerank = reranker ? { useReranker: true } : {};
+	const nodes = [
+		trigger(),
+		node('Documents', 'n8n-nodes-base.code', 2, {
+			jsCode: `return ${JSON.stringify(RAG_DOCS)}.map((text) => ({ json: { text } }));`,
+		}),
+		store('Insert Documents', { mode: 'insert', clearStore: true }),
+		node('Default Data Loader', '@n8n/n8n-nodes-langchain.documentDefaultDataLoader', 1.1, {
+			jsonMode: 'expressionData',
+			jsonData: '={{ $json.text }}',
+			textSplittingMode: 'simple',
+			options: {},
+		}),
+		node('Question', 'n8n-nodes-base.code', 2, {
+			jsCode: `return [{ json: { question: ${JSON.stringify(RAG_QUESTION)} } }];`,
+		}),
+		store('Search', { mode: 'load', prompt: '={{ $json.question }}', topK: 2, ...rerank }),
+		node('Question and Answer Chain', '@n8n/n8n-nodes-langchain.chainRetrievalQa', 1.6, {
+			promptType: 'define',
+			text: '={{ $json.question }}',
+			options: {},
+		}),
+		node('Vector Store Retriever', '@n8n/n8n-nodes-langchain.retrieverVectorStore', 1, { topK: 2 }),
+		store('Vector Store', { mode: 'retrieve', ...rerank }),
+		embeddings,
+		chatModel,
+	];
+	const connections = {
+		Start: main('Documents'),
+		Documents: main('Insert Documents'),
+		'Insert Documents': main('Question'),
+		Question: { main: [[{ node: 'Search', type: 'main', index: 0 }, { node: 'Question and Answer Chain', type: 'main', index: 0 }]] },
+		'Default Data Loader': ai('ai_document', 'Insert Documents'),
+		[embeddings.name]: to('ai_embedding', 'Insert Documents', 'Search', 'Vector Store'),
+		[chatModel.name]: ai('ai_languageModel', 'Question and Answer Chain'),
+		'Vector Store Retriever': ai('ai_retriever', 'Question and Answer Chain'),
+		'Vector Store': ai('ai_vectorStore', 'Vector Store Retriever'),
+	};
+	if (reranker) {
+		nodes.push(reranker);
+		connections[reranker.name] = to('ai_reranker', 'Search', 'Vector Store');
+	}
+	return {
+		workflow: workflow(id, name, nodes, connections),
+		// The answer path must work end to end; whether a small model answers well is not asserted
+		// (E2E_EXPECT still applies). Search must return documents with their scores.
+		check: { node: 'Question and Answer Chain', field: 'response', also: [
+			{ node: 'Search', field: 'score', minItems: 1 },
+			{ node: 'Search', field: 'document', minItems: 1 },
+		] },
+	};
+}
+
 const workflow = (id, name, nodes, connections) => ({
 	id,
 	name,
@@ -175,6 +255,30 @@ const builders = {
 		}),
 		check: { node: 'Basic LLM Chain', field: 'text' },
 	}),
+	// n8n's own nodes pointed at sllm: Embeddings OpenAI, the Simple (in-memory) Vector Store, the
+	// Question and Answer Chain with n8n's OpenAI Chat Model (Chat Completions).
+	rag: () =>
+		ragWorkflow(
+			'sllmE2eRagOpenAi',
+			"e2e: RAG with n8n's Embeddings OpenAI, in-memory vector store and Q&A chain on sllm",
+			'sllm-e2e-rag-openai',
+			node('Embeddings OpenAI', '@n8n/n8n-nodes-langchain.embeddingsOpenAi', 1.2, { model: embedModel, options: {} }, openAiCred),
+			node('OpenAI Chat Model', '@n8n/n8n-nodes-langchain.lmChatOpenAi', 1.3, {
+				model: { __rl: true, mode: 'id', value: model },
+				responsesApiEnabled: false,
+				options: { temperature: 0, maxTokens: 64 },
+			}, openAiCred),
+		),
+	// The same with this package's sub-nodes: Sllm Embeddings, Sllm Reranker (top 1) and the Sllm Chat Model.
+	'rag-sllm': () =>
+		ragWorkflow(
+			'sllmE2eRagSllm01',
+			'e2e: RAG with the Sllm Embeddings, Sllm Reranker and Sllm Chat Model',
+			'sllm-e2e-rag-sllm',
+			node('Sllm Embeddings', `${PREFIX}.embeddingsSllm`, 1, { model: embedModel, options: {} }, sllmCred),
+			sllmChatModel(),
+			node('Sllm Reranker', `${PREFIX}.rerankerSllm`, 1, { model: embedModel, topN: 1, options: {} }, sllmCred),
+		),
 	examples: () => examples(),
 };
 

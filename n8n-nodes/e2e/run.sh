@@ -8,9 +8,11 @@
 # Environment:
 #   SLLM_BASE_URL    server to test, with the /v1 prefix (required unless --fake)
 #   SLLM_MODEL       model name; default: the first id from GET $SLLM_BASE_URL/models
+#   SLLM_EMBED_MODEL embeddings model for the RAG workflows; default: SLLM_MODEL-embed
 #   SLLM_API_KEY     key, when the server was started with --api-key
 #   E2E_WORKFLOWS    comma-separated subset of: chat, chat-model, agent, agent-math, openai-chat,
-#                    openai-responses, examples (default: all but examples; --fake adds examples)
+#                    openai-responses, rag, rag-sllm, examples (default: all but agent-math and
+#                    examples; --fake adds examples)
 #   E2E_EXPECT       regex the first answer of each check must match (default: none; set by --fake)
 #   N8N_VERSION      n8n to install (default 1.123.81, the version these nodes are tested with)
 #   SLLM_N8N_CACHE   where n8n is installed once and reused (default ~/.cache/sllm-n8n-e2e)
@@ -33,7 +35,7 @@ FAKE=0
 for arg in "$@"; do
 	case $arg in
 		--fake) FAKE=1 ;;
-		-h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+		-h|--help) sed -n '2,26p' "$0"; exit 0 ;;
 		*) echo "unknown argument: $arg" >&2; exit 2 ;;
 	esac
 done
@@ -53,15 +55,20 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# 1. n8n itself, installed once per version.
-if [[ ! -x $N8N || ! -f $N8N_DIR/.installed ]]; then
+# 1. n8n itself, installed once per version (and again when this recipe changes).
+#    @langchain/core is pinned to the one version @n8n/n8n-nodes-langchain pins: left to npm, the
+#    tree gets a second copy (1.4.x) under @langchain/classic, whose in-memory vector store then fails
+#    n8n's `instanceof VectorStore` check in the Vector Store Retriever ("reading 'asRetriever'").
+if [[ $N8N_VERSION == 1.123.81 ]]; then N8N_LANGCHAIN_CORE=${N8N_LANGCHAIN_CORE-1.1.8}; fi
+CORE_OVERRIDE=${N8N_LANGCHAIN_CORE:+, \"@langchain/core\": \"$N8N_LANGCHAIN_CORE\"}
+RECIPE="{ \"name\": \"sllm-n8n-e2e\", \"private\": true,
+  \"dependencies\": { \"n8n\": \"$N8N_VERSION\" },
+  \"overrides\": { \"linkedom\": \"0.18.12\", \"xlsx\": \"0.18.5\", \"isolated-vm\": \"5.0.4\"$CORE_OVERRIDE } }"
+if [[ ! -x $N8N || ! -f $N8N_DIR/.installed ]] || [[ $(cat "$N8N_DIR/package.json" 2>/dev/null) != "$RECIPE" ]]; then
 	log "installing n8n $N8N_VERSION into $N8N_DIR (a few minutes, ~1.8 GB)"
 	mkdir -p "$N8N_DIR"
-	cat >"$N8N_DIR/package.json" <<JSON
-{ "name": "sllm-n8n-e2e", "private": true,
-  "dependencies": { "n8n": "$N8N_VERSION" },
-  "overrides": { "linkedom": "0.18.12", "xlsx": "0.18.5", "isolated-vm": "5.0.4" } }
-JSON
+	rm -f "$N8N_DIR/.installed"
+	printf '%s\n' "$RECIPE" >"$N8N_DIR/package.json"
 	(cd "$N8N_DIR" && npm install --no-audit --no-fund --ignore-scripts --loglevel=error \
 		&& npm rebuild isolated-vm sqlite3 --loglevel=error)
 	touch "$N8N_DIR/.installed"
@@ -110,13 +117,13 @@ if [[ $FAKE == 1 ]]; then
 	done
 	[[ -n ${SLLM_BASE_URL:-} ]] || { cat "$WORK/fake.log" >&2; exit 1; }
 	SLLM_MODEL=${SLLM_MODEL:-fake-model}
-	E2E_WORKFLOWS=${E2E_WORKFLOWS:-chat,chat-model,agent,openai-chat,openai-responses,examples}
-	E2E_EXPECT=${E2E_EXPECT-'pong|4|positive|\|'}
+	E2E_WORKFLOWS=${E2E_WORKFLOWS:-chat,chat-model,agent,openai-chat,openai-responses,rag,rag-sllm,examples}
+	E2E_EXPECT=${E2E_EXPECT-'pong|4|positive|\||Quenby'}
 	log "fake sllm at $SLLM_BASE_URL"
 fi
 : "${SLLM_BASE_URL:?set SLLM_BASE_URL (e.g. http://127.0.0.1:8000/v1) or pass --fake}"
 SLLM_BASE_URL=${SLLM_BASE_URL%/}
-E2E_WORKFLOWS=${E2E_WORKFLOWS:-chat,chat-model,agent,openai-chat,openai-responses}
+E2E_WORKFLOWS=${E2E_WORKFLOWS:-chat,chat-model,agent,openai-chat,openai-responses,rag,rag-sllm}
 E2E_EXPECT=${E2E_EXPECT:-}
 
 if [[ -z ${SLLM_MODEL:-} ]]; then
@@ -136,7 +143,7 @@ export N8N_VERSION_NOTIFICATIONS_ENABLED=false N8N_PERSONALIZATION_ENABLED=false
 export N8N_LOG_LEVEL=${N8N_LOG_LEVEL:-info}
 
 node "$HERE/render.mjs" --out "$WORK/import" --base-url "$SLLM_BASE_URL" --model "$SLLM_MODEL" \
-	--api-key "${SLLM_API_KEY:-}" --workflows "$E2E_WORKFLOWS" --prefix "$TYPE_PREFIX" >"$WORK/render.log"
+	--embed-model "${SLLM_EMBED_MODEL:-}" --api-key "${SLLM_API_KEY:-}" --workflows "$E2E_WORKFLOWS" --prefix "$TYPE_PREFIX" >"$WORK/render.log"
 "$N8N" import:credentials --input="$WORK/import/credentials.json" >"$WORK/import-credentials.log" 2>&1 \
 	|| { cat "$WORK/import-credentials.log" >&2; exit 1; }
 "$N8N" import:workflow --input="$WORK/import/workflows.json" >"$WORK/import-workflows.log" 2>&1 \

@@ -4,8 +4,10 @@
 
 Wraps n8n-nodes/e2e/run.sh (see n8n-nodes/README.md): the first run installs n8n into
 ~/.cache/sllm-n8n-e2e (~3 min, ~1.8 GB) and needs Node 20 and npm. SLLM_N8N_E2E_WORKFLOWS picks the
-workflows (default: all of them: chat, chat-model, agent, openai-chat, openai-responses and the
-shipped examples). Set SLLM_BASE_URL to test a server that is already running instead of starting one.
+workflows (default: all of them: chat, chat-model, agent, openai-chat, openai-responses, the RAG
+workflows rag (n8n's Embeddings OpenAI, in-memory vector store, Question and Answer chain) and rag-sllm
+(the same with this package's embeddings, reranker and chat model sub-nodes), and the shipped examples).
+Set SLLM_BASE_URL to test a server that is already running instead of starting one.
 """
 
 import os
@@ -27,7 +29,8 @@ pytestmark = [
 ]
 
 RUN_SH = Path(__file__).resolve().parents[2] / "n8n-nodes" / "e2e" / "run.sh"
-WORKFLOWS = os.environ.get("SLLM_N8N_E2E_WORKFLOWS", "chat,chat-model,agent,openai-chat,openai-responses,examples")
+WORKFLOWS = os.environ.get("SLLM_N8N_E2E_WORKFLOWS",
+                           "chat,chat-model,agent,openai-chat,openai-responses,rag,rag-sllm,examples")
 
 
 def _free_port() -> int:
