@@ -22,6 +22,7 @@ ARCHITECTURES = {
     "phi3": ("phi3", "Phi3ForCausalLM"),
     "gemma3": ("gemma3_text", "Gemma3ForCausalLM"),
     "smollm3": ("smollm3", "SmolLM3ForCausalLM"),
+    "mistral3": ("ministral3", "Ministral3ForCausalLM"),  # llama.cpp's name for Ministral 3's text model
 }
 
 # Gemma 3 files leave these to the loader (llama.cpp's defaults for the architecture).
@@ -131,6 +132,18 @@ def _family_extras(gguf: GGUFFile, arch: str, config: dict[str, Any]) -> dict[st
         if window:
             extras["layer_types"] = ["sliding_attention" if s else "full_attention" for s in sliding]
         return extras
+    if arch == "mistral3":
+        # YaRN's attention factor as Ministral 3 states it (mscale = mscale_all_dim: the file keeps one, as the
+        # yarn log multiplier), and Llama 4's attention temperature.
+        rope = dict(config.get("rope_scaling") or {})
+        log_mul = gguf.arch_get("rope.scaling.yarn_log_multiplier")
+        if rope.get("rope_type") == "yarn" and log_mul is not None:
+            rope["mscale"] = rope["mscale_all_dim"] = float(log_mul)
+        beta = gguf.arch_get("attention.temperature_scale")
+        if beta is not None:
+            rope["llama_4_scaling_beta"] = float(beta)
+            rope.setdefault("rope_type", "default")
+        return {"rope_scaling": rope} if rope else {}
     if arch == "smollm3":
         step = SMOLLM3_NO_ROPE_STEP
         return {"no_rope_layers": [int((i + 1) % step != 0) for i in range(config["num_hidden_layers"])],

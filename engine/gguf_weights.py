@@ -35,7 +35,7 @@ ARCH_LAYER_NAMES = {
 }
 GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 # llama.cpp stores these architectures' q and k rows interleaved per head for its rotary layout; HF's are not.
-PERMUTED_ARCHITECTURES = {"llama", "mistral", "granite", "smollm3"}
+PERMUTED_ARCHITECTURES = {"llama", "mistral", "mistral3", "granite", "smollm3"}
 # Gemma's RMSNorm multiplies by (1 + w); llama.cpp's converter stores 1 + w, so the file's norms are shifted.
 SHIFTED_NORM_ARCHITECTURES = {"gemma3"}
 _LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "granite", "phi3", "smollm3", "gemma3_text",
-                         "gemma4_text", "gemma4")
+                         "gemma4_text", "gemma4", "ministral3", "mistral3")
 
 FULL_ATTENTION, SLIDING_ATTENTION = "full_attention", "sliding_attention"
 
@@ -55,6 +55,15 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
         "query_pre_attn_scalar": 256, "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
         "sliding_window_pattern": 6,
     },
+    "ministral3": {
+        **_LLAMA, "vocab_size": 131_072, "hidden_size": 4096, "num_hidden_layers": 34, "num_key_value_heads": 8,
+        "head_dim": 128, "max_position_embeddings": 262_144, "rms_norm_eps": 1e-5, "sliding_window": None,
+        "rope_parameters": {
+            "type": "yarn", "rope_theta": 1_000_000.0, "factor": 16.0, "original_max_position_embeddings": 16384,
+            "max_position_embeddings": 262_144, "beta_fast": 32.0, "beta_slow": 1.0, "mscale_all_dim": 1.0,
+            "mscale": 1.0, "llama_4_scaling_beta": 0.1,
+        },
+    },
     "gemma4_text": {
         **_LLAMA, "vocab_size": 262_144, "hidden_size": 2304, "num_hidden_layers": 30, "num_attention_heads": 8,
         "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072, "tie_word_embeddings": True,
@@ -73,8 +82,12 @@ _ARCHITECTURE_MODEL_TYPES = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2",
     "Qwen3ForCausalLM": "qwen3", "GraniteForCausalLM": "granite", "Phi3ForCausalLM": "phi3",
     "SmolLM3ForCausalLM": "smollm3", "Gemma3ForCausalLM": "gemma3_text", "Gemma4ForCausalLM": "gemma4_text",
-    "Gemma4ForConditionalGeneration": "gemma4",
+    "Gemma4ForConditionalGeneration": "gemma4", "Ministral3ForCausalLM": "ministral3",
+    "Mistral3ForConditionalGeneration": "mistral3",
 }
+
+# Multimodal checkpoints whose text model we serve: model_type -> the text config's model_type when it has none.
+_MULTIMODAL_TEXT_TYPES = {"gemma4": "gemma4_text", "mistral3": "ministral3"}
 
 # RoPE types scaled relative to a pretraining length; HF takes max_position_embeddings when none is given.
 _ROPE_TYPES_WITH_ORIGINAL_LENGTH = ("llama3", "yarn", "longrope")
@@ -167,9 +180,12 @@ class ModelConfig:
     def from_dict(cls, raw: dict[str, Any]) -> "ModelConfig":
         architectures = raw.get("architectures")
         model_type = raw.get("model_type") or _ARCHITECTURE_MODEL_TYPES.get((architectures or [None])[0])
-        if model_type == "gemma4":  # the multimodal checkpoint: we serve its text model
-            raw = _gemma4_text_config(raw)
-            model_type = "gemma4_text"
+        if model_type in _MULTIMODAL_TEXT_TYPES:  # a multimodal checkpoint: we serve its text model
+            raw = _text_config(raw, _MULTIMODAL_TEXT_TYPES[model_type])
+            model_type = raw["model_type"]
+            if model_type not in _FAMILY_DEFAULTS:
+                raise ValueError(f"unsupported text model_type {model_type!r} in config.json's text_config; "
+                                 f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}")
         if model_type not in _FAMILY_DEFAULTS:
             raise ValueError(
                 f"unsupported model_type {model_type!r} in config.json; "
@@ -191,6 +207,9 @@ class ModelConfig:
                 SLIDING_ATTENTION: _rope_parameters(raw, max_position_embeddings, SLIDING_ATTENTION,
                                                     get("rope_local_base_freq")),
             }
+        elif model_type == "ministral3" and not (raw.get("rope_parameters") or raw.get("rope_scaling")):
+            rope = _rope_parameters({**raw, "rope_parameters": defaults["rope_parameters"]}, max_position_embeddings,
+                                    None, get("rope_theta"))
         elif model_type == "gemma4_text":
             params = raw.get("rope_parameters") or defaults["rope_parameters"]
             rope = {kind: {"rope_type": "default", **p} for kind, p in params.items()}
@@ -243,7 +262,7 @@ def _layer_types(model_type: str, raw: dict[str, Any], get, num_layers: int) -> 
     window = get("sliding_window")
     if model_type in ("llama", "granite"):
         return None, [FULL_ATTENTION] * num_layers
-    if model_type in ("mistral", "phi3"):  # one window for every layer, when set
+    if model_type in ("mistral", "ministral3", "phi3"):  # one window for every layer, when set
         return window, [SLIDING_ATTENTION if window is not None else FULL_ATTENTION] * num_layers
     if model_type in ("qwen2", "qwen3", "smollm3") and not raw.get("use_sliding_window", False):
         window = None
@@ -268,13 +287,15 @@ def _layer_types(model_type: str, raw: dict[str, Any], get, num_layers: int) -> 
     return window, [SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION for i in range(num_layers)]
 
 
-def _gemma4_text_config(raw: dict[str, Any]) -> dict[str, Any]:
-    """The text model's config of a multimodal Gemma 4 checkpoint (Gemma4ForConditionalGeneration), with the
-    keys the outer config holds for it."""
+def _text_config(raw: dict[str, Any], default_type: str) -> dict[str, Any]:
+    """The text model's config of a multimodal checkpoint (Gemma4ForConditionalGeneration,
+    Mistral3ForConditionalGeneration), keeping the outer class name and eos_token_id, and the outer
+    tie_word_embeddings (transformers ties by it, whatever the text config says; both classes default to True)."""
     text = dict(raw.get("text_config") or {})
-    text["model_type"] = "gemma4_text"
-    text["architectures"] = raw.get("architectures") or ["Gemma4ForConditionalGeneration"]
-    text.setdefault("tie_word_embeddings", raw.get("tie_word_embeddings", True))
+    text.setdefault("model_type", default_type)
+    text["tie_word_embeddings"] = raw.get("tie_word_embeddings", True)
+    text["architectures"] = raw.get("architectures") or [
+        {v: k for k, v in _ARCHITECTURE_MODEL_TYPES.items()}[raw["model_type"]]]
     if "eos_token_id" in raw:
         text.setdefault("eos_token_id", raw["eos_token_id"])
     return text

@@ -1,9 +1,9 @@
 """GGUF files written in tests from HF checkpoints and tokenizers, laid out as llama.cpp's converter
 (convert_hf_to_gguf.py) lays them out: its metadata keys per architecture, its tensor names, Q/K rows
 permuted for the Llama-layout architectures, Gemma's norms stored as 1 + w, Llama 3's band scaling as a
-`rope_freqs` tensor, Phi-3's LongRoPE factors as tensors, and the tokenizer as `tokenizer.ggml.*` (byte-level
-BPE: tokens, types and merges; SentencePiece: pieces, scores and types). The engine must read such a file
-as it reads the HF folder it came from."""
+`rope_freqs` tensor, YaRN and Ministral 3's attention temperature as keys, Phi-3's LongRoPE factors as
+tensors, and the tokenizer as `tokenizer.ggml.*` (byte-level BPE: tokens, types and merges; SentencePiece:
+pieces, scores and types). The engine must read such a file as it reads the HF folder it came from."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ ARCH_PARTS = {
                "post_feedforward_layernorm": "post_ffw_norm"},
 }
 MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "granite": "granite",
-               "phi3": "phi3", "gemma3_text": "gemma3", "smollm3": "smollm3"}
-PERMUTED = {"llama", "granite", "smollm3"}
+               "phi3": "phi3", "gemma3_text": "gemma3", "smollm3": "smollm3", "ministral3": "mistral3"}
+PERMUTED = {"llama", "granite", "smollm3", "mistral3"}
 
 
 def write_model_gguf(folder: Path, path: Path, qtype: int = gguf.GGMLQuantizationType.F32,
@@ -130,6 +130,15 @@ def add_hyper_parameters(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
     if rope.get("rope_type") == "linear":
         writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(rope["factor"])
+    if rope.get("rope_type") == "yarn":
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(rope["factor"])
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+        writer.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+        writer.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+    if arch == "mistral3":  # Ministral3Model.set_gguf_parameters
+        writer.add_rope_scaling_yarn_log_mul(rope["mscale_all_dim"])
+        writer.add_attn_temperature_scale(rope["llama_4_scaling_beta"])
     if arch == "phi3":
         original = c["original_max_position_embeddings"]
         writer.add_rope_scaling_orig_ctx_len(original)

@@ -9,6 +9,8 @@ from engine.models.llama import AttentionMetadata, LlamaForCausalLM
 ARCHITECTURES: dict[str, type[LlamaForCausalLM]] = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": LlamaForCausalLM,
+    "Ministral3ForCausalLM": LlamaForCausalLM,
+    "Mistral3ForConditionalGeneration": LlamaForCausalLM,  # its text model; the vision tower is dropped
     "Qwen2ForCausalLM": LlamaForCausalLM,
     "Qwen3ForCausalLM": LlamaForCausalLM,
     "GraniteForCausalLM": LlamaForCausalLM,

@@ -1,8 +1,9 @@
 """Our forward pass for Llama-family decoders: Llama, Mistral, Qwen2, SmolLM2, and the families that are
 Llama plus a few switches read from the config and the checkpoint: Qwen3 (per-head q/k RMSNorm), Granite
 (embedding, residual, attention and logit multipliers), Phi-3 / Phi-4-mini (fused qkv and gate_up in the
-checkpoint, LongRoPE, partial rotary), SmolLM3 (layers without RoPE); Gemma 3 (engine/models/gemma3.py)
-adds a norm on each branch's output, Gemma 4 (engine/models/gemma4.py) its own layer loop.
+checkpoint, LongRoPE, partial rotary), SmolLM3 (layers without RoPE), Ministral 3 (Llama 4's attention
+temperature past the original context); Gemma 3 (engine/models/gemma3.py) adds a norm on each branch's
+output, Gemma 4 (engine/models/gemma4.py) its own layer loop.
 
 Tokens of all scheduled sequences are packed into one flat batch [T, hidden]; attention is the only
 place where sequences are told apart, through `AttentionMetadata` and the paged KV cache. Q, K and V
@@ -25,18 +26,24 @@ from kernels.rotary import build_cos_sin_cache
 ACTIVATIONS = {"silu": kernels.silu_and_mul, "gelu_pytorch_tanh": kernels.gelu_tanh_and_mul}
 
 
-MULTIMODAL_TEXT_PREFIX = "model.language_model."
+# A multimodal checkpoint's text-model names -> a causal LM's: Gemma 4's layout, and the one transformers
+# writes for Mistral 3 (as the published checkpoints have it).
+MULTIMODAL_TEXT_PREFIXES = {"model.language_model.": "model.", "language_model.model.": "model.",
+                            "language_model.lm_head.": "lm_head.", "lm_head.": "lm_head."}
 
 
 def text_model_weights(state: dict[str, Any]) -> dict[str, Any]:
     """A multimodal checkpoint's text model (Gemma4ForConditionalGeneration, Mistral3ForConditionalGeneration)
-    under a causal LM's names: model.language_model.* as model.*, lm_head kept, the vision and audio towers
-    and their projectors left out. Other checkpoints are returned as they are."""
-    if not any(k.startswith(MULTIMODAL_TEXT_PREFIX) for k in state):
+    under a causal LM's names, the vision and audio towers and their projectors left out. Other checkpoints
+    are returned as they are."""
+    if not any(k.startswith(("model.language_model.", "language_model.")) for k in state):
         return state
-    n = len(MULTIMODAL_TEXT_PREFIX)
-    return {("model." + k[n:] if k.startswith(MULTIMODAL_TEXT_PREFIX) else k): v for k, v in state.items()
-            if k.startswith(MULTIMODAL_TEXT_PREFIX) or k == "lm_head.weight"}
+    text = {}
+    for name, value in state.items():
+        prefix = next((p for p in MULTIMODAL_TEXT_PREFIXES if name.startswith(p)), None)
+        if prefix is not None:
+            text[MULTIMODAL_TEXT_PREFIXES[prefix] + name[len(prefix):]] = value
+    return text
 
 
 @dataclass
@@ -110,6 +117,7 @@ class LlamaForCausalLM:
         self.windows = [w if w is not None and w < max_position else None
                         for w in (c.layer_sliding_window(i) for i in range(self.num_layers))]
         self._init_rope(max_position)
+        self.attn_temperature = self._attention_temperature_setting()
         self.weights: dict[str, torch.Tensor] = {}
         self.packed: dict[str, torch.Tensor] = {}  # CPU bf16/fp16 matmul weights, packed once (kernels/linear.py)
 
@@ -156,6 +164,22 @@ class LlamaForCausalLM:
             pad = torch.zeros(cache.shape[0], (self.head_dim - rot) // 2)
             cache = torch.cat([cos, pad + 1, sin, pad], dim=-1)
         return cache
+
+    def _attention_temperature_setting(self) -> tuple[float, int] | None:
+        """Ministral 3's (Llama 4's) attention temperature: (beta, original context), or None."""
+        rope = self.config.rope_parameters
+        if self.config.model_type != "ministral3" or rope.get("llama_4_scaling_beta") is None:
+            return None
+        if rope.get("original_max_position_embeddings") is None:
+            raise ValueError("llama_4_scaling_beta needs original_max_position_embeddings in the rope parameters")
+        return float(rope["llama_4_scaling_beta"]), int(rope["original_max_position_embeddings"])
+
+    def _query_scale(self, positions: torch.Tensor) -> torch.Tensor:
+        """[T, 1, 1]: each query multiplied by 1 + beta * log(1 + floor(position / original context)), as
+        transformers' Ministral 3 computes it; 1 within the original context."""
+        beta, original = self.attn_temperature
+        scale = 1 + beta * torch.log(1 + torch.floor(positions / original))
+        return scale.to(self.dtype)[:, None, None]
 
     def rope_positions(self, positions: list[int], long_rope: bool) -> list[int]:
         """The cos/sin rows of one sequence's tokens: their positions, in LongRoPE's long rows for a
@@ -249,7 +273,7 @@ class LlamaForCausalLM:
         plain = (
             "model.layers.0.q_norm" not in w and "model.layers.0.attn_out_norm" not in w
             and all(x is self.cos_sin_cache for x in self.rope_caches) and self.cos_sin_cache is not None
-            and not any(self.windows) and self.config.residual_multiplier == 1.0
+            and not any(self.windows) and self.config.residual_multiplier == 1.0 and self.attn_temperature is None
             and self.act_and_mul is kernels.silu_and_mul
         )
         if not plain:
@@ -295,6 +319,7 @@ class LlamaForCausalLM:
             )
         residual = None
         branch_scale = self.config.residual_multiplier
+        q_scale = self._query_scale(positions) if self.attn_temperature is not None else None
         for i in range(self.num_layers):
             p = f"model.layers.{i}."
             if residual is None:
@@ -312,6 +337,8 @@ class LlamaForCausalLM:
             v = v.reshape(t, hkv, d)
             if self.rope_caches[i] is not None:
                 kernels.rotary_embedding(positions, q, k, self.rope_caches[i])
+            if q_scale is not None:
+                q = q * q_scale
             k_cache, v_cache = kv_caches[i]
             kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
             if meta.all_decode:

@@ -45,6 +45,10 @@ FAMILIES = {
             "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
             "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1_000_000.0}}),
     "mistral_window": lambda: transformers.MistralConfig(**TINY, sliding_window=WINDOW),
+    # Ministral 3: YaRN, and queries scaled past the original context (prompts cross it).
+    "ministral3": lambda: transformers.Ministral3Config(**TINY, head_dim=16, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 1_000_000.0, "factor": 8.0, "original_max_position_embeddings": 32,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5}),
     # Gemma 4: a sliding and a global layer with their own head sizes (the global one with keys as values and
     # one KV head), then two layers that share their caches (wider MLPs), per-layer embeddings, soft-capping.
     # A smaller init range: Gemma 4 sums more branches into the residual, and 0.2 saturates the logits.
@@ -57,12 +61,13 @@ FAMILIES = {
 per_path = pytest.mark.parametrize("cpu_path", cpu_paths(16), indirect=True)
 
 
-def make_tiny(folder: Path, config, tokenizer_from: Path, seed: int) -> Path:
+def make_tiny(folder: Path, config, tokenizer_from: Path, seed: int,
+              auto: type = transformers.AutoModelForCausalLM) -> Path:
     """A random model of `config` saved with save_pretrained, with every norm weight randomised too (HF
     initialises them to 1, Gemma 3's to 0) and Gemma 4's per-layer scalars (1), and the default model's
     tokenizer."""
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    model = auto.from_config(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -78,9 +83,9 @@ def make_tiny(folder: Path, config, tokenizer_from: Path, seed: int) -> Path:
 
 
 class Family:
-    def __init__(self, name: str, folder: Path):
+    def __init__(self, name: str, folder: Path, auto: type = transformers.AutoModelForCausalLM):
         self.name, self.folder = name, folder
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        self.model = auto.from_pretrained(folder, dtype=torch.float32).eval()
         self.answers: dict[tuple, list[int]] = {}
 
     def hf(self, prompts: list[list[int]], max_new: int = MAX_NEW) -> list[list[int]]:
@@ -160,3 +165,16 @@ def test_gemma4_multimodal_checkpoint_serves_its_text_model(tmp_path, default_mo
     assert len(llm.engine.runner.kv_caches) == 2  # 4 layers, the last 2 reading the first 2's caches
     prompts = prompts_of(3, seed=7, lo=3, hi=40)
     assert family.ours(prompts, llm=llm) == family.hf(prompts)
+
+
+def test_mistral3_multimodal_checkpoint_serves_its_text_model(tmp_path, default_model_dir):
+    """A Mistral3ForConditionalGeneration checkpoint (how Ministral 3 ships): its Ministral 3 text model, the
+    Pixtral tower left aside and the embeddings tied as the outer config says, gives HF's greedy tokens."""
+    vision = transformers.PixtralVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                              num_attention_heads=2, head_dim=8)
+    config = transformers.Mistral3Config(text_config=FAMILIES["ministral3"](), vision_config=vision,
+                                         tie_word_embeddings=False)
+    auto = transformers.AutoModelForImageTextToText
+    family = Family("mistral3", make_tiny(tmp_path, config, default_model_dir, seed=6, auto=auto), auto=auto)
+    prompts = prompts_of(3, seed=8, lo=3, hi=60)
+    assert family.ours(prompts, num_kv_blocks=64, block_size=8) == family.hf(prompts)
