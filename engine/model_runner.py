@@ -170,7 +170,7 @@ class ModelRunner:
         inputs = self.prepare(sched)
         hidden = self.model.forward(inputs.input_ids, inputs.positions, inputs.meta, self.kv_caches, inputs.lora)
         if any(item.seq.pooling is not None for item in sched.scheduled):
-            pool_rows(sched.scheduled, hidden)  # embedding requests take their rows (engine/pooling.py)
+            pool_rows(sched.scheduled, hidden, self.model.compute_logits)  # embedding requests (engine/pooling.py)
         if inputs.logits_indices.numel() == 0:
             return torch.empty(0, self.model.vocab_size)
         return self.model.compute_logits(hidden[inputs.logits_indices]).cpu()

@@ -6,8 +6,12 @@ it the rows of the model's final (normed) hidden states that it computed (`pool_
 prompt token is computed the engine finishes it there, its KV blocks freed, and answers a
 `PoolingOutput`. Pooling as sentence-transformers names it: `mean` over every token, `last` (the last
 token's state, what decoder embedding models such as Qwen3-Embedding use), or `cls` (the first token's).
-Mean and cls need every row computed, so such a sequence takes nothing from the prefix cache."""
+Mean and cls need every row computed, so such a sequence takes nothing from the prefix cache.
 
+A decoder reranker (Qwen3-Reranker) answers through the same path: `classify_token_ids` takes the last
+token's logits at those ids (its "no" and "yes"), softmaxed, instead of its hidden state."""
+
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,10 +28,13 @@ class PoolingParams:
     pooling: PoolingType = "mean"
     normalize: bool = True  # L2-normalised, as OpenAI's embeddings are
     dimensions: int | None = None  # keep the first `dimensions` values (Matryoshka models), then normalise
+    # A reranker's answer: the last token's logits at these ids, softmaxed (Qwen3-Reranker: no, yes).
+    classify_token_ids: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         assert self.pooling in POOLING_TYPES, self.pooling
         assert self.dimensions is None or self.dimensions >= 1
+        assert self.classify_token_ids is None or (self.pooling == "last" and not self.normalize), self
 
 
 @dataclass
@@ -44,8 +51,16 @@ class PoolingState:
         """Whether rows served from the prefix cache (never computed) would be missing from the pool."""
         return self.params.pooling != "last"
 
-    def take(self, hidden: torch.Tensor, start: int, length: int) -> None:
-        """`hidden`: the rows of positions `start..start + len(hidden)` of a prompt of `length` tokens."""
+    def take(self, hidden: torch.Tensor, start: int, length: int,
+             logits: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+        """`hidden`: the rows of positions `start..start + len(hidden)` of a prompt of `length` tokens;
+        `logits`: the model's head, for `classify_token_ids`."""
+        ids = self.params.classify_token_ids
+        if ids is not None:
+            if start + hidden.shape[0] == length:
+                assert logits is not None, "a reranker request needs the model's head"
+                self.total = logits(hidden[-1:])[0, list(ids)].float().cpu()
+            return
         if start == 0:
             self.total, self.rows = None, 0
         rows = hidden.float()
@@ -61,6 +76,8 @@ class PoolingState:
 
     def result(self) -> torch.Tensor:
         assert self.total is not None, "pooled before the prompt was computed"
+        if self.params.classify_token_ids is not None:
+            return torch.softmax(self.total, dim=0)
         v = self.total / self.rows if self.params.pooling == "mean" else self.total
         if self.params.dimensions is not None:
             v = v[: self.params.dimensions]
@@ -85,16 +102,16 @@ class PoolingOutput:
         return 0
 
 
-def pool_rows(scheduled, hidden: torch.Tensor) -> None:
+def pool_rows(scheduled, hidden: torch.Tensor, logits: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
     """Hands each embedding sequence of a step its rows of `hidden` (the step's final hidden states, one
     row per scheduled token in schedule order). Called before the step's results are applied, so each
-    sequence's `num_computed_tokens` is still where its rows start."""
+    sequence's `num_computed_tokens` is still where its rows start. `logits`: the model's head."""
     offset = 0
     for item in scheduled:
         n = item.num_new_tokens
         seq = item.seq
         if seq.pooling is not None:
-            seq.pooling.take(hidden[offset : offset + n], seq.num_computed_tokens, len(seq))
+            seq.pooling.take(hidden[offset : offset + n], seq.num_computed_tokens, len(seq), logits)
         offset += n
 
 

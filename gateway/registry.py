@@ -41,6 +41,13 @@ class EmbeddedModel:
     def max_model_len(self) -> int | None:
         return self.engine.max_model_len if self.engine is not None else self.entry.max_model_len
 
+    @property
+    def reranker(self) -> bool:
+        """A decoder reranker (Qwen3-Reranker kind): rerank and score read its yes/no logits."""
+        if self.entry.reranker is not None:
+            return self.entry.reranker
+        return "qwen3-reranker" in Path(self.entry.model or "").name.lower()
+
 
 class AdapterEngine:
     """An embedded engine seen through one LoRA adapter: every generate call carries the adapter, so

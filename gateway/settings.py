@@ -121,6 +121,9 @@ class ModelEntry(_LoRAModules):
     lora_modules: dict[str, str] | None = None
     max_loras: int | None = Field(None, ge=1)
     max_lora_rank: int | None = Field(None, ge=1)
+    # A decoder reranker of the Qwen3-Reranker kind: /v1/rerank and /score read its "yes"/"no" logits.
+    # None: when the folder's name says Qwen3-Reranker.
+    reranker: bool | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -6,11 +6,10 @@ from fastapi import APIRouter, Request
 
 from gateway.limits.priority import check_client_priority
 from gateway.protocol.embeddings import EmbeddingRequest, EmbeddingResponse
-from gateway.registry import EmbeddedModel, EncoderModel, PooledModel, UpstreamModel
+from gateway.registry import UpstreamModel
 from gateway.serving import proxy
-from gateway.serving.embeddings import EmbeddingModel, run_embeddings
+from gateway.serving.embeddings import embedding_source, run_embeddings
 from gateway.web.deps import State
-from gateway.web.errors import APIError
 
 router = APIRouter(prefix="/v1")
 
@@ -21,19 +20,5 @@ async def create_embeddings(body: EmbeddingRequest, request: Request, state: Sta
     served = state.models.resolve(body.model) if body.model else state.models.embedding_default()
     if isinstance(served, UpstreamModel):
         return await proxy.forward(state, served, "/embeddings", await proxy.request_body(request), request)
-    if isinstance(served, EncoderModel):
-        if served.task != "embed":
-            raise APIError(400, f"`{served.name}` is a cross-encoder: it scores pairs on /v1/rerank and /score",
-                           param="model", code="unsupported_for_cross_encoder")
-        engine = served.encoder()
-        how = EmbeddingModel(engine.spec.pooling, normalize=engine.spec.normalize)
-        return await run_embeddings(body, state, engine, served.name, how, request)
-    if isinstance(served, PooledModel):
-        how = EmbeddingModel(served.pooling)
-    elif isinstance(served, EmbeddedModel):  # a chat model's own name: pooled as the server pools (llama.cpp's way)
-        pooling = state.settings.embedding_pooling
-        how = EmbeddingModel(pooling if pooling != "none" else "mean")
-    else:
-        raise APIError(400, f"`{served.name}` is a LoRA adapter; embeddings come from base models", param="model",
-                       code="unsupported_for_adapter")
-    return await run_embeddings(body, state, served.ready(), served.name, how, request)
+    engine, how = embedding_source(served, state)
+    return await run_embeddings(body, state, engine, served.name, how, request)

@@ -16,6 +16,7 @@ from engine.pooling import PoolingParams
 from gateway.limits.priority import fairness_key, priority_of
 from gateway.protocol.common import random_id
 from gateway.protocol.embeddings import MAX_INPUTS, Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
+from gateway.registry import EmbeddedModel, EncoderModel, PooledModel, Served
 from gateway.serving.generation import unless_disconnected
 from gateway.state import ServerState
 from gateway.web.errors import APIError
@@ -33,6 +34,25 @@ class EmbeddingModel:
     pooling: str = "mean"
     matryoshka: bool = False
     normalize: bool = True
+
+
+def embedding_source(served: Served, state: ServerState, use: str = "embeddings"
+                     ) -> tuple[AsyncEngine | EncoderEngine, EmbeddingModel]:
+    """The engine that embeds for `served` and how: an encoder embedding model as its folder says, a
+    "-embed" name with its pooling, a chat model's own name pooled as the server pools (llama.cpp's way)."""
+    if isinstance(served, EncoderModel):
+        if served.task != "embed":
+            raise APIError(400, f"`{served.name}` is a cross-encoder: it scores pairs on /v1/rerank and /score",
+                           param="model", code="unsupported_for_cross_encoder")
+        engine = served.encoder()
+        return engine, EmbeddingModel(engine.spec.pooling, normalize=engine.spec.normalize)
+    if isinstance(served, PooledModel):
+        return served.ready(), EmbeddingModel(served.pooling)
+    if isinstance(served, EmbeddedModel):
+        pooling = state.settings.embedding_pooling
+        return served.ready(), EmbeddingModel(pooling if pooling != "none" else "mean")
+    raise APIError(400, f"`{served.name}` is a LoRA adapter; {use} come from base models", param="model",
+                   code="unsupported_for_adapter")
 
 
 def _inputs(value: str | list) -> list[str | list[int]]:

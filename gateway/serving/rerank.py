@@ -1,15 +1,13 @@
-"""Rerank served by an embedded engine without a reranking head: documents ordered by the cosine
-similarity of their pooled embedding to the query's (a bi-encoder's score, in [-1, 1]). A cross-encoder
-(BERT-family classification head, or a Qwen3-Reranker's yes/no logits) would score pairs jointly and rank
-better; none is served yet."""
+"""Rerank served by an embedded or encoder model: each document scored against the query as the model
+scores pairs (gateway/serving/pair_scores.py: a cross-encoder's or a Qwen3-Reranker's relevance, else the
+cosine similarity of pooled embeddings), best first."""
 
 from fastapi import Request
 
-from engine import AsyncEngine
-from engine.pooling import PoolingParams
 from gateway.protocol.common import random_id
 from gateway.protocol.rerank import RerankDocument, RerankRequest, RerankResponse, RerankResult, RerankUsage
-from gateway.serving.embeddings import EmbeddingModel, embed_inputs
+from gateway.registry import Served
+from gateway.serving.pair_scores import score_pairs
 from gateway.state import ServerState
 from gateway.web.errors import APIError
 
@@ -31,19 +29,16 @@ def _texts(documents: list) -> list[str]:
     return texts
 
 
-async def run_rerank(body: RerankRequest, state: ServerState, engine: AsyncEngine, model_name: str,
-                     how: EmbeddingModel, request: Request | None = None) -> RerankResponse:
+async def run_rerank(body: RerankRequest, state: ServerState, served: Served,
+                     request: Request | None = None) -> RerankResponse:
     texts = _texts(body.documents)
     if not body.query:
         raise APIError(400, "query must not be empty", param="query")
     if body.top_n is not None and body.top_n < 1:
         raise APIError(400, "top_n must be at least 1", param="top_n")
-    pooling = PoolingParams(how.pooling)  # type: ignore[arg-type]
-    (query,), query_tokens = await embed_inputs([body.query], pooling, state, engine, request, body.priority, "query")
-    docs, doc_tokens = await embed_inputs(list(texts), pooling, state, engine, request, body.priority, "documents")
-    scores = [float(query @ d) for d in docs]
+    scores, tokens = await score_pairs(served, state, [body.query] * len(texts), texts, request, body.priority)
     order = sorted(range(len(texts)), key=lambda i: -scores[i])[: body.top_n]
     results = [RerankResult(index=i, relevance_score=scores[i],
                             document=RerankDocument(text=texts[i]) if body.return_documents else None) for i in order]
-    return RerankResponse(id=random_id("rerank-"), model=model_name, results=results,
-                          usage=RerankUsage(total_tokens=query_tokens + doc_tokens))
+    return RerankResponse(id=random_id("rerank-"), model=served.name, results=results,
+                          usage=RerankUsage(total_tokens=tokens))
