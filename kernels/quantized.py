@@ -21,7 +21,8 @@ from kernels.gguf_blocks import BLOCK, NAMES, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K
 SUPPORTED_TYPES = frozenset(BLOCK)
 __all__ = ["BLOCK", "NAMES", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "SUPPORTED_TYPES",
            "QuantizedWeight", "cat_rows", "dequantize", "quantize_q8_0", "quantized_embedding", "quantized_linear",
-           "quantized_linear_ref", "serves_quantized", "int8_activations", "quantized_linear_int8_ref"]
+           "quantized_linear_ref", "serves_quantized", "int8_activations", "quantized_linear_int8_ref",
+           "use_int8_activations"]
 
 
 @dataclass(frozen=True)
@@ -126,11 +127,23 @@ def int8_activations() -> Iterator[None]:
         torch.ops.sllm_cpu.set_int8_activations(before)
 
 
-# Rows of x up to which the C++ kernel beats dequantizing the weight for MKL's GEMM. Measured against
-# the whole fallback (the dequantize op's fresh tensor, then F.linear) on a 2-core Xeon (AVX-512), for
-# SmolLM2's matrices: at 17 rows 0.50 against 0.86 ms (gate_up), 0.24 against 0.60 (down); at 32 rows
-# 0.86 against 0.95; at 64 rows the fallback wins (1.55 against 1.85). The kernel serves rows in passes
-# of 8, so its cost grows with the rows while the fallback's dequantizing is paid once.
+def use_int8_activations(device: torch.device, dtype: torch.dtype) -> None:
+    """Switches the C++ kernels to int8 activations for the rest of the process (`--activations int8`):
+    every quantized product after this, of every model the process serves, takes the integer path."""
+    if not serves_quantized(device, dtype):
+        raise ValueError("activations int8 needs quantized weights on the CPU in float32 with the C++ kernels' "
+                         "AVX2 or AVX-512 path")
+    torch.ops.sllm_cpu.set_int8_activations(True)
+
+
+# Rows of x up to which the C++ kernel beats dequantizing the weight for MKL's GEMM where only its passes
+# of 8 rows exist (the portable path, and the int8-activation switch). Measured against the whole fallback
+# (the dequantize op's fresh tensor, then F.linear) on a 2-core Xeon (AVX-512), for SmolLM2's matrices: at
+# 17 rows 0.50 against 0.86 ms (gate_up), 0.24 against 0.60 (down); at 32 rows 0.86 against 0.95; at 64
+# rows the fallback wins (1.55 against 1.85). The AVX2 and AVX-512 float paths have no such limit: past 8
+# rows they dequantize a tile of the weight into cache once for every row (quantized_gemm_avx2), 1.0-2.0x
+# MKL's speed on the same weight already in float32 at 16-128 rows of Llama-3.2-1B's matrices (one
+# thread, a 2-core EPYC), where the fallback's dequantizing costs 2-5x more than the product.
 QUANT_MAX_ROWS = 48
 # A weight this large (the tied LM head: 49152 x 576) costs ~30 ms to dequantize into a fresh ~113 MB
 # tensor (mostly page faults), more than the kernel's extra passes up to ~200 rows: 7 against 43 ms at
@@ -139,16 +152,21 @@ LARGE_WEIGHT = 1 << 24
 QUANT_MAX_ROWS_LARGE = 192
 
 
-def _kernel_rows(w: QuantizedWeight) -> int:
-    return QUANT_MAX_ROWS_LARGE if w.shape[0] * w.shape[1] >= LARGE_WEIGHT else QUANT_MAX_ROWS
+def _kernel_takes(w: QuantizedWeight, rows: int) -> bool:
+    from kernels.cpu import isa
+
+    if rows <= (QUANT_MAX_ROWS_LARGE if w.shape[0] * w.shape[1] >= LARGE_WEIGHT else QUANT_MAX_ROWS):
+        return True
+    return isa.resolve(32) != "generic" and not torch.ops.sllm_cpu.int8_activations()
 
 
 def quantized_linear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ W^T (+ bias) for a weight in GGUF blocks: the C++ kernel (blocks dequantized in registers) for
-    float32 CPU activations of a few rows, else the weight dequantized for MKL's GEMM."""
+    """x @ W^T (+ bias) for a weight in GGUF blocks: the C++ kernel for float32 CPU activations (blocks
+    dequantized in registers, or in cached tiles past 8 rows on the vector paths), else the weight
+    dequantized for MKL's GEMM."""
     rows = x.reshape(-1, x.shape[-1])
     if x.dtype == torch.float32 and x.device.type == "cpu" and cpu_kernels_available():
-        if rows.shape[0] <= _kernel_rows(w):
+        if _kernel_takes(w, rows.shape[0]):
             y = torch.ops.sllm_cpu.quantized_linear(rows, w.data, w.qtype, w.shape[0], w.shape[1], bias)
         else:
             y = F.linear(rows, torch.ops.sllm_cpu.dequantize(w.data, w.qtype, w.shape[1]), bias)

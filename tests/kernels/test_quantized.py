@@ -82,8 +82,11 @@ def test_blocks_the_gguf_package_writes_decode_to_its_values(qtype):
 @pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
 @pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)
 @pytest.mark.parametrize("m,n,k", [(1, 37, 32), (2, 200, 96), (3, 129, 576), (4, 64, 160), (5, 77, 64),
-                                   (8, 300, 128), (9, 41, 224), (17, 53, 96), (64, 33, 64)])
+                                   (8, 300, 128), (9, 41, 224), (17, 53, 96), (64, 33, 64), (30, 26, 2304),
+                                   (101, 13, 96)])
 def test_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
+    """Every path and type; past 8 rows the vector paths' tiled product (tile rows and K chunks cut short,
+    every remainder of its 4-by-3 register block)."""
     k = ragged_k(qtype, k)
     w = random_weight(n, k, qtype, seed=m * n)
     gen = torch.Generator().manual_seed(k)

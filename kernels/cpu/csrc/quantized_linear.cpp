@@ -92,6 +92,12 @@ at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int6
   float* yp = y.data_ptr<float>();
   const int64_t threads = at::get_num_threads();
   const int64_t grain = std::max<int64_t>(kMinRowsPerThread, (n + threads - 1) / threads);
+  if (m >= kQuantGemmRows && !int8_activations() && pick_isa(isa_ceiling(), kQuantBlock) != Isa::Generic) {
+    at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
+      quantized_gemm_avx2(xp, m, ldx, k, wp, qtype, row_bytes, bp, n0, n1, yp, n);
+    });
+    return y;
+  }
   at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
     // Rows of x in groups of kQuantMaxRows, each group one pass over this thread's weight rows.
     for (int64_t i0 = 0; i0 < m; i0 += kQuantMaxRows) {

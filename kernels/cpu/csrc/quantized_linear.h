@@ -39,6 +39,13 @@ void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, co
 void quantized_linear_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                              int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
 
+// Any number of rows of x at once (the float path of AVX2 and AVX-512 CPUs for more than kQuantMaxRows):
+// a tile of weight rows dequantized into a cached float buffer, then register-blocked FMAs over every row.
+void quantized_gemm_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                         int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
+// Rows of x from which the op takes quantized_gemm_avx2 rather than passes of kQuantMaxRows.
+constexpr int64_t kQuantGemmRows = kQuantMaxRows + 1;
+
 // The path under the ceiling of isa.h (the int8-activation one below while it is switched on).
 QuantizedKernel quantized_linear_kernel();
 

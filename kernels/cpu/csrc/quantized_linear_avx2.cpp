@@ -8,7 +8,9 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
@@ -143,6 +145,82 @@ void by_rows(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w
   }
 }
 
+// Many rows of x (quantized_gemm_avx2): a tile of kTileRows weight rows by up to kTileK weights is
+// dequantized once into a float buffer that stays in cache, then every row of x meets it in a register
+// block of 4 x rows by 3 weight rows (12 accumulators, each vector of x and of the tile loaded once per
+// 3 or 4 FMAs), instead of one pass over the blocks per 8 rows of x.
+constexpr int64_t kTileRows = 12, kTileK = 2048;  // 96 KB of floats: within the L2 of every x86 we meet
+constexpr int kMr = 4, kNr = 3;
+
+template <int Q>
+void dequantize_tile(const uint8_t* w, int64_t row_bytes, int64_t rows, int64_t k0, int64_t kc, float* tile) {
+  constexpr int64_t per = block_weights(Q);
+  const int64_t bb = quant_block_bytes(Q);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    float* out = tile + r * kc;
+    for (int64_t kk = 0; kk < kc; kk += kQuantBlock) {
+      const int64_t at = k0 + kk;
+      __m256 v[4];
+      widen<Q>(row + (at / per) * bb, static_cast<int>((at % per) / kQuantBlock), v);
+      for (int q = 0; q < 4; ++q) _mm256_storeu_ps(out + kk + 8 * q, v[q]);
+    }
+  }
+}
+
+// y[i, c] (+)= x[i, :kc] . tile[c, :kc] for MR rows of x and NR rows of the tile.
+template <int MR, int NR>
+inline void tile_block(const float* x, int64_t ldx, const float* tile, int64_t kc, float* y, int64_t ldy, bool add) {
+  __m256 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int c = 0; c < NR; ++c) acc[i][c] = _mm256_setzero_ps();
+  for (int64_t kk = 0; kk < kc; kk += 8) {
+    __m256 wv[NR];
+    for (int c = 0; c < NR; ++c) wv[c] = _mm256_loadu_ps(tile + c * kc + kk);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xv = _mm256_loadu_ps(x + i * ldx + kk);
+      for (int c = 0; c < NR; ++c) acc[i][c] = _mm256_fmadd_ps(xv, wv[c], acc[i][c]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int c = 0; c < NR; ++c) y[i * ldy + c] = (add ? y[i * ldy + c] : 0.0f) + hsum(acc[i][c]);
+}
+
+template <int MR>
+inline void tile_rows(const float* x, int64_t ldx, const float* tile, int64_t rows, int64_t kc, float* y, int64_t ldy,
+                      bool add) {
+  int64_t c = 0;
+  for (; c + kNr <= rows; c += kNr) tile_block<MR, kNr>(x, ldx, tile + c * kc, kc, y + c, ldy, add);
+  if (rows - c == 2) tile_block<MR, 2>(x, ldx, tile + c * kc, kc, y + c, ldy, add);
+  if (rows - c == 1) tile_block<MR, 1>(x, ldx, tile + c * kc, kc, y + c, ldy, add);
+}
+
+template <int Q>
+void gemm(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
+          int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  thread_local std::vector<float> buffer;
+  buffer.resize(kTileRows * std::min(k, kTileK));
+  float* tile = buffer.data();
+  for (int64_t t0 = n0; t0 < n1; t0 += kTileRows) {
+    const int64_t rows = std::min(kTileRows, n1 - t0);
+    for (int64_t k0 = 0; k0 < k; k0 += kTileK) {  // a multiple of 256: chunks hold whole super-blocks
+      const int64_t kc = std::min(kTileK, k - k0);
+      dequantize_tile<Q>(w + t0 * row_bytes, row_bytes, rows, k0, kc, tile);
+      const bool add = k0 > 0;
+      int64_t i = 0;
+      for (; i + kMr <= m; i += kMr) tile_rows<kMr>(x + i * ldx + k0, ldx, tile, rows, kc, y + i * ldy + t0, ldy, add);
+      const float* xi = x + i * ldx + k0;
+      float* yi = y + i * ldy + t0;
+      if (m - i == 3) tile_rows<3>(xi, ldx, tile, rows, kc, yi, ldy, add);
+      if (m - i == 2) tile_rows<2>(xi, ldx, tile, rows, kc, yi, ldy, add);
+      if (m - i == 1) tile_rows<1>(xi, ldx, tile, rows, kc, yi, ldy, add);
+    }
+    if (bias)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t c = 0; c < rows; ++c) y[i * ldy + t0 + c] += bias[t0 + c];
+  }
+}
+
 }  // namespace
 
 void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
@@ -159,6 +237,20 @@ void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, co
   }
 }
 
+void quantized_gemm_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                         int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  switch (qtype) {
+    case kQ4_0: return gemm<kQ4_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ4_1: return gemm<kQ4_1>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ5_0: return gemm<kQ5_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ5_1: return gemm<kQ5_1>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ8_0: return gemm<kQ8_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ4_K: return gemm<kQ4_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case kQ5_K: return gemm<kQ5_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    default: return gemm<kQ6_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+  }
+}
+
 }  // namespace sllm_cpu
 
 #pragma GCC pop_options
@@ -169,6 +261,10 @@ void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, co
 namespace sllm_cpu {
 void quantized_linear_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                            int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  quantized_linear_generic(x, m, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
+}
+void quantized_gemm_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                         int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   quantized_linear_generic(x, m, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
 }
 }  // namespace sllm_cpu
