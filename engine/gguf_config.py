@@ -23,7 +23,13 @@ ARCHITECTURES = {
     "gemma3": ("gemma3_text", "Gemma3ForCausalLM"),
     "smollm3": ("smollm3", "SmolLM3ForCausalLM"),
     "mistral3": ("ministral3", "Ministral3ForCausalLM"),  # llama.cpp's name for Ministral 3's text model
+    "gemma4": ("gemma4_text", "Gemma4ForCausalLM"),
 }
+# Architectures whose files list some sizes per layer (head_count_kv, feed_forward_length) where they differ:
+# the generic reading takes the first layer's, _family_extras the rest.
+PER_LAYER_SIZES = {"gemma4"}
+# llama.cpp marks the frequencies a proportional RoPE leaves unrotated with this divisor (rope_freqs).
+UNROTATED_FREQ_FACTOR = 1e29
 
 # Gemma 3 files leave these to the loader (llama.cpp's defaults for the architecture).
 GEMMA3_SLIDING_WINDOW_PATTERN = 6
@@ -40,11 +46,13 @@ def gguf_config_dict(gguf: GGUFFile) -> dict[str, Any]:
                          f"supported: {', '.join(ARCHITECTURES)}")
     model_type, hf_class = ARCHITECTURES[arch]
 
+    one = _first if arch in PER_LAYER_SIZES else _scalar
+
     def need(key: str) -> Any:
         value = gguf.arch_get(key)
         if value is None:
             raise ValueError(f"{gguf.path.name} lacks {arch}.{key}")
-        return _scalar(value, f"{arch}.{key}")
+        return one(value, f"{arch}.{key}")
 
     hidden, heads = int(need("embedding_length")), int(need("attention.head_count"))
     head_dim = int(_scalar(gguf.arch_get("attention.key_length", hidden // heads), "key_length"))
@@ -58,7 +66,7 @@ def gguf_config_dict(gguf: GGUFFile) -> dict[str, Any]:
         "intermediate_size": int(need("feed_forward_length")),
         "num_hidden_layers": int(need("block_count")),
         "num_attention_heads": heads,
-        "num_key_value_heads": int(_scalar(gguf.arch_get("attention.head_count_kv", heads), "head_count_kv")),
+        "num_key_value_heads": int(one(gguf.arch_get("attention.head_count_kv", heads), "head_count_kv")),
         "head_dim": head_dim,
         "rms_norm_eps": float(gguf.arch_get("attention.layer_norm_rms_epsilon", 1e-6)),
         "max_position_embeddings": int(need("context_length")),
@@ -144,11 +152,63 @@ def _family_extras(gguf: GGUFFile, arch: str, config: dict[str, Any]) -> dict[st
             rope["llama_4_scaling_beta"] = float(beta)
             rope.setdefault("rope_type", "default")
         return {"rope_scaling": rope} if rope else {}
+    if arch == "gemma4":
+        return _gemma4_extras(gguf, config)
     if arch == "smollm3":
         step = SMOLLM3_NO_ROPE_STEP
         return {"no_rope_layers": [int((i + 1) % step != 0) for i in range(config["num_hidden_layers"])],
                 "no_rope_layer_interval": step}
     return {}
+
+
+def _gemma4_extras(gguf: GGUFFile, config: dict[str, Any]) -> dict[str, Any]:
+    """Gemma 4 as llama.cpp's converter writes it: the global layers' head size as key_length and the sliding
+    ones' as key_length_swa, KV heads (and, with double-wide MLPs, feed-forward sizes) per layer, the shared-KV
+    layer count, the per-layer embedding size, and proportional RoPE as a rope_freqs tensor whose unrotated
+    frequencies are divided by 1e30; keys as values where a global layer has no attn_v."""
+    layers = config["num_hidden_layers"]
+    pattern = gguf.arch_get("attention.sliding_window_pattern")
+    sliding = [bool(x) for x in pattern] if pattern is not None else [False] * layers
+    types = ["sliding_attention" if s else "full_attention" for s in sliding]
+    full = types.index("full_attention")
+    first_sliding = types.index("sliding_attention") if "sliding_attention" in types else full
+    global_dim = int(gguf.arch_get("attention.key_length"))
+    kv = gguf.arch_get("attention.head_count_kv", config["num_attention_heads"])
+    kv = [int(x) for x in kv] if isinstance(kv, np.ndarray | list) else [int(kv)] * layers
+    k_eq_v = f"blk.{full}.attn_k.weight" in gguf.tensors and f"blk.{full}.attn_v.weight" not in gguf.tensors
+    rope_full: dict[str, Any] = {"rope_type": "proportional", "rope_theta": config["rope_theta"]}
+    if "rope_freqs.weight" in gguf.tensors:
+        factors = _floats(gguf, "rope_freqs.weight")
+        rope_full["partial_rotary_factor"] = sum(f < UNROTATED_FREQ_FACTOR for f in factors) / (global_dim // 2)
+    ple = int(gguf.arch_get("embedding_length_per_layer_input", 0) or 0)
+    extras: dict[str, Any] = {
+        "head_dim": int(gguf.arch_get("attention.key_length_swa", global_dim)),
+        "global_head_dim": global_dim,
+        "num_key_value_heads": kv[first_sliding],
+        "num_global_key_value_heads": kv[full] if k_eq_v else None,
+        "attention_k_eq_v": k_eq_v,
+        "num_kv_shared_layers": int(gguf.arch_get("attention.shared_kv_layers", 0) or 0),
+        "hidden_size_per_layer_input": ple,
+        "vocab_size_per_layer_input": (gguf.tensors["per_layer_token_embd.weight"].rows_shape[0] if ple
+                                       else config["vocab_size"]),
+        "layer_types": types,
+        "sliding_window": int(gguf.arch_get("attention.sliding_window", 0) or 0) or None,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "final_logit_softcapping": gguf.arch_get("final_logit_softcapping"),
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default",
+                                  "rope_theta": float(gguf.arch_get("rope.freq_base_swa", GEMMA3_LOCAL_ROPE_BASE))},
+            "full_attention": rope_full,
+        },
+    }
+    config.pop("rope_scaling", None)  # the rope_freqs tensor is read above, for the global layers only
+    config.pop("partial_rotary_factor", None)
+    return extras
+
+
+def _first(value: Any, key: str) -> Any:
+    """The first layer's value of a per-layer array (or the value itself)."""
+    return np.asarray(value).tolist()[0] if isinstance(value, np.ndarray | list) else value
 
 
 def _eos_ids(gguf: GGUFFile) -> int | list[int] | None:

@@ -32,8 +32,16 @@ ARCH_LAYER_NAMES = {
     # Gemma 3: a norm before and after both attention and the MLP.
     "gemma3": {"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
                "post_ffw_norm": "post_feedforward_layernorm"},
+    # Gemma 4: Gemma 3's norms, the per-layer embeddings' gate, projection and norm, and the layer scalar.
+    "gemma4": {"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+               "post_ffw_norm": "post_feedforward_layernorm", "inp_gate": "per_layer_input_gate",
+               "proj": "per_layer_projection", "post_norm": "post_per_layer_input_norm",
+               "layer_output_scale": "layer_scalar"},
 }
-GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
+                "per_layer_token_embd": "model.embed_tokens_per_layer",
+                "per_layer_model_proj": "model.per_layer_model_projection",
+                "per_layer_proj_norm": "model.per_layer_projection_norm"}
 # llama.cpp stores these architectures' q and k rows interleaved per head for its rotary layout; HF's are not.
 PERMUTED_ARCHITECTURES = {"llama", "mistral", "mistral3", "granite", "smollm3"}
 # Gemma's RMSNorm multiplies by (1 + w); llama.cpp's converter stores 1 + w, so the file's norms are shifted.

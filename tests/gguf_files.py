@@ -27,9 +27,17 @@ ARCH_PARTS = {
     "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
     "gemma3": {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
                "post_feedforward_layernorm": "post_ffw_norm"},
+    "gemma4": {"post_attention_layernorm": "post_attention_norm", "pre_feedforward_layernorm": "ffn_norm",
+               "post_feedforward_layernorm": "post_ffw_norm", "per_layer_input_gate": "inp_gate",
+               "per_layer_projection": "proj", "post_per_layer_input_norm": "post_norm"},
 }
+GLOBAL_PARTS = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+                "lm_head.weight": "output.weight", "model.embed_tokens_per_layer.weight": "per_layer_token_embd.weight",
+                "model.per_layer_model_projection.weight": "per_layer_model_proj.weight",
+                "model.per_layer_projection_norm.weight": "per_layer_proj_norm.weight"}
 MODEL_TYPES = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "granite": "granite",
-               "phi3": "phi3", "gemma3_text": "gemma3", "smollm3": "smollm3", "ministral3": "mistral3"}
+               "phi3": "phi3", "gemma3_text": "gemma3", "smollm3": "smollm3", "ministral3": "mistral3",
+               "gemma4_text": "gemma4"}
 PERMUTED = {"llama", "granite", "smollm3", "mistral3"}
 
 
@@ -68,15 +76,13 @@ def write_model_gguf(folder: Path, path: Path, qtype: int = gguf.GGMLQuantizatio
 
 
 def gguf_name(hf: str, arch: str) -> str | None:
-    if hf == "model.embed_tokens.weight":
-        return "token_embd.weight"
-    if hf == "model.norm.weight":
-        return "output_norm.weight"
-    if hf == "lm_head.weight":
-        return "output.weight"
+    if hf in GLOBAL_PARTS:
+        return GLOBAL_PARTS[hf]
     parts = hf.split(".")
     if parts[:2] != ["model", "layers"]:
         return None
+    if parts[-1] == "layer_scalar":  # Gemma 4's, a weight in the file
+        return f"blk.{parts[2]}.layer_output_scale.weight"
     layer, part, kind = parts[2], ".".join(parts[3:-1]), parts[-1]
     short = ARCH_PARTS.get(arch, {}).get(part) or LAYER_PARTS.get(part)
     return f"blk.{layer}.{short}.{kind}" if short else None
@@ -112,6 +118,9 @@ def add_hyper_parameters(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
     writer.add_layer_norm_rms_eps(c.get("rms_norm_eps", 1e-6))
     writer.add_vocab_size(c["vocab_size"])
     rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    if arch == "gemma4":
+        _gemma4_hyper_parameters(writer, c)
+        return
     if arch == "gemma3":
         full = rope.get("full_attention", rope)
         local = rope.get("sliding_attention", {})
@@ -151,7 +160,44 @@ def add_hyper_parameters(writer: gguf.GGUFWriter, arch: str, c: dict) -> None:
         writer.add_logit_scale(c["logits_scaling"])
 
 
+def _gemma4_hyper_parameters(writer: gguf.GGUFWriter, c: dict) -> None:
+    """As Gemma4Model.set_gguf_parameters writes them: the global layers' head size as key_length, the sliding
+    ones' as key_length_swa, KV heads and feed-forward sizes per layer where they differ."""
+    types = c["layer_types"]
+    full = types.index("full_attention")
+    override = (c.get("per_layer_config") or {}).get(str(full), {})
+    global_dim = c.get("global_head_dim") or override.get("head_dim", c["head_dim"])
+    kv_full = c.get("num_global_key_value_heads") or override.get("num_key_value_heads")
+    first_shared = c["num_hidden_layers"] - c["num_kv_shared_layers"]
+    n_ff = [c["intermediate_size"] * (2 if c.get("use_double_wide_mlp") and i >= first_shared else 1)
+            for i in range(c["num_hidden_layers"])]
+    writer.add_feed_forward_length(n_ff if len(set(n_ff)) > 1 else n_ff[0])
+    if kv_full is not None:
+        writer.add_head_count_kv([c["num_key_value_heads"] if t == "sliding_attention" else kv_full for t in types])
+    writer.add_key_length(global_dim)
+    writer.add_value_length(global_dim)
+    writer.add_key_length_swa(c["head_dim"])
+    writer.add_value_length_swa(c["head_dim"])
+    rope = c["rope_parameters"]
+    writer.add_rope_freq_base(rope["full_attention"]["rope_theta"])
+    writer.add_rope_freq_base_swa(rope["sliding_attention"]["rope_theta"])
+    writer.add_rope_dimension_count(global_dim)
+    writer.add_rope_dimension_count_swa(c["head_dim"])
+    writer.add_sliding_window(c["sliding_window"])
+    writer.add_sliding_window_pattern([t == "sliding_attention" for t in types])
+    writer.add_shared_kv_layers(c["num_kv_shared_layers"])
+    writer.add_embedding_length_per_layer_input(c.get("hidden_size_per_layer_input") or 0)
+    if c.get("final_logit_softcapping"):
+        writer.add_final_logit_softcapping(c["final_logit_softcapping"])
+
+
 def _rope_tensors(arch: str, c: dict) -> dict[str, list[float]]:
+    if arch == "gemma4":  # proportional RoPE: the unrotated frequencies divided by 1e30 (generate_extra_tensors)
+        full = c["rope_parameters"]["full_attention"]
+        override = (c.get("per_layer_config") or {}).get(str(c["layer_types"].index("full_attention")), {})
+        half = (c.get("global_head_dim") or override.get("head_dim", c["head_dim"])) // 2
+        rotated = int(half * 2 * full["partial_rotary_factor"] / 2)
+        return {"rope_freqs.weight": [1.0] * rotated + [1e30] * (half - rotated)}
     rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
     if arch == "phi3" and rope.get("rope_type") == "longrope":
         return {"rope_factors_long.weight": rope["long_factor"], "rope_factors_short.weight": rope["short_factor"]}

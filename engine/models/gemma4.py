@@ -75,7 +75,10 @@ class Gemma4ForCausalLM(LlamaForCausalLM):
             a = p + "self_attn."
             if a + "k_proj.weight" in state and a + "v_proj.weight" not in state:  # attention_k_eq_v
                 state[a + "v_proj.weight"] = state[a + "k_proj.weight"]
-            self.layer_scalars.append(float(state.pop(p + "layer_scalar").float().reshape(-1)[0]))
+            scalar = state.pop(p + "layer_scalar", None)
+            if scalar is None:  # a GGUF file's name for it
+                scalar = state.pop(p + "layer_scalar.weight")
+            self.layer_scalars.append(float(scalar.float().reshape(-1)[0]))
             if self.ple_dim:
                 extras.update({p + ours: state.pop(p + theirs) for ours, theirs in PLE_LAYER_WEIGHTS.items()})
         if self.ple_dim:

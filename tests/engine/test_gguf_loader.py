@@ -1,8 +1,9 @@
 """GGUF files served as they are (engine/loader.py `open_model`): a tiny random checkpoint of every family
 we serve, written as llama.cpp's converter writes it (tests/gguf_files.py), gives HF transformers' greedy
 tokens on the same weights as an F32 file (Llama 3's RoPE scaling arriving as a rope_freqs tensor, Phi-3's
-LongRoPE as factor tensors, Gemma's norms as 1 + w, Q/K rows permuted); as Q8_0 blocks it agrees with the
-same file dequantized (the float reference); and serving it writes nothing under the cache."""
+LongRoPE as factor tensors, Gemma's norms as 1 + w, Q/K rows permuted, Gemma 4's per-layer sizes and its
+proportional RoPE as rope_freqs); as Q8_0 blocks it agrees with the same file dequantized (the float reference);
+and serving it writes nothing under the cache."""
 
 from pathlib import Path
 
@@ -25,7 +26,6 @@ GGUF_FAMILIES = {
     "qwen2": lambda: transformers.Qwen2Config(**TINY),
 }
 GGUF_FAMILIES.pop("mistral_window")  # llama.cpp's llama architecture has no sliding window
-GGUF_FAMILIES.pop("gemma4")  # served from HF folders only so far
 
 
 def _gemma3():
@@ -72,8 +72,14 @@ def test_gguf_config_equals_the_folders(family_gguf):
     ours = open_model(str(path)).config
     folder = open_model(str(family.folder)).config
     for field in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-                  "vocab_size", "max_position_embeddings", "tie_word_embeddings"):
+                  "vocab_size", "max_position_embeddings", "tie_word_embeddings",
+                  # Gemma 4's (the defaults elsewhere)
+                  "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "num_kv_shared_layers",
+                  "hidden_size_per_layer_input"):
         assert getattr(ours, field) == getattr(folder, field), field
+    if family.name == "gemma4":
+        assert (ours.layer_types, ours.sliding_window) == (folder.layer_types, folder.sliding_window)
+        assert ours.rope_parameters == folder.rope_parameters
     assert ours.rms_norm_eps == pytest.approx(folder.rms_norm_eps)
 
 
