@@ -55,8 +55,9 @@ class LLMEngine:
             torch.set_num_threads(config.num_threads)
         torch.manual_seed(config.seed)
         self.runner = ModelRunner(config, self.source, self.max_model_len)
-        self.scheduler = Scheduler(config, self.runner.num_blocks)
+        self.scheduler = Scheduler(self._scheduler_config(config), self.runner.num_blocks)
         self.scheduler.long_rope_from = self.runner.model.long_rope_from
+        self.scheduler.recurrent = self.runner.recurrent
         self.eos_token_ids = eos_token_ids(self.model_config, self.tokenizer)
         self.sampler = Sampler(self.tokenizer, self.eos_token_ids)
         self.vocab_size = self.runner.model.vocab_size
@@ -79,6 +80,21 @@ class LLMEngine:
         self.load_seconds = time.perf_counter() - t0
         self.stats = {"prompt_tokens": 0, "generation_tokens": 0, "steps": 0}
         log.info("loaded %s from %s in %.2fs", self.served_model_name, self.model_path, self.load_seconds)
+
+    def _scheduler_config(self, config: EngineConfig) -> EngineConfig:
+        """A hybrid model's recurrent state (engine/recurrent_state.py) summarises every token before it: a
+        cached prefix would skip tokens it never saw, so prefix caching is off, and speculative decoding,
+        whose rejected drafts it cannot forget, is refused."""
+        if self.runner.recurrent is None:
+            return config
+        arch = self.model_config.architecture
+        if config.speculative_config:
+            raise ValueError(f"speculative decoding is not supported for {arch} (linear-attention layers)")
+        if not config.enable_prefix_caching:
+            return config
+        log.info("prefix caching off for %s: its linear-attention layers keep a recurrent state per sequence, "
+                 "which a cached prefix would skip", arch)
+        return dataclasses.replace(config, enable_prefix_caching=False)
 
     @property
     def block_manager(self) -> BlockManager:

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "granite", "phi3", "smollm3", "gemma3_text",
-                         "gemma4_text", "gemma4", "ministral3", "mistral3")
+                         "gemma4_text", "gemma4", "ministral3", "mistral3", "qwen3_5_text", "qwen3_5")
 
 FULL_ATTENTION, SLIDING_ATTENTION = "full_attention", "sliding_attention"
+LINEAR_ATTENTION = "linear_attention"  # Qwen3.5's Gated DeltaNet layers: a recurrent state, no KV cache
 
 # transformers' RotaryEmbeddingConfigMixin.default_theta, which SmolLM3 and Gemma 3 override.
 DEFAULT_ROPE_THETA = 10_000.0
@@ -64,6 +65,13 @@ _FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
             "mscale": 1.0, "llama_4_scaling_beta": 0.1,
         },
     },
+    "qwen3_5_text": {
+        **_LLAMA, "vocab_size": 248_320, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
+        "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 32768, "eos_token_id": None,
+        "head_dim": 256, "full_attention_interval": 4, "partial_rotary_factor": 0.25, "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+    },
     "gemma4_text": {
         **_LLAMA, "vocab_size": 262_144, "hidden_size": 2304, "num_hidden_layers": 30, "num_attention_heads": 8,
         "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072, "tie_word_embeddings": True,
@@ -83,11 +91,12 @@ _ARCHITECTURE_MODEL_TYPES = {
     "Qwen3ForCausalLM": "qwen3", "GraniteForCausalLM": "granite", "Phi3ForCausalLM": "phi3",
     "SmolLM3ForCausalLM": "smollm3", "Gemma3ForCausalLM": "gemma3_text", "Gemma4ForCausalLM": "gemma4_text",
     "Gemma4ForConditionalGeneration": "gemma4", "Ministral3ForCausalLM": "ministral3",
-    "Mistral3ForConditionalGeneration": "mistral3",
+    "Mistral3ForConditionalGeneration": "mistral3", "Qwen3_5ForCausalLM": "qwen3_5_text",
+    "Qwen3_5ForConditionalGeneration": "qwen3_5",
 }
 
 # Multimodal checkpoints whose text model we serve: model_type -> the text config's model_type when it has none.
-_MULTIMODAL_TEXT_TYPES = {"gemma4": "gemma4_text", "mistral3": "ministral3"}
+_MULTIMODAL_TEXT_TYPES = {"gemma4": "gemma4_text", "mistral3": "ministral3", "qwen3_5": "qwen3_5_text"}
 
 # RoPE types scaled relative to a pretraining length; HF takes max_position_embeddings when none is given.
 _ROPE_TYPES_WITH_ORIGINAL_LENGTH = ("llama3", "yarn", "longrope")
@@ -137,6 +146,12 @@ class ModelConfig:
     num_kv_shared_layers: int = 0
     hidden_size_per_layer_input: int = 0
     vocab_size_per_layer_input: int | None = None
+    # Qwen3.5's linear-attention layers (layer_types "linear_attention"): heads and sizes of the Gated DeltaNet
+    linear_conv_kernel_dim: int | None = None
+    linear_key_head_dim: int | None = None
+    linear_value_head_dim: int | None = None
+    linear_num_key_heads: int | None = None
+    linear_num_value_heads: int | None = None
 
     @property
     def architecture(self) -> str:
@@ -226,7 +241,11 @@ class ModelConfig:
         if model_type == "smollm3":
             interval = get("no_rope_layer_interval")
             no_rope_layers = raw.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
-        gemma4 = _gemma4_fields(raw, get, layer_types) if model_type == "gemma4_text" else {}
+        extras = _gemma4_fields(raw, get, layer_types) if model_type == "gemma4_text" else {}
+        if model_type == "qwen3_5_text":
+            rope.setdefault("partial_rotary_factor", get("partial_rotary_factor"))
+            extras = {k: get(k) for k in ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+                                          "linear_num_key_heads", "linear_num_value_heads")}
         return cls(
             model_type=model_type,
             architectures=architectures,
@@ -253,7 +272,7 @@ class ModelConfig:
             logits_scaling=get("logits_scaling") or 1.0,
             query_pre_attn_scalar=get("query_pre_attn_scalar"),
             final_logit_softcapping=raw.get("final_logit_softcapping"),
-            **gemma4,
+            **extras,  # Gemma 4's or Qwen3.5's fields
         )
 
 
@@ -274,6 +293,9 @@ def _layer_types(model_type: str, raw: dict[str, Any], get, num_layers: int) -> 
         return window, types
     if raw.get("layer_types"):
         return window, list(raw["layer_types"])
+    if model_type == "qwen3_5_text":
+        interval = get("full_attention_interval")
+        return None, [LINEAR_ATTENTION if (i + 1) % interval else FULL_ATTENTION for i in range(num_layers)]
     if model_type in ("qwen2", "qwen3"):
         first = get("max_window_layers")
         return window, [SLIDING_ATTENTION if window is not None and i >= first else FULL_ATTENTION

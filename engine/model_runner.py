@@ -11,12 +11,15 @@ from engine.loader import ModelSource
 from engine.lora import LoRABatch, LoRAManager
 from engine.models import AttentionMetadata, model_class
 from engine.pooling import pool_rows
+from engine.recurrent_state import RecurrentStates
 from engine.scheduler import SchedulerOutput
 from kernels.cpu import cpu_kernels_available
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CPU_KV_BYTES = 1 << 30
+# Recurrent-state slots made at load (a real model's state is megabytes per sequence); more as sequences need.
+RECURRENT_SLOTS_AT_START = 8
 
 
 def resolve_device(name: str) -> torch.device:
@@ -73,6 +76,11 @@ class ModelRunner:
 
         # One pair per cache the model keeps (engine/models: one per layer, but for Gemma 4's shared ones).
         self.kv_caches = [(layer_cache(h, d), layer_cache(h, d)) for h, d in m.kv_cache_shapes()]
+        # Hybrid models' linear-attention layers keep a state per sequence instead (engine/recurrent_state.py).
+        shapes = m.recurrent_state_shapes()
+        slots = min(config.max_num_seqs, RECURRENT_SLOTS_AT_START)
+        self.recurrent = RecurrentStates(shapes, slots, self.dtype, self.device) if shapes else None
+        m.states = self.recurrent
         if self.device.type == "cpu":
             # Build (once per machine, tens of seconds) or load the C++ attention now, not in the first step.
             cpu_kernels_available()
@@ -148,6 +156,7 @@ class ModelRunner:
             query_start_loc=torch.tensor(starts, dtype=torch.int32, device=dev),
             context_lens=torch.tensor(ctx_lens, dtype=torch.int32, device=dev),
             all_decode=all_decode,
+            state_slots=[self.recurrent.slot(item.seq) for item in sched.scheduled] if self.recurrent else None,
         )
         return StepInputs(
             input_ids=torch.tensor(ids, dtype=torch.long, device=dev),

@@ -39,6 +39,7 @@ from typing import Any
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.outputs import EngineStats
+from engine.recurrent_state import RecurrentStates
 from engine.sequence import Sequence, SequenceStatus
 
 # Fairness keys remembered beyond those of live sequences before the oldest are forgotten.
@@ -120,6 +121,8 @@ class Scheduler:
         # LongRoPE's original context (the model's long_rope_from): a sequence longer than it is computed
         # with the long factors, all its tokens, as HF computes it.
         self.long_rope_from: int | None = None
+        # Hybrid models' recurrent states (engine/recurrent_state.py): freed and forked with the blocks.
+        self.recurrent: RecurrentStates | None = None
 
     @property
     def block_manager(self) -> BlockManager:
@@ -141,12 +144,18 @@ class Scheduler:
             return
         for seq in [s for s in self.running if not s.long_rope and len(s) > self.long_rope_from]:
             self.running.remove(seq)
-            self.bm.free(seq)
+            self._free(seq)
             seq.num_computed_tokens = 0
             seq.spec_tokens = []
             seq.status = SequenceStatus.WAITING
             self._set_long_rope(seq)
             self.waiting.append(seq)
+
+    def _free(self, seq: Sequence) -> None:
+        """Its KV blocks, and its recurrent state where the model keeps one."""
+        self.bm.free(seq)
+        if self.recurrent is not None:
+            self.recurrent.free(seq)
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
@@ -174,7 +183,7 @@ class Scheduler:
         return seq.num_uncomputed_tokens + len(seq.spec_tokens)
 
     def _preempt(self, seq: Sequence, out: SchedulerOutput, now: float) -> None:
-        self.bm.free(seq)
+        self._free(seq)
         seq.num_computed_tokens = 0
         seq.spec_tokens = []
         seq.status = SequenceStatus.WAITING
@@ -410,6 +419,8 @@ class Scheduler:
         """An n > 1 sample joins the batch beside its parent, with the parent's place in the order,
         sharing every block of it until one of them writes (copy-on-write)."""
         self.bm.fork(parent, child)
+        if self.recurrent is not None:
+            self.recurrent.fork(parent, child)
         child.long_rope = parent.long_rope
         child.priority, child.fairness_key = parent.priority, parent.fairness_key
         child.effective_priority, child.admitted_order = parent.effective_priority, parent.admitted_order
@@ -423,5 +434,5 @@ class Scheduler:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
-        self.bm.free(seq)
+        self._free(seq)
         seq.status = SequenceStatus.FINISHED

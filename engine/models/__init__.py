@@ -5,6 +5,7 @@ from engine.model_config import ModelConfig
 from engine.models.gemma3 import Gemma3ForCausalLM
 from engine.models.gemma4 import Gemma4ForCausalLM
 from engine.models.llama import AttentionMetadata, LlamaForCausalLM
+from engine.models.qwen3_5 import Qwen3_5ForCausalLM
 
 ARCHITECTURES: dict[str, type[LlamaForCausalLM]] = {
     "LlamaForCausalLM": LlamaForCausalLM,
@@ -17,6 +18,8 @@ ARCHITECTURES: dict[str, type[LlamaForCausalLM]] = {
     "Phi3ForCausalLM": LlamaForCausalLM,
     "SmolLM3ForCausalLM": LlamaForCausalLM,
     "Gemma3ForCausalLM": Gemma3ForCausalLM,
+    "Qwen3_5ForCausalLM": Qwen3_5ForCausalLM,
+    "Qwen3_5ForConditionalGeneration": Qwen3_5ForCausalLM,  # its text model; the vision tower is dropped
     "Gemma4ForCausalLM": Gemma4ForCausalLM,
     "Gemma4ForConditionalGeneration": Gemma4ForCausalLM,  # its text model; the image and audio towers are dropped
 }
@@ -30,4 +33,4 @@ def model_class(config: ModelConfig) -> type[LlamaForCausalLM]:
 
 
 __all__ = ["ARCHITECTURES", "AttentionMetadata", "Gemma3ForCausalLM", "Gemma4ForCausalLM", "LlamaForCausalLM",
-           "model_class"]
+           "Qwen3_5ForCausalLM", "model_class"]

@@ -53,12 +53,13 @@ class AttentionMetadata:
     query_start_loc: torch.Tensor  # [B+1]
     context_lens: torch.Tensor  # [B] tokens in the cache after this step
     all_decode: bool  # one row per token, row i attending over block_tables[i] up to context_lens[i]
+    state_slots: list[int] | None = None  # hybrid models: each sequence's slot in engine/recurrent_state.py
 
 
 def rotary_dim(config: ModelConfig, rope: dict[str, Any]) -> int:
     """Head dimensions RoPE rotates. HF's default RoPE ignores partial_rotary_factor in every family but
-    Phi-3, whose own default honours it; the scaled types all do."""
-    if rope.get("rope_type", "default") == "default" and config.model_type != "phi3":
+    Phi-3 and Qwen3.5, whose own defaults honour it; the scaled types all do."""
+    if rope.get("rope_type", "default") == "default" and config.model_type not in ("phi3", "qwen3_5_text"):
         return config.head_dim
     return int(config.head_dim * rope.get("partial_rotary_factor", 1.0))
 
@@ -378,6 +379,10 @@ class LlamaForCausalLM:
     def kv_cache_shapes(self) -> list[tuple[int, int]]:
         """(KV heads, head size) of each KV cache the model keeps: one per layer, alike."""
         return [(self.num_kv_heads, self.head_dim)] * self.num_layers
+
+    def recurrent_state_shapes(self) -> list:
+        """The per-sequence recurrent state of each linear-attention layer (engine/recurrent_state.py): none."""
+        return []
 
     def kv_bytes_per_block(self, block_size: int, dtype: torch.dtype) -> int:
         itemsize = torch.empty((), dtype=dtype).element_size()

@@ -22,6 +22,7 @@ from transformers import (
     MistralConfig,
     Phi3Config,
     Qwen2Config,
+    Qwen3_5TextConfig,
     Qwen3Config,
     SmolLM3Config,
 )
@@ -122,6 +123,12 @@ CONFIGS = {
     "ministral3_window": {"model_type": "ministral3", **TINY, "sliding_window": 32, "rope_parameters": {
         "rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 64,
         "llama_4_scaling_beta": 0.1}},
+    "qwen3_5": Qwen3_5TextConfig(**{**TINY, "num_hidden_layers": 4}, num_key_value_heads=2, head_dim=16,
+                                 linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8),
+    "qwen3_5_minimal": {"model_type": "qwen3_5_text", "hidden_size": 64, "num_attention_heads": 4},
+    "qwen3_5_interval": {"model_type": "qwen3_5_text", **TINY, "num_hidden_layers": 6, "full_attention_interval": 3,
+                         "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.5,
+                                             "mrope_section": [2, 1, 1], "mrope_interleaved": True}},
     "gemma4": Gemma4TextConfig(**TINY, num_key_value_heads=2, head_dim=16, global_head_dim=32, sliding_window=8,
                                layer_types=["sliding_attention", "full_attention"], hidden_size_per_layer_input=4,
                                vocab_size_per_layer_input=128, num_kv_shared_layers=0, final_logit_softcapping=30.0),
