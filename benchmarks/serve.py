@@ -40,6 +40,9 @@ def bench_serve(
              "measured 1.7x slower per token here)"),
     quantization: str = typer.Option(
         "auto", "--quantization", help="Our server's weight modes to run, comma-separated (auto, none, gguf)"),
+    activations: str = typer.Option(
+        "float", "--activations", help="Our server's activation modes to run with each weight mode, comma-separated "
+                                       "(float, int8: llama.cpp's int8 dot products)"),
     speculative_config: str | None = typer.Option(
         None, "--speculative-config",
         help='Also run our server with this speculative_config JSON, e.g. \'{"method": "ngram", '
@@ -132,7 +135,9 @@ def bench_serve(
             loads[-1] = (*loads[-1][:3], target.peak_rss_mib())
 
     modes = [m.strip() for m in quantization.split(",") if m.strip()]
-    runs = [(f"sllm q={m}", {"SLLM_QUANTIZATION": m}) for m in modes]
+    acts = [a.strip() for a in activations.split(",") if a.strip()]
+    runs = [(f"sllm q={m}" + ("" if a == "float" else f" a={a}"), {"SLLM_QUANTIZATION": m, "SLLM_ACTIVATIONS": a})
+            for m in modes for a in acts]
     if speculative_config:
         runs.append((f"sllm q={modes[0]} +spec", {"SLLM_QUANTIZATION": modes[0],
                                                   "SLLM_SPECULATIVE_CONFIG": speculative_config}))

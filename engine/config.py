@@ -7,6 +7,9 @@ Scheduling = Literal["continuous", "static", "dynamic"]
 # auto: a GGUF model keeps its quantized blocks on the CPU (fp32 activations), anything else as stored;
 # none: GGUF dequantized to float (the HF-exact reference); gguf: the file's blocks, required.
 Quantization = Literal["auto", "none", "gguf", "int8"]
+# float: quantized weights meet float32 activations (the dequantized reference's result up to rounding);
+# int8: activations rounded to int8 per 32 values for integer dot products, as llama.cpp does (CPU only).
+Activations = Literal["float", "int8"]
 
 
 @dataclass
@@ -15,6 +18,7 @@ class EngineConfig:
     served_model_name: str | None = None
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
     quantization: Quantization = "auto"
+    activations: Activations = "float"  # process-wide on the CPU kernels (kernels/quantized.py)
     device: str = "auto"
     block_size: int = 16
     num_kv_blocks: int | None = None  # the KV budget in blocks; wins over kv_cache_bytes
@@ -76,6 +80,8 @@ class EngineConfig:
             raise ValueError(f"guided_loop_repeats must be 0 (off) or at least 2, got {self.guided_loop_repeats}")
         if self.quantization not in ("auto", "none", "gguf", "int8"):
             raise ValueError(f"quantization must be auto, none, gguf or int8, got {self.quantization!r}")
+        if self.activations not in ("float", "int8"):
+            raise ValueError(f"activations must be float or int8, got {self.activations!r}")
         if self.priority_aging_s < 0:
             raise ValueError(f"priority_aging_s must be 0 (off) or positive, got {self.priority_aging_s}")
         if self.max_loras < 1 or self.max_lora_rank < 1:

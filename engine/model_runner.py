@@ -14,6 +14,7 @@ from engine.pooling import pool_rows
 from engine.recurrent_state import RecurrentStates
 from engine.scheduler import SchedulerOutput
 from kernels.cpu import cpu_kernels_available
+from kernels.quantized import use_int8_activations
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,8 @@ class ModelRunner:
         self.block_size = config.block_size
         self.model = model_class(source.config)(source.config, self.dtype, self.device, max_model_len)
         self.model.load_weights(source.weights(config.quantization, self.device, self.dtype))
+        if config.activations == "int8":
+            use_int8_activations(self.device, self.dtype)
         source.release_unread(self.model.weights)
         self.loras = (LoRAManager(self.model, config.max_loras, config.max_lora_rank)
                       if config.enable_lora else None)

@@ -44,6 +44,11 @@ def serve(
         help="auto (a GGUF model keeps its quantized blocks on the CPU), none (GGUF dequantized to "
              "float: the HF-exact reference), gguf (the file's blocks, required) or int8 (weight-only "
              "int8 in groups of 32, for float checkpoints; CPU, float32)"),
+    activations: str | None = typer.Option(
+        None, "--activations",
+        help="float (quantized weights times float32 activations: the dequantized reference's result) or int8 "
+             "(activations rounded to int8 per 32 values for integer dot products, as llama.cpp does; "
+             "faster on one stream, greedy tokens may differ; CPU, every model of the process)"),
     max_queued_requests: int | None = typer.Option(
         None, "--max-queued-requests",
         help="Requests allowed to wait beyond --max-num-seqs; past it the server answers 429",
@@ -206,7 +211,7 @@ def serve(
     flags = dict(
         host=host, port=port, api_keys=list(api_key),
         max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,
-        num_kv_blocks=num_kv_blocks, dtype=dtype, quantization=quantization,
+        num_kv_blocks=num_kv_blocks, dtype=dtype, quantization=quantization, activations=activations,
         max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=json.loads(speculative_config) if speculative_config else None,

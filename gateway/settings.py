@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from engine.config import EngineConfig, Quantization
+from engine.config import Activations, EngineConfig, Quantization
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 DType = Literal["auto", "float32", "bfloat16", "float16"]
@@ -189,6 +189,7 @@ class Settings(BaseSettings, _LoRAModules):
     log_level: str = "info"
     dtype: DType = EngineConfig.dtype  # auto: float32 on CPU; bfloat16 runs much faster on CPUs with AMX or AVX512-BF16
     quantization: Quantization = EngineConfig.quantization  # as EngineConfig.quantization
+    activations: Activations = EngineConfig.activations  # as EngineConfig.activations (process-wide)
     # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
     speculative_config: dict | None = EngineConfig.speculative_config
     # Guided decoding steering, as EngineConfig documents them: the loop breaker's repeat count (0:
@@ -355,6 +356,7 @@ class Settings(BaseSettings, _LoRAModules):
             kv_cache_bytes=e.kv_cache_bytes,
             dtype=pick("dtype"),
             quantization=pick("quantization"),
+            activations=self.activations,
             speculative_config=pick("speculative_config"),
             enable_lora=bool(pick("enable_lora") or self.lora_modules_of(e) or
                              (e == self._first_embedded() and self.text2sql_adapter_path())),
