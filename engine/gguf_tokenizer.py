@@ -4,6 +4,7 @@ llama.cpp is the reference for what a GGUF file means, so the choices follow its
 - `gpt2` model: byte-level BPE over the file's tokens and merges, split first by the pre-tokenizer that
   `tokenizer.ggml.pre` names (llama.cpp maps each name to regexes; we use the original regexes of those
   models' tokenizer.json, which HF's Oniguruma engine runs as written);
+- `gemma4` model: BPE with merges over raw UTF-8 after spaces become U+2581, split only at newlines;
 - `llama` model: SentencePiece's BPE, as llama.cpp runs it: the pair whose merged piece has the highest
   score merges first, unknown bytes fall back to `<0xXX>` pieces, and a space is prefixed to every run of
   text (the first, and each after a special token) when `add_space_prefix` says so;
@@ -74,8 +75,10 @@ def load_gguf_tokenizer(gguf: GGUFFile):
         tokenizer, add_bos = _byte_level_bpe(gguf, tokens)
     elif model == "llama":
         tokenizer, add_bos = _sentencepiece_bpe(gguf, tokens, types)
+    elif model == "gemma4":
+        tokenizer, add_bos = _gemma4_bpe(gguf, tokens)
     else:
-        raise ValueError(f"{gguf.path.name}: tokenizer model {model!r} is not supported (gpt2 and llama are)")
+        raise ValueError(f"{gguf.path.name}: tokenizer model {model!r} is not supported (gpt2, llama and gemma4 are)")
     add_bos = bool(gguf.get("tokenizer.ggml.add_bos_token", add_bos))
     add_eos = bool(gguf.get("tokenizer.ggml.add_eos_token", False))
 
@@ -132,6 +135,27 @@ def _byte_level_bpe(gguf: GGUFFile, tokens: list[str]):
     )
     tokenizer.decoder = decoders.ByteLevel()
     return tokenizer, add_bos
+
+
+def _gemma4_bpe(gguf: GGUFFile, tokens: list[str]):
+    """Gemma 4's: BPE with the file's merges over raw UTF-8 (no byte-level mapping), spaces written as U+2581,
+    no splitting but at newlines (runs of them kept whole), unknown bytes as `<0xXX>` pieces; BOS added."""
+    import json
+
+    from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+
+    merges = [list(_split_merge(m)) for m in gguf.get("tokenizer.ggml.merges", [])]
+    model = {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": True, "ignore_merges": False,
+             "vocab": _vocab(tokens), "merges": merges}
+    tokenizer = Tokenizer.from_str(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+        "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": model}))
+    tokenizer.normalizer = normalizers.Replace(" ", "\u2581")
+    tokenizer.pre_tokenizer = pre_tokenizers.Split(Regex(r"[^\n]+|[\n]+"), behavior="isolated")
+    tokenizer.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                           decoders.Fuse()])
+    return tokenizer, True
 
 
 def _sentencepiece_bpe(gguf: GGUFFile, tokens: list[str], types: list[int]):
