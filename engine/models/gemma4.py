@@ -127,7 +127,9 @@ class Gemma4ForCausalLM(LlamaForCausalLM):
                 k = kernels.rms_norm(k.reshape(t * hkv, d), w[p + "k_norm"], eps).reshape(t, hkv, d)
                 v = kernels.rms_norm(v.reshape(t * hkv, d), w[p + "v_norm"], eps).reshape(t, hkv, d)
             else:
-                k = q.new_empty(t, 0, d)  # a shared layer rotates q only; its keys are in the cache
+                # A shared layer rotates q only (its keys are in the cache): a zero key head stands in for k,
+                # since the rotary kernels take at least one (Triton's refuses none).
+                k = q.new_zeros(t, 1, d)
             kernels.rotary_embedding(positions, q, k, self.rope_caches[i])
             if own_cache:
                 kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
