@@ -122,6 +122,37 @@ def _ratios(rows: list[Row]) -> dict[str, float]:
     return out
 
 
+def matmul_flops_per_token(weights: dict) -> float:
+    """2 x the weights a token meets in matrix products (the model's 2-D weights but the embedding table:
+    projections, MLP, LM head): what the issue's ~270 MFLOP a token for SmolLM2-135M counts. Attention over
+    the context is left out (a few % at these lengths)."""
+    return 2.0 * sum(w.shape[0] * w.shape[1] for name, w in weights.items()
+                     if name != "embed" and len(w.shape) == 2)
+
+
+def peak_gflops() -> tuple[float, str]:
+    """The float32 FMA peak of the cores torch uses on the kernel path taken now: 2 FMA units of 8
+    (AVX2) or 16 (AVX-512) lanes each per cycle, at the clock /proc/cpuinfo reports (a VM's nominal one)."""
+    import torch
+
+    from kernels.cpu.isa import current
+
+    mhz = next((float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("cpu MHz")), 0.0)
+    lanes = {"avx512": 16, "avx2": 8}.get(current(), 1)
+    cores = torch.get_num_threads()
+    return cores * mhz / 1e3 * 2 * 2 * lanes, f"{cores} cores x {mhz / 1e3:.2f} GHz x 2 FMA x {lanes} lanes"
+
+
+def _print_efficiency(rows: list[Row], flops_per_token: float) -> None:
+    peak, how = peak_gflops()
+    for system in dict.fromkeys(r.system for r in rows if r.system != "hf"):
+        best = max((r for r in rows if r.system == system), key=lambda r: r.tok_s)
+        gflops = best.tok_s * flops_per_token / 1e9
+        print(f"{system} at max_num_seqs {best.batch}: {gflops:.1f} GFLOP/s ({flops_per_token / 1e6:.0f} MFLOP a "
+              f"token), {gflops / peak:.0%} of the path's float32 peak {peak:.0f} GFLOP/s ({how})")
+
+
 def _plot(results: dict[str, list[Row]], path: Path) -> None:
     from benchmarks.harness import pyplot, save_figure
 
@@ -196,6 +227,7 @@ def bench_offline(
         r = _ratios(rows)
         if r:
             print("ratios: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
+        _print_efficiency(rows, matmul_flops_per_token(llm.engine.runner.model.weights))
         results[title] = rows
     if plot:
         _plot(results, plot)
