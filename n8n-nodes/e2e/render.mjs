@@ -2,7 +2,8 @@
 // Writes what e2e/run.sh imports into n8n: credentials.json, workflows.json and checks.json.
 //
 //   node e2e/render.mjs --out DIR --base-url URL --model NAME [--api-key KEY]
-//                       [--embed-model NAME] (default: NAME-embed, the id sllm lists for a model's pooled states)
+//                       [--embed-model NAME] (default: NAME-embed, the id sllm lists for a model's pooled states;
+//                       run.sh passes the server's own embedding model when it lists one)
 //                       [--workflows chat,chat-model,agent,agent-math,openai-chat,openai-responses,rag,rag-sllm,examples]
 //
 // Node types of this package are prefixed "CUSTOM." when n8n loads the package through
@@ -133,6 +134,15 @@ function ragWorkflow(id, name, memoryKey, embeddings, chatModel, reranker) {
 		nodes.push(reranker);
 		connections[reranker.name] = to('ai_reranker', 'Search', 'Vector Store');
 	}
+	// Laid out for reading in the editor: sub-nodes below the nodes they serve.
+	const at = {
+		Start: [0, 0], Documents: [200, 0], 'Insert Documents': [420, 0], Question: [760, 0],
+		'Default Data Loader': [560, 240], Search: [1040, -260], 'Question and Answer Chain': [1040, 120],
+		'Vector Store Retriever': [1180, 340], 'Vector Store': [1180, 560],
+		[embeddings.name]: [760, 720], [chatModel.name]: [980, 340],
+		...(reranker ? { [reranker.name]: [1400, 720] } : {}),
+	};
+	for (const n of nodes) n.position = at[n.name] ?? n.position;
 	return {
 		workflow: workflow(id, name, nodes, connections),
 		// The answer path must work end to end; whether a small model answers well is not asserted

@@ -8,7 +8,8 @@
 # Environment:
 #   SLLM_BASE_URL    server to test, with the /v1 prefix (required unless --fake)
 #   SLLM_MODEL       model name; default: the first id from GET $SLLM_BASE_URL/models
-#   SLLM_EMBED_MODEL embeddings model for the RAG workflows; default: SLLM_MODEL-embed
+#   SLLM_EMBED_MODEL embeddings model for the RAG workflows; default: the first other id with "embed"
+#                    from GET /models (sllm's all-MiniLM-L6-v2-embed), else SLLM_MODEL-embed
 #   SLLM_API_KEY     key, when the server was started with --api-key
 #   E2E_WORKFLOWS    comma-separated subset of: chat, chat-model, agent, agent-math, openai-chat,
 #                    openai-responses, rag, rag-sllm, examples (default: all but agent-math and
@@ -35,7 +36,7 @@ FAKE=0
 for arg in "$@"; do
 	case $arg in
 		--fake) FAKE=1 ;;
-		-h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+		-h|--help) sed -n '2,27p' "$0"; exit 0 ;;
 		*) echo "unknown argument: $arg" >&2; exit 2 ;;
 	esac
 done
@@ -134,7 +135,18 @@ if [[ -z ${SLLM_MODEL:-} ]]; then
 			.then((b) => { if (!b.data?.length) throw new Error("GET /models listed no model"); console.log(b.data[0].id); })
 			.catch((e) => { console.error(e.message); process.exit(1); });')
 fi
-log "server $SLLM_BASE_URL, model $SLLM_MODEL, workflows $E2E_WORKFLOWS"
+if [[ -z ${SLLM_EMBED_MODEL:-} ]]; then
+	# The server's own embedding model (sllm's default all-MiniLM-L6-v2-embed) when it lists one, else the
+	# chat model's pooled states.
+	SLLM_EMBED_MODEL=$(SLLM_BASE_URL=$SLLM_BASE_URL SLLM_API_KEY=${SLLM_API_KEY:-} SLLM_MODEL=$SLLM_MODEL node -e '
+		const headers = process.env.SLLM_API_KEY ? { authorization: `Bearer ${process.env.SLLM_API_KEY}` } : {};
+		const pooled = `${process.env.SLLM_MODEL}-embed`;
+		fetch(`${process.env.SLLM_BASE_URL}/models`, { headers })
+			.then((r) => r.json())
+			.then((b) => console.log((b.data ?? []).map((m) => m.id).find((id) => /embed/i.test(id) && id !== pooled) ?? pooled))
+			.catch(() => console.log(pooled));')
+fi
+log "server $SLLM_BASE_URL, model $SLLM_MODEL, embeddings $SLLM_EMBED_MODEL, workflows $E2E_WORKFLOWS"
 
 # 4. A throwaway n8n instance.
 export N8N_DIAGNOSTICS_ENABLED=false N8N_RUNNERS_ENABLED=false N8N_ENFORCE_SETTINGS_FILE_PERMISSIONS=false
