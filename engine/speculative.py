@@ -91,6 +91,9 @@ class DraftModel:
                            device=target_config.device, kv_cache_bytes=target_kv and target_kv // 4,
                            enable_prefix_caching=False)
         self.runner = ModelRunner(cfg, source, max_model_len)
+        if self.runner.recurrent is not None:  # its state could not take back the drafts the target rejects
+            raise ValueError(f"the draft model {spec.model!r} has linear-attention layers; a draft needs a KV cache "
+                             "only (engine/recurrent_state.py)")
         self.bm = BlockManager(self.runner.num_blocks, cfg.block_size, enable_prefix_caching=False)
         self.mirrors: dict[int, Sequence] = {}
 

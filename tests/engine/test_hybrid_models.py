@@ -74,10 +74,13 @@ def test_forked_samples_continue_the_parents_state(qwen3_5):
     assert [c.token_ids for c in outs[0].outputs] == [expected, expected]
 
 
-def test_speculative_decoding_is_refused(qwen3_5):
+def test_speculative_decoding_is_refused(qwen3_5, tiny_models):
     with pytest.raises(ValueError, match="speculative decoding is not supported"):
         LLM(model=str(qwen3_5.folder), num_kv_blocks=32,
             speculative_config={"method": "ngram", "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match="has linear-attention layers"):  # nor can it draft for another model
+        LLM(model=str(tiny_models["gqa"]), num_kv_blocks=32,
+            speculative_config={"method": "draft", "model": str(qwen3_5.folder), "num_speculative_tokens": 2})
 
 
 def test_multimodal_checkpoint_serves_its_text_model(tmp_path, default_model_dir):
