@@ -1,4 +1,5 @@
-"""Thinking text (Qwen3, SmolLM3, DeepSeek-R1 distills: `<think>...</think>` before the answer) kept out of
+"""Thinking text (Qwen3, SmolLM3, DeepSeek-R1 distills: `<think>...</think>` before the answer; Mistral's
+`[THINK]...[/THINK]`; Gemma 4's `<|channel>thought...<channel|>`) kept out of
 the answer: it goes to `reasoning_content`, never into `content`, and grammars for tools or formats apply
 after it (engine/thinking.py). Named as vLLM's `--reasoning-parser` names them.
 
@@ -25,6 +26,8 @@ REASONING_FORMATS = {f.name: f for f in (
     ReasoningFormat("qwen3", "<think>", "</think>"),
     ReasoningFormat("deepseek_r1", "<think>", "</think>"),
     ReasoningFormat("mistral", "[THINK]", "[/THINK]"),
+    # Gemma 4's thought channel; its template closes an empty one in the prompt when thinking is off.
+    ReasoningFormat("gemma4", "<|channel>thought", "<channel|>"),
 )}
 
 
@@ -37,6 +40,8 @@ def reasoning_format(name: str | None, template: str | None) -> ReasoningFormat 
         return REASONING_FORMATS[name]
     if template and "[THINK]" in template and "[/THINK]" in template:
         return REASONING_FORMATS["mistral"]
+    if template and "<|channel>thought" in template and "<channel|>" in template:
+        return REASONING_FORMATS["gemma4"]
     if template and "</think>" in template:
         return REASONING_FORMATS["qwen3"]
     return None

@@ -119,6 +119,33 @@ def test_thinking_is_reasoning_never_content():
     assert split_reasoning("<think>a</think>b", qwen3, "off") == (None, "<think>a</think>b")
 
 
+def test_gemma4_thought_channel_is_reasoning():
+    """Gemma 4's template (llama.cpp's copy) is read as the gemma4 format: its thinking-off generation prompt
+    closes an empty thought channel, and a thought the model writes goes to reasoning, whole or streamed."""
+    from tests.engine.test_gguf_tokenizer import LLAMA_CPP
+
+    path = Path(LLAMA_CPP, "models", "templates", "google-gemma-4-31B-it.jinja")
+    if not path.exists():
+        pytest.skip("llama.cpp's source tree (llama-cpp-python's sdist) is not in the cache")
+    import jinja2
+
+    template = path.read_text()
+    gemma4 = chat_formats(Tok(template), None)[1]
+    assert gemma4 is REASONING_FORMATS["gemma4"]
+    env = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = lambda v, **k: json.dumps(v, **k)
+    render = env.from_string(template).render
+    off = render(messages=ASK, add_generation_prompt=True, bos_token="<bos>")
+    on = render(messages=ASK, add_generation_prompt=True, bos_token="<bos>", enable_thinking=True)
+    assert (thinking_start(off, gemma4), thinking_start(on, gemma4)) == ("off", "maybe")
+    text = "<|channel>thought\nThe user wants weather.<channel|>It is sunny."
+    assert split_reasoning(text, gemma4, "maybe") == ("The user wants weather.", "It is sunny.")
+    for seed in range(3):
+        events = _streamed(text, ChatOutputParser(False, False, TOOL_FORMATS["hermes"], gemma4, "maybe"), seed)
+        assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "The user wants weather."
+        assert collect(events)[0] == "It is sunny."
+
+
 class Qwen3Tok:
     chat_template = QWEN3
 
