@@ -208,7 +208,9 @@ def bench_offline(
         engines[f"sllm[{modes[0]}]+spec"] = LLM(model=model, dtype=dtype, quantization=modes[0],
                                                  speculative_config=json.loads(speculative))
     llm = next(iter(engines.values()))
-    folder = llm.engine.model_path
+    from engine.loader import resolve_model
+
+    folder = resolve_model(model)  # HF reads a folder: a GGUF file's is converted once into the cache
     results: dict[str, list[Row]] = {}
     for variant in [v.strip() for v in variants.split(",") if v.strip()]:
         prompts = _prompts(variant == "chat", llm.tokenizer, limit)
