@@ -74,6 +74,7 @@ def _register_optional_commands() -> None:
         ("benchmarks.structured_output", "bench_json", bench_app, "json"),
         ("benchmarks.kernels", "bench_kernels", bench_app, "kernels"),
         ("benchmarks.lora", "bench_lora", bench_app, "lora"),
+        ("benchmarks.embed", "bench_embed", bench_app, "embed"),
         ("benchmarks.real_shapes", "make_gguf", bench_app, "make-gguf"),
     ):
         try:

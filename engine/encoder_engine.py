@@ -49,15 +49,16 @@ class EncoderEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         tok_max = getattr(self.tokenizer, "model_max_length", None)
         self.spec: EncoderSpec = read_encoder_spec(folder, tok_max if tok_max and tok_max < 10**6 else None)
-        self.model = BertEncoder.from_folder(folder)
         self.served_model_name = served_model_name or folder.name
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.error: BaseException | None = None
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._counts = {"requests": 0, "batches": 0, "tokens": 0}
-        self._thread = threading.Thread(target=self._loop, name="sllm-encoder", daemon=True)
+        built: Future[BertEncoder] = Future()
+        self._thread = threading.Thread(target=self._start, args=(folder, built), name="sllm-encoder", daemon=True)
         self._thread.start()
+        self.model = built.result()  # the load's error, if any, is raised here
 
     # -- what the gateway reads ------------------------------------------------------------------------
     @property
@@ -137,6 +138,17 @@ class EncoderEngine:
             self.error = EngineDeadError("the encoder was shut down")
 
     # -- the worker thread ------------------------------------------------------------------------------
+    def _start(self, folder: Path, built: Future) -> None:
+        """Loads the weights on the worker thread, so one thread does all of this model's torch work (as
+        AsyncEngine does: libgomp gives every thread that opens parallel regions a pool of its own)."""
+        try:
+            self.model = BertEncoder.from_folder(folder)
+        except BaseException as exc:
+            built.set_exception(exc)
+            return
+        built.set_result(self.model)
+        self._loop()
+
     def _loop(self) -> None:
         while True:
             job = self._jobs.get()
