@@ -22,6 +22,7 @@ import torch
 from engine.encoder_folder import EncoderSpec, read_encoder_spec
 from engine.errors import EngineDeadError, InvalidRequestError
 from engine.models.bert import BertEncoder
+from engine.models.modernbert import ModernBertEncoder
 from engine.outputs import RequestMetrics
 from engine.pooling import PoolingOutput, PoolingParams
 
@@ -39,6 +40,8 @@ class _Job:
 
 
 class EncoderEngine:
+    model: BertEncoder | ModernBertEncoder
+
     def __init__(self, model: str | Path, served_model_name: str | None = None, max_batch_tokens: int = 16384,
                  max_batch_size: int = 128, num_threads: int | None = None):
         from transformers import AutoTokenizer
@@ -55,7 +58,7 @@ class EncoderEngine:
         self.error: BaseException | None = None
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._counts = {"requests": 0, "batches": 0, "tokens": 0}
-        built: Future[BertEncoder] = Future()
+        built: Future = Future()
         self._thread = threading.Thread(target=self._start, args=(folder, built), name="sllm-encoder", daemon=True)
         self._thread.start()
         self.model = built.result()  # the load's error, if any, is raised here
@@ -142,7 +145,8 @@ class EncoderEngine:
         """Loads the weights on the worker thread, so one thread does all of this model's torch work (as
         AsyncEngine does: libgomp gives every thread that opens parallel regions a pool of its own)."""
         try:
-            self.model = BertEncoder.from_folder(folder)
+            self.model = (ModernBertEncoder if self.spec.config.family == "modernbert" else BertEncoder).from_folder(
+                folder)
         except BaseException as exc:
             built.set_exception(exc)
             return
@@ -201,7 +205,7 @@ class EncoderEngine:
         self._counts["requests"] += len(batch)
         self._counts["tokens"] += int(mask.sum())
         if batch[0].pooling is None:  # a batch is all scores or all vectors: the two never share a model
-            scores = _ACTIVATE[self.spec.activation](self.model.classify(states)[:, 0].float())
+            scores = _ACTIVATE[self.spec.activation](self.model.classify(states, mask)[:, 0].float())
             for j, s in zip(batch, scores.tolist(), strict=True):
                 j.future.set_result(s)
             return

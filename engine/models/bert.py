@@ -22,6 +22,8 @@ ENCODER_ARCHITECTURES = {
     "BertForSequenceClassification": ("bert", "score"),
     "XLMRobertaForSequenceClassification": ("roberta", "score"),
     "RobertaForSequenceClassification": ("roberta", "score"),
+    "ModernBertModel": ("modernbert", "embed"),  # engine/models/modernbert.py
+    "ModernBertForSequenceClassification": ("modernbert", "score"),
 }
 _ACTIVATIONS = {"gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
                 "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
@@ -30,7 +32,7 @@ _ACTIVATIONS = {"gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tan
 @dataclass(frozen=True)
 class EncoderConfig:
     architecture: str
-    family: str  # "bert" or "roberta" (positions after the padding index)
+    family: str  # "bert", "roberta" (positions after the padding index) or "modernbert"
     task: str  # "embed" (hidden states) or "score" (a classification head)
     vocab_size: int
     hidden_size: int
@@ -52,6 +54,9 @@ class EncoderConfig:
             raise ValueError(f"{folder}: {arch or 'no architecture'} is not an encoder we serve; supported: "
                              f"{sorted(ENCODER_ARCHITECTURES)}")
         family, task = ENCODER_ARCHITECTURES[arch]
+        if family == "modernbert":  # its own names for the norm and the activation
+            raw = {**raw, "layer_norm_eps": raw.get("norm_eps", 1e-5), "type_vocab_size": 0,
+                   "hidden_act": raw.get("hidden_activation", "gelu")}
         if raw.get("position_embedding_type", "absolute") != "absolute":
             raise ValueError(f"{folder}: position_embedding_type {raw['position_embedding_type']} is not supported")
         if raw.get("hidden_act", "gelu") not in _ACTIVATIONS:
@@ -167,7 +172,7 @@ class BertEncoder:
         return x
 
     @torch.inference_mode()
-    def classify(self, states: torch.Tensor) -> torch.Tensor:
+    def classify(self, states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The sequence-classification head on the first token's state: BERT's pooler (dense, tanh) then
         its classifier, or RoBERTa's head (dense, tanh, out_proj)."""
         w, first = self.w, states[:, 0]

@@ -12,6 +12,9 @@ from transformers import (
     BertForSequenceClassification,
     BertModel,
     BertTokenizerFast,
+    ModernBertConfig,
+    ModernBertForSequenceClassification,
+    ModernBertModel,
     XLMRobertaConfig,
     XLMRobertaForSequenceClassification,
     XLMRobertaModel,
@@ -35,12 +38,19 @@ def _tokenizer(folder: Path) -> BertTokenizerFast:
 
 
 def make_encoder(folder: Path, arch: str = "bert", head: bool = False, seed: int = 0) -> Path:
-    """An HF folder: BertModel / XLMRobertaModel, or with `head` their ...ForSequenceClassification (1 label)."""
+    """An HF folder: BertModel / XLMRobertaModel / ModernBertModel, or with `head` their
+    ...ForSequenceClassification (1 label)."""
     torch.manual_seed(seed)
     tok = _tokenizer(folder)
     if arch == "bert":
         config = BertConfig(vocab_size=len(tok), **SHAPE, pad_token_id=tok.pad_token_id, num_labels=1)
         model = (BertForSequenceClassification if head else BertModel)(config)
+    elif arch == "modernbert":  # three layers, global and local (a window of 4 either side) attention
+        config = ModernBertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64, pad_token_id=tok.pad_token_id,
+                                  local_attention=8, global_attn_every_n_layers=2, initializer_range=0.2,
+                                  norm_bias=True, num_labels=1)
+        model = (ModernBertForSequenceClassification if head else ModernBertModel)(config)
     else:
         # XLM-RoBERTa counts positions from pad_token_id + 1, skipping padding (two token types: our WordPiece
         # tokenizer marks pairs, where the real one does not).

@@ -1,8 +1,9 @@
-"""Encoder models (engine/encoder_engine.py, engine/models/bert.py): tiny random BERT and XLM-RoBERTa
-checkpoints saved by sentence-transformers; our vectors equal sentence-transformers' `encode` to 1e-4
-for each pooling, with and without its Normalize module, over inputs longer than max_seq_length
-(truncated as it truncates); cross-encoder scores equal its CrossEncoder's `predict`; concurrent
-requests share forward passes; the legacy `pooling_mode_*` config is read."""
+"""Encoder models (engine/encoder_engine.py, engine/models/bert.py, modernbert.py): tiny random BERT,
+XLM-RoBERTa and ModernBERT checkpoints saved by sentence-transformers; our vectors equal
+sentence-transformers' `encode` to 1e-4 for each pooling, with and without its Normalize module, over
+inputs longer than max_seq_length (truncated as it truncates); cross-encoder scores equal its
+CrossEncoder's `predict`; concurrent requests share forward passes; the legacy `pooling_mode_*` config is
+read."""
 
 import asyncio
 import json
@@ -28,7 +29,7 @@ async def _embed_all(engine: EncoderEngine, texts: list) -> torch.Tensor:
     return torch.stack([o.embedding for o in outs])
 
 
-@pytest.mark.parametrize("arch", ["bert", "roberta"])
+@pytest.mark.parametrize("arch", ["bert", "roberta", "modernbert"])
 @pytest.mark.parametrize(("pooling", "normalize"), [("mean", True), ("cls", False), ("lasttoken", True)])
 def test_vectors_equal_sentence_transformers(tmp_path, arch, pooling, normalize):
     from sentence_transformers import SentenceTransformer
@@ -45,7 +46,7 @@ def test_vectors_equal_sentence_transformers(tmp_path, arch, pooling, normalize)
         engine.shutdown()
 
 
-@pytest.mark.parametrize("arch", ["bert", "roberta"])
+@pytest.mark.parametrize("arch", ["bert", "roberta", "modernbert"])
 def test_cross_encoder_scores_equal_sentence_transformers(tmp_path, arch):
     from sentence_transformers import CrossEncoder
 
