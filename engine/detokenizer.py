@@ -20,14 +20,29 @@ def new_state(prompt_len: int) -> DetokenizerState:
     return DetokenizerState(prefix_offset=max(prompt_len - 5, 0), read_offset=prompt_len)
 
 
+def decode(tokenizer, token_ids: list[int], skip_special_tokens: bool = True, keep: tuple[int, ...] = ()) -> str:
+    """`tokenizer.decode`, except that the special tokens in `keep` stay in the text when the others are
+    skipped (the text between them is decoded as a run of its own)."""
+    if not skip_special_tokens or not keep or not any(t in keep for t in token_ids):
+        return tokenizer.decode(token_ids, skip_special_tokens=skip_special_tokens)
+    out, run = [], []
+    for t in token_ids:
+        if t in keep:
+            out += [tokenizer.decode(run, skip_special_tokens=True), tokenizer.decode([t])]
+            run = []
+        else:
+            run.append(t)
+    return "".join(out) + tokenizer.decode(run, skip_special_tokens=True)
+
+
 def detokenize_incrementally(
-    tokenizer, token_ids: list[int], state: DetokenizerState, skip_special_tokens: bool = True
+    tokenizer, token_ids: list[int], state: DetokenizerState, skip_special_tokens: bool = True,
+    keep: tuple[int, ...] = (),
 ) -> str:
-    """Returns the text the tokens up to the end of `token_ids` add, advancing `state`."""
-    prefix = tokenizer.decode(
-        token_ids[state.prefix_offset : state.read_offset], skip_special_tokens=skip_special_tokens
-    )
-    full = tokenizer.decode(token_ids[state.prefix_offset :], skip_special_tokens=skip_special_tokens)
+    """Returns the text the tokens up to the end of `token_ids` add, advancing `state`; the special tokens
+    in `keep` stay in the text when the others are skipped."""
+    prefix = decode(tokenizer, token_ids[state.prefix_offset : state.read_offset], skip_special_tokens, keep)
+    full = decode(tokenizer, token_ids[state.prefix_offset :], skip_special_tokens, keep)
     if full.endswith(REPLACEMENT) or len(full) <= len(prefix):
         # An unfinished multi-byte character, or a token that decodes to nothing yet (special tokens).
         if not full.endswith(REPLACEMENT):

@@ -93,7 +93,8 @@ class OutputProcessor:
         st = req.state_of(seq)
         if lp is not None:
             st.logprobs.append(lp)
-        new_text = detokenize_incrementally(self.tokenizer, seq.token_ids, st.detok, p.skip_special_tokens)
+        new_text = detokenize_incrementally(self.tokenizer, seq.token_ids, st.detok, p.skip_special_tokens,
+                                            p.keep_special_token_ids)
         st.text += new_text
         grammar_done = False
         if seq.matcher is not None:

@@ -36,6 +36,9 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     skip_special_tokens: bool = True
+    # Special tokens kept in the text even so: the chat layer's format marks that the tokenizer holds as
+    # special tokens (Mistral's `[TOOL_CALLS]`), which its parsers read.
+    keep_special_token_ids: tuple[int, ...] = ()
     # Grammar-constrained decoding (engine/guided_spec.py; the dict form, {"json_schema": ...} etc., is
     # read into a GuidedSpec), compiled by the engine's guided-decoding backend (engine/guided.py).
     guided: GuidedSpec | None = None

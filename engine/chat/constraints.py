@@ -39,30 +39,43 @@ def json_guided(schema: dict[str, Any] | None = None) -> GuidedSpec:
     return GuidedSpec(JsonSchema(schema, any_whitespace=False))
 
 
-def _tool_tag(tool: FunctionTool, index: int, fmt: ToolFormat) -> dict[str, Any]:
+def _tool_tag(tool: FunctionTool, index: int, fmt: ToolFormat, tokens: bool = False) -> dict[str, Any]:
+    """One tool's call. `tokens`: the format's marks are written as the single special tokens the model
+    was trained on (Mistral's `[TOOL_CALLS]name[ARGS]`), never spelled out of ordinary tokens."""
     param = f"tools[{index}].function.parameters"
     try:
-        ebnf = compact_json_ebnf(json.dumps(tool.parameters))  # key order kept: the grammar follows it
+        if fmt.xml:  # Qwen3-Coder's `<parameter=k>\nv\n</parameter>`: xgrammar's own style for it
+            import xgrammar as xgr
+
+            xgr.Grammar.from_json_schema(json.dumps(tool.parameters))  # refused features raise here
+            # One blank at most between the marks, as the template writes them: a small model left free
+            # there writes whitespace until max_tokens. String values are not limited by it.
+            content = {"type": "json_schema", "json_schema": tool.parameters, "style": "qwen_xml",
+                       "max_whitespace_cnt": 1}
+        else:  # key order kept: the grammar follows it
+            content = {"type": "grammar", "grammar": compact_json_ebnf(json.dumps(tool.parameters))}
     except Exception as exc:  # xgrammar refuses schema features it cannot turn into a grammar
         raise InvalidRequestError(f"{param}: the parameters schema of {tool.name!r} is not supported: {exc}",
                                   param) from exc
-    return {
-        "type": "tag",
-        "begin": fmt.begin(tool.name),
-        "content": {"type": "grammar", "grammar": ebnf},
-        "end": fmt.end,
-    }
+    if tokens:
+        content = {"type": "sequence", "elements": [{"type": "const_string", "value": tool.name},
+                                                     {"type": "token", "token": fmt.args_mark}, content]}
+        return {"type": "tag", "begin": {"type": "token", "token": fmt.trigger}, "content": content, "end": fmt.end}
+    return {"type": "tag", "begin": fmt.begin(tool.name), "content": content, "end": fmt.end}
 
 
-def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
-                     parallel_tool_calls: bool = True, fmt: ToolFormat = HERMES) -> GuidedSpec | None:
+def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
+                     fmt: ToolFormat = HERMES, special: frozenset[str] = frozenset()) -> GuidedSpec | None:
     """`SamplingParams.guided` for a tool request in the model's tool format (engine/chat/tool_formats.py),
     or None when nothing is constrained.
 
     auto: free text, but an opened call (its format's trigger) must be a valid call to an offered tool.
     required: one or more valid calls and nothing else (the output starts with a call).
     named: exactly one call to that function.
-    `parallel_tool_calls=False` allows at most one call (generation stops after it)."""
+    `parallel_tool_calls=False` allows at most one call (generation stops after it).
+    `special`: the format's marks that are single special tokens of the model's tokenizer; where a call is
+    required and all its marks are, the grammar writes those tokens (under auto the trigger is read as text,
+    which the special token's text matches too)."""
     fns = normalize_tools(tools)
     choice = normalize_tool_choice(tool_choice, fns)
     shown = offered_tools(fns, choice)
@@ -71,10 +84,11 @@ def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto",
     one = not parallel_tool_calls or isinstance(choice, FunctionTool)
     if fmt.pythonic:
         return _pythonic_guided(shown, choice, one)
-    tags = [_tool_tag(t, fns.index(t), fmt) for t in shown]
-    # What budget-aware closing (engine/json_budget.py) needs to finish a call the budget would cut.
-    formats = tuple(CallFormat(tag["begin"], t.parameters, tag["end"]) for t, tag in zip(shown, tags, strict=True))
-    closing = ToolCalls(formats, fmt.trigger, choice != "auto")
+    tokens = choice != "auto" and bool(fmt.args_mark) and {fmt.trigger, fmt.args_mark} <= special
+    tags = [_tool_tag(t, fns.index(t), fmt, tokens) for t in shown]
+    # What budget-aware closing (engine/json_budget.py) needs to finish a call the budget would cut (JSON only).
+    formats = tuple(CallFormat(fmt.begin(t.name), t.parameters, fmt.end) for t in shown)
+    closing = None if fmt.xml else ToolCalls(formats, fmt.trigger, choice != "auto")
     if choice == "auto":
         auto: dict[str, Any] = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags,
                                 "at_least_one": False, "stop_after_first": one}

@@ -1,8 +1,9 @@
 """Engine outputs back into chat semantics: content, tool calls and OpenAI's finish reason, one
 parser per sample whether calls are parsed, our markup filtered, or the text passed as it is."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from engine.chat.markup import MarkupFilter, strip_markup
 from engine.chat.parser import ContentDelta, ReasoningDelta, StreamEvent, call_parser, parse_answer
@@ -28,9 +29,10 @@ class ChatOutputParser:
     (MarkupFilter); otherwise the text as it is."""
 
     def __init__(self, parses_calls: bool, strips_markup: bool, tool_format: ToolFormat = HERMES,
-                 reasoning: ReasoningFormat | None = None, thinking: Start = "off"):
+                 reasoning: ReasoningFormat | None = None, thinking: Start = "off",
+                 tool_schemas: Mapping[str, Any] | None = None):
         self.parses_calls = parses_calls
-        self._calls = call_parser(tool_format) if parses_calls else None
+        self._calls = call_parser(tool_format, tool_schemas) if parses_calls else None
         self._markup = MarkupFilter() if strips_markup and not parses_calls else None
         self._thinking = ReasoningSplitter(reasoning, thinking) if reasoning and thinking != "off" else None
 
@@ -73,10 +75,11 @@ class ChatAnswer:
 
 
 def read_answer(text: str, parses_calls: bool, strips_markup: bool, tool_format: ToolFormat = HERMES,
-                reasoning: ReasoningFormat | None = None, thinking: Start = "off") -> ChatAnswer:
+                reasoning: ReasoningFormat | None = None, thinking: Start = "off",
+                tool_schemas: Mapping[str, Any] | None = None) -> ChatAnswer:
     thought, text = split_reasoning(text, reasoning, thinking)
     if parses_calls:
-        return ChatAnswer(*parse_answer(text, tool_format), thought)
+        return ChatAnswer(*parse_answer(text, tool_format, tool_schemas), thought)
     return ChatAnswer(strip_markup(text) if strips_markup else text, [], False, thought)
 
 

@@ -4,8 +4,8 @@ complete, schema-shaped tool calls."""
 import json
 import logging
 import re
-from collections.abc import Iterable
-from typing import Literal
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
 
 from engine.chat.events import ContentDelta, ReasoningDelta, StreamEvent, ToolCallArguments, ToolCallStart
 from engine.chat.json_scan import JsonValueScanner
@@ -21,7 +21,9 @@ log = logging.getLogger(__name__)
 # parsing the whole call object.
 _HEAD_RE = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:')
 
-State = Literal["text", "open", "head", "args", "tail", "next", "after", "ended"]
+State = Literal["text", "open", "named", "head", "args", "tail", "next", "after", "ended"]
+_NAMED_ARGS = "[ARGS]"  # Mistral's `[TOOL_CALLS]name[ARGS]{...}` (`[CALL_ID]id` may come before it)
+_CALL_ID = "[CALL_ID]"
 
 
 class ToolCallParser(TextStream):
@@ -36,9 +38,10 @@ class ToolCallParser(TextStream):
     already given ends the answer: it and everything after it are dropped and `ended_by_repeat` is set,
     since a small model that starts repeating a call repeats it until the budget runs out.
     After the trigger comes one call object or a list of them (`[{...}, {...}]`, as Mistral, Granite and
-    Phi-4-mini write several calls); a call whose end marks were cut is still returned once its
-    arguments are whole. Content is the text outside the calls with leading and trailing whitespace
-    removed (trailing whitespace is held until more content follows). `parse_tool_calls` runs this same
+    Phi-4-mini write several calls), or, in Mistral's newer form, the call's name and `[ARGS]` before its
+    arguments object; a call whose end marks were cut is still returned once its arguments are whole.
+    Content is the text outside the calls with leading and trailing whitespace removed (trailing whitespace
+    is held until more content follows). `parse_tool_calls` runs this same
     machine on a whole text, so streamed and non-streamed results agree by construction, whatever the
     chunking."""
 
@@ -49,6 +52,7 @@ class ToolCallParser(TextStream):
         super().__init__()
         self._state: State = "text"
         self._in_list = False
+        self._named = False  # the open call is Mistral's `name[ARGS]{...}`: no object of its own to close
         self._scanner = JsonValueScanner()
         self._open: tuple[str, list[str]] | None = None  # the call being written: name, argument text
 
@@ -137,9 +141,22 @@ class ToolCallParser(TextStream):
             stripped = buf.lstrip()
             if state in ("open", "tail", "next", "after") and not stripped and not final:
                 break  # what comes next decides
-            if state == "open":  # after the trigger: one call object, or a list of them
-                self._in_list = stripped.startswith("[")
-                self._buf, self._state = (stripped[1:] if self._in_list else buf), "head"
+            if state == "open":  # after the trigger: one call object, a list of them, or `name[ARGS]`
+                self._in_list, self._named = stripped.startswith("["), False
+                named = bool(self.fmt.args_mark or self.fmt.name == "mistral") and stripped[:1] not in "[{"
+                self._buf, self._state = (stripped[1:] if self._in_list else buf), "named" if named else "head"
+                continue
+            if state == "named":
+                at = buf.find(_NAMED_ARGS)
+                if at < 0:
+                    if final:  # cut before its arguments
+                        self._buf, self._state = "", "text"
+                        continue
+                    break
+                name = buf[:at].split(_CALL_ID, 1)[0].strip()
+                self._start_call(name)
+                self._named = True
+                self._buf, self._state, self._scanner = buf[at + len(_NAMED_ARGS):], "args", JsonValueScanner()
                 continue
             if state == "head":
                 m = _HEAD_RE.match(buf)
@@ -173,7 +190,8 @@ class ToolCallParser(TextStream):
                     self._state = "text"
                 break
             if state == "tail":  # the call object's own "}" after its arguments
-                self._buf, self._state = (stripped[1:] if stripped.startswith("}") else buf), "next"
+                closes = stripped.startswith("}") and not self._named
+                self._buf, self._state = (stripped[1:] if closes else buf), "next"
                 continue
             if state == "next":  # in a list: another call, or its end
                 if self._in_list and stripped.startswith(","):
@@ -214,19 +232,25 @@ def collect(events: Iterable[StreamEvent]) -> tuple[str | None, list[ToolCall]]:
     return ("".join(content) or None), calls
 
 
-def call_parser(fmt: ToolFormat = HERMES):
-    """The streaming parser of `fmt`: ToolCallParser, or PythonicCallParser with the same interface."""
+def call_parser(fmt: ToolFormat = HERMES, schemas: Mapping[str, Any] | None = None):
+    """The streaming parser of `fmt`: ToolCallParser, or PythonicCallParser or XmlCallParser with the same
+    interface. `schemas` (each offered tool's parameters, by name) says how XML calls' values read."""
     if fmt.pythonic:
         from engine.chat.pythonic import PythonicCallParser
 
         return PythonicCallParser()
+    if fmt.xml:
+        from engine.chat.xml_calls import XmlCallParser
+
+        return XmlCallParser(schemas)
     return ToolCallParser(fmt)
 
 
-def parse_answer(text: str, fmt: ToolFormat = HERMES) -> tuple[str | None, list[ToolCall], bool]:
+def parse_answer(text: str, fmt: ToolFormat = HERMES,
+                 schemas: Mapping[str, Any] | None = None) -> tuple[str | None, list[ToolCall], bool]:
     """(content without the call blocks or None, calls with `arguments` as JSON text, whether a
     repeated call ended the answer)."""
-    parser = call_parser(fmt)
+    parser = call_parser(fmt, schemas)
     content, calls = collect(parser.feed(text) + parser.finish())
     return content, calls, parser.ended_by_repeat
 

@@ -68,15 +68,16 @@ class PreparedChat:
     tool_format: ToolFormat = HERMES
     reasoning: ReasoningFormat | None = None  # the model's thinking marks
     thinking: Start = "off"  # where the output starts: inside the thinking, before it, or without
+    tool_schemas: Mapping[str, Any] | None = None  # the offered tools' parameters, by name
 
     def output_parser(self) -> ChatOutputParser:
         return ChatOutputParser(self.parses_calls, self.strips_markup, self.tool_format, self.reasoning,
-                                self.thinking)
+                                self.thinking, self.tool_schemas)
 
     def read(self, text: str) -> ChatAnswer:
         """A whole sample: content, calls, reasoning."""
         return read_answer(text, self.parses_calls, self.strips_markup, self.tool_format, self.reasoning,
-                           self.thinking)
+                           self.thinking, self.tool_schemas)
 
     def repeat_watch(self, stop) -> RepeatWatch | None:
         """What stops a sample whose repeated call ended its answer (non-streamed), when calls are parsed."""
@@ -90,6 +91,18 @@ def chat_formats(tokenizer, options: ChatOptions | None) -> tuple[ToolFormat, Re
     template = chat_template_text(tokenizer)
     tools = tool_format(options.tool_call_parser, template) if template_supports_tools(tokenizer) else HERMES
     return tools, reasoning_format(options.reasoning_parser, template)
+
+
+def special_marks(tokenizer, tools: ToolFormat, reasoning: ReasoningFormat | None) -> dict[str, int]:
+    """The special tokens the formats' marks are made of (Mistral's `[TOOL_CALLS]` and `[ARGS]`, Gemma 4's
+    `<|channel>`), by text: decoding keeps them in the text while it drops the other special tokens (the
+    parsers read the marks there), and the grammar writes them as those tokens."""
+    marks = [*tools.marks, *((reasoning.start, reasoning.end) if reasoning else ())]
+    special = set(getattr(tokenizer, "all_special_tokens", ()) or ())
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    special |= {t.content for t in added.values() if getattr(t, "special", False)}
+    vocab = getattr(tokenizer, "get_added_vocab", dict)() or {}
+    return {tok: i for tok, i in vocab.items() if tok in special and any(tok in m for m in marks)}
 
 
 def _template_kwargs(request: ChatRequest) -> dict[str, Any]:
@@ -106,9 +119,11 @@ def _template_kwargs(request: ChatRequest) -> dict[str, Any]:
     return kwargs
 
 
-def chat_constraint(request: ChatRequest, fmt: ToolFormat = HERMES) -> tuple[bool, GuidedSpec | None]:
+def chat_constraint(request: ChatRequest, fmt: ToolFormat = HERMES,
+                    special: frozenset[str] = frozenset()) -> tuple[bool, GuidedSpec | None]:
     """(whether calls are parsed, the guided-decoding spec) of a request, checked: bad tools,
-    tool_choice or formats raise InvalidRequestError naming the field."""
+    tool_choice or formats raise InvalidRequestError naming the field. `special`: the format's marks that
+    are single special tokens of the model's tokenizer."""
     output = structured_output(request.response_format, request.guided_extras, request.format_param)
     fns = normalize_tools(request.tools)
     choice = normalize_tool_choice(request.tool_choice, fns)
@@ -116,9 +131,9 @@ def chat_constraint(request: ChatRequest, fmt: ToolFormat = HERMES) -> tuple[boo
     if not fns or choice == "none":
         return False, output
     if output is None or choice != "auto":
-        guided = guided_for_tools(request.tools, request.tool_choice, parallel, fmt)
+        guided = guided_for_tools(request.tools, request.tool_choice, parallel, fmt, special)
     else:
-        calls = guided_for_tools(request.tools, "required", parallel, fmt)
+        calls = guided_for_tools(request.tools, "required", parallel, fmt, special)
         assert calls is not None and isinstance(calls.constraint, StructuralTag)
         either = {"type": "or", "elements": [calls.constraint.tag["format"], as_format(output)]}
         guided = GuidedSpec(StructuralTag({"type": "structural_tag", "format": either}))
@@ -133,7 +148,8 @@ def prepare_chat(tokenizer, request: ChatRequest, sampling: SamplingParams,
     section) of a chat request, under the served model's chat `options`. A reply constrained to any JSON
     object (`json_object`) is announced in the system message (JSON_REPLY_NOTE)."""
     tools, reasoning = chat_formats(tokenizer, options)
-    parses_calls, guided = chat_constraint(request, tools)
+    marks = special_marks(tokenizer, tools, reasoning)
+    parses_calls, guided = chat_constraint(request, tools, frozenset(marks))
     messages = list(request.messages)
     if wants_json_note(guided):
         messages = with_system_note(messages, JSON_REPLY_NOTE)
@@ -147,5 +163,7 @@ def prepare_chat(tokenizer, request: ChatRequest, sampling: SamplingParams,
         if budget is None and options is not None:
             budget = options.max_thinking_tokens
         thinking = Thinking(reasoning.start, reasoning.end, start == "open", budget)
-    params = replace(sampling, guided=guided, thinking=thinking)
-    return PreparedChat(prompt, params, parses_calls, not parses_calls and history, tools, reasoning, start)
+    params = replace(sampling, guided=guided, thinking=thinking, keep_special_token_ids=tuple(sorted(marks.values())))
+    schemas = {f.name: f.parameters for f in normalize_tools(request.tools)} if parses_calls else None
+    return PreparedChat(prompt, params, parses_calls, not parses_calls and history, tools, reasoning, start,
+                        schemas)

@@ -16,13 +16,13 @@ def default_model_dir() -> Path:
 
 
 def make_tiny_llama(folder: Path, tokenizer_from: Path, *, kv_heads: int = 2, tied: bool = False,
-                    seed: int = 0, layers: int = 2) -> Path:
+                    seed: int = 0, layers: int = 2, vocab_size: int = 49152) -> Path:
     """A random Llama small enough to run in milliseconds, with the default model's tokenizer so text
     paths (stop strings, detokenization) are exercised too. A large init range makes logits peaked,
     so greedy choices are not near-ties that rounding could flip."""
     torch.manual_seed(seed)
     config = LlamaConfig(
-        vocab_size=49152, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=1024,
         tie_word_embeddings=tied, initializer_range=0.2, rms_norm_eps=1e-5, bos_token_id=1, eos_token_id=2,
     )

@@ -6,6 +6,7 @@ response_format) starts after it; a thinking budget forces its end; `enable_thin
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -23,8 +24,11 @@ from engine.chat import (
     read_answer,
 )
 from engine.chat.output import ChatOutputParser
+from engine.chat.parser import ToolCallStart
 from engine.chat.reasoning import REASONING_FORMATS, split_reasoning, thinking_start
-from engine.chat.tool_formats import TOOL_FORMATS
+from engine.chat.request import special_marks
+from engine.chat.tool_formats import MISTRAL_ARGS, TOOL_FORMATS
+from engine.detokenizer import decode
 from engine.thinking import Thinking
 from tests.engine.conftest import make_tiny_llama
 
@@ -53,10 +57,17 @@ class Tok:
     ("meta-llama-Llama-3.2-3B-Instruct", "llama3_json", None),
     ("mistralai-Mistral-Nemo-Instruct-2407", "mistral", None),
     ("ibm-granite-granite-3.3-2B-Instruct", "granite", "qwen3"),  # <think> when asked (`thinking`)
+    ("mistralai-Ministral-3-14B-Reasoning-2512", "mistral", "mistral"),  # [TOOL_CALLS]name[ARGS]{...}
+    ("Qwen3-Coder", "qwen3_coder", None),
+    ("Qwen3.5-4B", "qwen3_coder", "qwen3"),
 ])
 def test_formats_are_read_from_the_template(template, tools, reasoning):
-    fmt, think = chat_formats(Tok((TEMPLATES / f"{template}.jinja").read_text()), None)
+    text = (TEMPLATES / f"{template}.jinja").read_text()
+    fmt, think = chat_formats(Tok(text), None)
     assert fmt.name == tools and (think.name if think else None) == reasoning
+    # Mistral's form is the template's: Ministral 3 names the call before `[ARGS]`, Nemo writes a JSON list.
+    assert (fmt.args_mark == "[ARGS]") == ("[ARGS]" in text)
+    assert chat_formats(Tok(text), ChatOptions(tool_call_parser="mistral"))[0].args_mark == fmt.args_mark
     # The server's choice wins over the template.
     assert chat_formats(Tok(QWEN3), ChatOptions(tool_call_parser="mistral"))[0].name == "mistral"
     with pytest.raises(ValueError, match="unknown tool call parser"):
@@ -72,9 +83,12 @@ def _streamed(text: str, parser: ChatOutputParser, seed: int):
     return events
 
 
-@pytest.mark.parametrize("name", sorted(TOOL_FORMATS))
+FORMATS = {**TOOL_FORMATS, "mistral[ARGS]": MISTRAL_ARGS}
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
 def test_each_format_parses_to_the_same_openai_calls(name):
-    fmt = TOOL_FORMATS[name]
+    fmt = FORMATS[name]
     text = ("Let me see. " + fmt.call_text("get_weather", '{"city": "Seoul"}') + "\n"
             + fmt.call_text("add", '{"a": 1, "b": 2}'))
     content, calls, _ = parse_answer(text, fmt)
@@ -100,6 +114,33 @@ def test_lists_of_calls_as_families_write_them():
                                      '{"name": "add", "parameters": {"a": 3, "b": 4}}', llama)
     assert content is None and [json.loads(c.arguments)["a"] for c in calls] == [1, 3]
     assert parse_answer('x = {"a": 1}', llama) == ('x = {"a": 1}', [], False)  # JSON that is no call stays text
+    # Mistral's newer form, as Ministral 3 and Devstral write it (Mistral Small 3.2 adds a call id): the one
+    # `mistral` parser reads it too, whichever form the template writes.
+    for fmt in (mistral, MISTRAL_ARGS):
+        content, calls, _ = parse_answer('[TOOL_CALLS]add[CALL_ID]a1b2c3d4e[ARGS]{"a": 1, "b": 2}'
+                                         '[TOOL_CALLS]get_weather[ARGS]{"city": "X"}', fmt)
+        assert content is None and [(c.name, json.loads(c.arguments)) for c in calls] == \
+            [("add", {"a": 1, "b": 2}), ("get_weather", {"city": "X"})]
+        assert parse_answer('Sure. [TOOL_CALLS]add[ARGS]{"a": 1', fmt)[:2] == ("Sure.", [])  # cut: never a call
+
+
+def test_qwen3_coder_values_read_by_the_tools_schema():
+    fmt = TOOL_FORMATS["qwen3_coder"]
+    text = ("I'll look.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\n12\n</parameter>\n</function>\n"
+            "</tool_call>\n<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\n-2\n"
+            "</parameter>\n</function>\n</tool_call>")
+    content, calls, _ = parse_answer(text, fmt, SCHEMAS)
+    assert content == "I'll look."
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "12"}),
+                                                                  ("add", {"a": 1, "b": -2})]
+    for seed in range(5):  # streamed: one whole entry per call, in any chunking
+        events = _streamed(text, ChatOutputParser(True, False, fmt, tool_schemas=SCHEMAS), seed)
+        starts = [e for e in events if isinstance(e, ToolCallStart)]
+        assert [e.index for e in starts] == [0, 1] and collect(events)[1][1].arguments == calls[1].arguments
+    # A call left open by max_tokens is never returned; a repeated one ends the answer.
+    assert parse_answer(text[:-40], fmt, SCHEMAS)[1][-1].name == "get_weather"
+    _, calls, repeated = parse_answer(text + "\n" + text.split("\n\n", 1)[1], fmt, SCHEMAS)
+    assert len(calls) == 2 and repeated
 
 
 def test_thinking_is_reasoning_never_content():
@@ -201,6 +242,74 @@ def test_the_grammar_writes_each_format_exactly(qwen3_folder, parser):
     (call,) = a.tool_calls
     assert answer.lstrip().startswith(fmt.begin(call.name))
     jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+
+
+def test_the_grammar_writes_qwen3_coder_calls(qwen3_folder):
+    """Chosen from Qwen3.5's template; values as the schema says. No budget closing (JSON only) here, so the
+    tool's values are ones a random model must finish (an enum, a boolean)."""
+    template = TEMPLATES / "Qwen3.5-4B.jinja"
+    llm = LLM(model=str(qwen3_folder), num_kv_blocks=64, chat_template=str(template))
+    unit = {"type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "ok": {"type": "boolean"}},
+            "required": ["unit", "ok"]}
+    tools = [{"type": "function", "function": {"name": "set_unit", "description": "Unit.", "parameters": unit}}]
+    prepared, out = _run(llm, ChatRequest(ASK, tools, "required", False, max_thinking_tokens=4), max_tokens=120)
+    assert prepared.tool_format.name == "qwen3_coder"
+    answer = out.text.split("</think>", 1)[1]
+    assert answer.lstrip().startswith("<tool_call>\n<function=set_unit>\n") and out.finish_reason == "stop"
+    assert answer.rstrip().endswith("</function>\n</tool_call>")
+    (call,) = prepared.read(out.text).tool_calls
+    jsonschema.validate(json.loads(call.arguments), unit)
+
+
+@pytest.fixture(scope="module")
+def ministral_folder(tmp_path_factory, default_model_dir) -> Path:
+    """A tiny random model with Ministral 3's template, whose tokenizer holds Mistral's marks as special
+    tokens, as Mistral's HF tokenizers do (so `skip_special_tokens` would drop them from the text)."""
+    from transformers import AutoTokenizer
+
+    folder = make_tiny_llama(tmp_path_factory.mktemp("ministral"), default_model_dir, vocab_size=49160)
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.add_special_tokens({"additional_special_tokens": ["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]",
+                                                         "[/THINK]"]})
+    tok.chat_template = (TEMPLATES / "mistralai-Ministral-3-14B-Reasoning-2512.jinja").read_text()
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "add"}}])
+def test_mistral_marks_are_special_tokens_kept_and_forced(ministral_folder, choice):
+    llm = LLM(model=str(ministral_folder), num_kv_blocks=64)
+    tok = llm.engine.tokenizer
+    marks = tok.convert_tokens_to_ids(["[TOOL_CALLS]", "[ARGS]"])
+    prepared = prepare_chat(tok, ChatRequest(ASK, TOOLS, choice, False), SamplingParams(temperature=0, max_tokens=40),
+                            llm.engine.chat_options)
+    assert prepared.tool_format.args_mark == "[ARGS]" and set(marks) <= set(prepared.params.keep_special_token_ids)
+    # Without a thinking section: a random model before an optional `[THINK]` writes blanks (not this test's).
+    (out,) = llm.generate([prepared.prompt], replace(prepared.params, thinking=None), use_tqdm=False)
+    sample = out.outputs[0]
+    # The grammar writes the marks as their special tokens, never spelled out of ordinary ones ...
+    assert sample.token_ids[0] == marks[0] and marks[1] in sample.token_ids
+    # ... and decoding keeps them in the text, where the parser reads them (the other special tokens go).
+    assert sample.text.startswith("[TOOL_CALLS]") and "[TOOL_CALLS]" not in tok.decode(sample.token_ids,
+                                                                                      skip_special_tokens=True)
+    (call,) = prepared.read(sample.text).tool_calls
+    assert sample.text.startswith(f"[TOOL_CALLS]{call.name}[ARGS]{{")
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+    llm.engine.block_manager.check_no_leak()
+
+
+def test_reasoning_marks_held_as_special_tokens_are_kept(default_model_dir):
+    """Gemma 4's HF tokenizer marks `<|channel>` and `<channel|>` special: decoding keeps them, the rest go."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    tok.add_special_tokens({"additional_special_tokens": ["<|channel>", "<channel|>", "<|tool_call>"]})
+    gemma4 = REASONING_FORMATS["gemma4"]
+    marks = special_marks(tok, TOOL_FORMATS["hermes"], gemma4)
+    assert set(marks) == {"<|channel>", "<channel|>"}
+    ids = tok.encode("<|channel>thought\nhmm<channel|>Hi<|im_end|>", add_special_tokens=False)
+    text = decode(tok, ids, True, tuple(marks.values()))
+    assert text == "<|channel>thought\nhmm<channel|>Hi" and split_reasoning(text, gemma4, "maybe") == ("hmm", "Hi")
 
 
 def test_a_thinking_budget_forces_the_end_and_the_grammar_follows(qwen3_folder):
