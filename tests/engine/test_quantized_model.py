@@ -43,16 +43,19 @@ def _greedy(llm, ids):
     return [o.outputs[0].token_ids for o in outs]
 
 
-def _agreement(llm, ids, reference, label: str) -> tuple[int, int]:
+def _quantized_greedy(llm, ids):
     weights = llm.engine.runner.model.weights
     assert isinstance(weights["model.layers.0.qkv"], QuantizedWeight)
     assert isinstance(weights["lm_head"], QuantizedWeight)
-    got = _greedy(llm, ids)
+    return _greedy(llm, ids)
+
+
+def _agreement(got, reference, label: str) -> tuple[int, int]:
     same = sum(a == b for g, r in zip(got, reference, strict=True) for a, b in zip(g, r, strict=True))
     whole = sum(g == r for g, r in zip(got, reference, strict=True))
     first = [next((i for i, (a, b) in enumerate(zip(g, r, strict=True)) if a != b), None)
              for g, r in zip(got, reference, strict=True)]
-    print(f"{label}: {same}/{len(ids) * TOKENS} tokens agree, {whole}/{len(ids)} answers whole; "
+    print(f"{label}: {same}/{len(got) * TOKENS} tokens agree, {whole}/{len(got)} answers whole; "
           f"first differing token per prompt: {first}")
     return same, whole
 
@@ -60,8 +63,8 @@ def _agreement(llm, ids, reference, label: str) -> tuple[int, int]:
 @pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
 def test_quantized_default_model_agrees_with_its_dequantized_reference(prompts, cpu_path):
     ids, reference = prompts
-    same, whole = _agreement(LLM(model="default", quantization="gguf", num_kv_blocks=256), ids, reference,
-                             f"gguf {cpu_path}")
+    got = _quantized_greedy(LLM(model="default", quantization="gguf", num_kv_blocks=256), ids)
+    same, whole = _agreement(got, reference, f"gguf {cpu_path}")
     assert same >= 0.95 * len(ids) * TOKENS
     assert whole >= 12
 
@@ -91,12 +94,11 @@ def test_int8_default_model_agrees_with_its_dequantized_reference(prompts, int8_
     record, against the model's plain float weights: those are its Q4_1 blocks dequantized, which int8
     groups round again (half a step is ~1/254 of a group's largest weight), so near-ties flip there."""
     ids, plain = prompts
-    llm = LLM(model="default", quantization="int8", num_kv_blocks=256)
-    reference = int8_reference
-    same, whole = _agreement(llm, ids, reference, f"int8 {cpu_path}")
+    got = _quantized_greedy(LLM(model="default", quantization="int8", num_kv_blocks=256), ids)
+    same, whole = _agreement(got, int8_reference, f"int8 {cpu_path}")
     assert same >= 0.95 * len(ids) * TOKENS
     assert whole >= 12
-    _agreement(llm, ids, plain, f"int8 {cpu_path} against the plain float weights")
+    _agreement(got, plain, f"int8 {cpu_path} against the plain float weights")  # the same tokens, not a rerun
 
 
 def test_int8_serves_a_float_checkpoint(tiny_models, tmp_path):
