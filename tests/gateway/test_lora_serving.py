@@ -254,7 +254,7 @@ def test_unload_races_end_in_404s_not_500s(files):
     eng = AsyncEngine(model=str(base), enable_lora=True, max_lora_rank=8, num_kv_blocks=32,
                       lora_modules={"a": str(adapters["a"]), "b": str(adapters["b"])})
     try:
-        reg = ModelRegistry.from_settings(Settings(model=str(base)), engine=eng)
+        reg = ModelRegistry.from_settings(Settings(model=str(base), embedding_model="none"), engine=eng)
 
         async def unload_twice():
             return await asyncio.gather(reg.unload_lora("a"), reg.unload_lora("a"), return_exceptions=True)
