@@ -20,6 +20,17 @@ from gateway.web.errors import APIError
 log = logging.getLogger(__name__)
 
 
+def _running(name: str, engine, load_error: str | None):
+    """`engine`, or the 503 a request gets while its model loads, failed to load, or has stopped (embedded
+    decoders and encoders alike)."""
+    if engine is None:
+        why = f"the model failed to load: {load_error}" if load_error else "the model is loading"
+        raise APIError(503, f"{name}: {why}", code="model_not_ready", headers={"retry-after": "5"})
+    if not engine.is_running:
+        raise APIError(503, f"{name}: the engine has stopped", code="engine_dead")
+    return engine
+
+
 @dataclass
 class EmbeddedModel:
     name: str
@@ -30,12 +41,7 @@ class EmbeddedModel:
 
     def ready(self) -> AsyncEngine:
         """The engine, or the 503 a request gets while it loads, failed to load, or has stopped."""
-        if self.engine is None:
-            why = f"the model failed to load: {self.load_error}" if self.load_error else "the model is loading"
-            raise APIError(503, f"{self.name}: {why}", code="model_not_ready", headers={"retry-after": "5"})
-        if not self.engine.is_running:
-            raise APIError(503, f"{self.name}: the engine has stopped", code="engine_dead")
-        return self.engine
+        return _running(self.name, self.engine, self.load_error)
 
     @property
     def max_model_len(self) -> int | None:
@@ -146,12 +152,7 @@ class EncoderModel:
 
     def encoder(self) -> EncoderEngine:
         """The engine, or the 503 a request gets while it loads, failed to load, or has stopped."""
-        if self.engine is None:
-            why = f"the model failed to load: {self.load_error}" if self.load_error else "the model is loading"
-            raise APIError(503, f"{self.name}: {why}", code="model_not_ready", headers={"retry-after": "5"})
-        if not self.engine.is_running:
-            raise APIError(503, f"{self.name}: the engine has stopped", code="engine_dead")
-        return self.engine
+        return _running(self.name, self.engine, self.load_error)
 
     @property
     def max_model_len(self) -> int | None:
