@@ -24,7 +24,7 @@ from engine.errors import EngineDeadError, InvalidRequestError
 from engine.models.bert import BertEncoder
 from engine.models.modernbert import ModernBertEncoder
 from engine.outputs import RequestMetrics
-from engine.pooling import PoolingOutput, PoolingParams
+from engine.pooling import PoolingOutput, PoolingParams, finish_vector, pool_padded
 
 log = logging.getLogger(__name__)
 
@@ -209,13 +209,7 @@ class EncoderEngine:
             for j, s in zip(batch, scores.tolist(), strict=True):
                 j.future.set_result(s)
             return
-        m = mask.unsqueeze(-1).to(states.dtype)
-        means = (states * m).sum(1) / m.sum(1).clamp(min=1e-9)
+        pooled = {kind: pool_padded(states, mask, kind) for kind in {j.pooling.pooling for j in batch if j.pooling}}
         for i, j in enumerate(batch):
-            p = j.pooling
-            v = {"mean": means[i], "cls": states[i, 0], "last": states[i, len(j.ids) - 1]}[p.pooling].float()
-            if p.dimensions is not None:
-                v = v[: p.dimensions]
-            if p.normalize:
-                v = torch.nn.functional.normalize(v, dim=0)
-            j.future.set_result(v.clone())
+            assert j.pooling is not None
+            j.future.set_result(finish_vector(pooled[j.pooling.pooling][i].float(), j.pooling).clone())

@@ -1,9 +1,10 @@
 """What a sentence-transformers folder says about serving its encoder: the pooling (`modules.json`,
-`1_Pooling/config.json`: cls, mean or last token), whether vectors are L2-normalised (a
-`sentence_transformers.models.Normalize` module), the longest input (`sentence_bert_config.json`'s
-`max_seq_length`, longer inputs truncated as sentence-transformers does), and for a cross-encoder the
-activation on its logit (`config.json`'s `sentence_transformers.activation_fn`; sigmoid for one label
-otherwise, as sentence-transformers' CrossEncoder does). A plain HF folder with no modules.json is
+`1_Pooling/config.json`: any one mode of its Pooling module, engine/pooling.py; several concatenated are
+refused), whether vectors are L2-normalised (a `sentence_transformers.models.Normalize` module), the
+longest input (`sentence_bert_config.json`'s `max_seq_length`, longer inputs truncated as
+sentence-transformers does), and for a cross-encoder the activation on its logit (`config.json`'s
+`sentence_transformers.activation_fn`; sigmoid for one label otherwise, as sentence-transformers'
+CrossEncoder does). A plain HF folder with no modules.json is
 mean-pooled without normalisation, as sentence-transformers loads one."""
 
 import json
@@ -14,7 +15,8 @@ from engine.models.bert import EncoderConfig
 from engine.pooling import PoolingType
 
 # sentence-transformers' pooling names (the legacy `pooling_mode_*_token(s)` flags or `pooling_mode`).
-_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last"}
+_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last", "max": "max", "weightedmean": "weightedmean",
+            "mean_sqrt_len_tokens": "mean_sqrt_len"}
 _LEGACY = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "lasttoken",
            "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
            "pooling_mode_weightedmean_tokens": "weightedmean"}
@@ -47,7 +49,7 @@ def _pooling(folder: Path, modules: list[dict]) -> PoolingType:
     if isinstance(mode, list):
         mode = mode[0] if len(mode) == 1 else "+".join(mode)
     if mode not in _POOLING:
-        raise ValueError(f"{folder}: pooling {mode!r} is not supported (cls, mean and lasttoken are)")
+        raise ValueError(f"{folder}: pooling {mode!r} is not supported (one of {', '.join(_POOLING)} is)")
     return _POOLING[mode]  # type: ignore[return-value]
 
 

@@ -4,23 +4,27 @@ An embedding request is a `Sequence` with `pooling` set (a `PoolingState`). It i
 prompt (chunked, batched beside generation, preempted by recompute) but samples nothing: each step hands
 it the rows of the model's final (normed) hidden states that it computed (`pool_rows`), and once its last
 prompt token is computed the engine finishes it there, its KV blocks freed, and answers a
-`PoolingOutput`. Pooling as sentence-transformers names it: `mean` over every token, `last` (the last
-token's state, what decoder embedding models such as Qwen3-Embedding use), or `cls` (the first token's).
-Mean and cls need every row computed, so such a sequence takes nothing from the prefix cache.
+`PoolingOutput`. Pooling as sentence-transformers' Pooling module computes it (its `1_Pooling/config.json`
+modes): `mean` over every token, `last` (its `lasttoken`: the last token's state, what decoder embedding
+models such as Qwen3-Embedding use), `cls` (the first token's), `max` (each dimension's largest value),
+`weightedmean` (token i weighted i + 1, so later tokens count more: SGPT's pooling for decoders) and
+`mean_sqrt_len` (its `mean_sqrt_len_tokens`: the sum divided by the square root of the length). Every mode
+but `last` needs every row computed, so such a sequence takes nothing from the prefix cache.
+`pool_padded` computes the same modes over a padded batch (engine/encoder_engine.py).
 
 A decoder reranker (Qwen3-Reranker) answers through the same path: `classify_token_ids` takes the last
 token's logits at those ids (its "no" and "yes"), softmaxed, instead of its hidden state."""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 from engine.outputs import RequestMetrics
 
-PoolingType = Literal["mean", "last", "cls"]
-POOLING_TYPES: tuple[str, ...] = ("mean", "last", "cls")
+PoolingType = Literal["mean", "last", "cls", "max", "weightedmean", "mean_sqrt_len"]
+POOLING_TYPES: tuple[str, ...] = get_args(PoolingType)
 
 
 @dataclass(frozen=True)
@@ -37,14 +41,24 @@ class PoolingParams:
         assert self.classify_token_ids is None or (self.pooling == "last" and not self.normalize), self
 
 
+def finish_vector(v: torch.Tensor, params: PoolingParams) -> torch.Tensor:
+    """A pooled vector as the request asked: its first `dimensions` values, then L2-normalised."""
+    if params.dimensions is not None:
+        v = v[: params.dimensions]
+    if params.normalize:
+        v = torch.nn.functional.normalize(v, dim=0)
+    return v
+
+
 @dataclass
 class PoolingState:
     """One embedding sequence's running pool; restarted whenever its prompt is computed from the start
     again (after a preemption)."""
 
     params: PoolingParams
-    total: torch.Tensor | None = None  # mean: the sum of the rows so far; last, cls: the row kept
+    total: torch.Tensor | None = None  # the sums: the rows' (weighted) sum; max: the running max; last, cls: the row
     rows: int = 0
+    weight: float = 0.0  # weightedmean: the sum of the weights so far
 
     @property
     def needs_every_row(self) -> bool:
@@ -62,13 +76,21 @@ class PoolingState:
                 self.total = logits(hidden[-1:])[0, list(ids)].float().cpu()
             return
         if start == 0:
-            self.total, self.rows = None, 0
+            self.total, self.rows, self.weight = None, 0, 0.0
         rows = hidden.float()
         kind = self.params.pooling
-        if kind == "mean":
-            part = rows.sum(0)
+        if kind in ("mean", "mean_sqrt_len", "weightedmean"):
+            if kind == "weightedmean":  # position i (0-based, in the whole prompt) weighs i + 1
+                w = torch.arange(start + 1, start + rows.shape[0] + 1, dtype=rows.dtype, device=rows.device)
+                part = (rows * w[:, None]).sum(0)
+                self.weight += float(w.sum())
+            else:
+                part = rows.sum(0)
             self.total = part if self.total is None else self.total + part
             self.rows += rows.shape[0]
+        elif kind == "max":
+            part = rows.max(0).values
+            self.total = part if self.total is None else torch.maximum(self.total, part)
         elif kind == "cls" and start == 0:
             self.total = rows[0].clone()
         elif kind == "last" and start + rows.shape[0] == length:
@@ -78,12 +100,32 @@ class PoolingState:
         assert self.total is not None, "pooled before the prompt was computed"
         if self.params.classify_token_ids is not None:
             return torch.softmax(self.total, dim=0)
-        v = self.total / self.rows if self.params.pooling == "mean" else self.total
-        if self.params.dimensions is not None:
-            v = v[: self.params.dimensions]
-        if self.params.normalize:
-            v = torch.nn.functional.normalize(v, dim=0)
-        return v.cpu()
+        kind = self.params.pooling
+        v = self.total
+        if kind == "mean":
+            v = v / self.rows
+        elif kind == "mean_sqrt_len":
+            v = v / self.rows ** 0.5
+        elif kind == "weightedmean":
+            v = v / self.weight
+        return finish_vector(v, self.params).cpu()
+
+
+def pool_padded(states: torch.Tensor, mask: torch.Tensor, kind: PoolingType) -> torch.Tensor:
+    """`[B, H]` vectors of a right-padded batch (`states` `[B, T, H]`, `mask` `[B, T]` 1 on real tokens):
+    the same modes as PoolingState, as sentence-transformers' Pooling computes them on such a batch."""
+    m = mask.unsqueeze(-1).to(states.dtype)
+    lengths = mask.sum(1)
+    if kind == "cls":
+        return states[:, 0]
+    if kind == "last":
+        return states[torch.arange(states.shape[0]), lengths - 1]
+    if kind == "max":
+        return states.masked_fill(m == 0, float("-inf")).max(1).values
+    if kind == "weightedmean":
+        m = m * torch.arange(1, states.shape[1] + 1, dtype=states.dtype)[None, :, None]
+    total, count = (states * m).sum(1), m.sum(1).clamp(min=1e-9)
+    return total / (count.sqrt() if kind == "mean_sqrt_len" else count)
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Encoder models (engine/encoder_engine.py, engine/models/bert.py, modernbert.py): tiny random BERT,
 XLM-RoBERTa and ModernBERT checkpoints saved by sentence-transformers; our vectors equal
-sentence-transformers' `encode` to 1e-4 for each pooling, with and without its Normalize module, over
+sentence-transformers' `encode` to 1e-4 for each pooling mode of its Pooling module, with and without its Normalize module, over
 inputs longer than max_seq_length (truncated as it truncates); cross-encoder scores equal its
 CrossEncoder's `predict`; concurrent requests share forward passes; the legacy `pooling_mode_*` config is
 read."""
@@ -29,8 +29,11 @@ async def _embed_all(engine: EncoderEngine, texts: list) -> torch.Tensor:
     return torch.stack([o.embedding for o in outs])
 
 
-@pytest.mark.parametrize("arch", ["bert", "roberta", "modernbert"])
-@pytest.mark.parametrize(("pooling", "normalize"), [("mean", True), ("cls", False), ("lasttoken", True)])
+@pytest.mark.parametrize(("arch", "pooling", "normalize"), [
+    *[(arch, pooling, normalize) for arch in ("bert", "roberta", "modernbert")
+      for pooling, normalize in (("mean", True), ("cls", False), ("lasttoken", True))],
+    # the other modes of sentence-transformers' Pooling: the pooling is the same code whatever the encoder
+    ("bert", "max", False), ("bert", "weightedmean", True), ("bert", "mean_sqrt_len_tokens", False)])
 def test_vectors_equal_sentence_transformers(tmp_path, arch, pooling, normalize):
     from sentence_transformers import SentenceTransformer
 

@@ -28,7 +28,11 @@ def reference(folder):
 
 
 def _expected(hidden: torch.Tensor, params: PoolingParams) -> torch.Tensor:
-    v = {"mean": hidden.mean(0), "last": hidden[-1], "cls": hidden[0]}[params.pooling]
+    n = hidden.shape[0]
+    weights = torch.arange(1, n + 1, dtype=hidden.dtype)[:, None]
+    v = {"mean": hidden.mean(0), "last": hidden[-1], "cls": hidden[0], "max": hidden.max(0).values,
+         "weightedmean": (hidden * weights).sum(0) / weights.sum(), "mean_sqrt_len": hidden.sum(0) / n ** 0.5,
+         }[params.pooling]
     v = v[: params.dimensions] if params.dimensions else v
     return torch.nn.functional.normalize(v, dim=0) if params.normalize else v
 
@@ -49,7 +53,9 @@ def _run(engine: LLMEngine, requests: dict[str, tuple[list[int], PoolingParams]]
 
 
 POOLINGS = [PoolingParams("mean"), PoolingParams("last"), PoolingParams("cls"),
-            PoolingParams("mean", dimensions=16), PoolingParams("last", normalize=False)]
+            PoolingParams("mean", dimensions=16), PoolingParams("last", normalize=False),
+            PoolingParams("max", normalize=False), PoolingParams("weightedmean", normalize=False),
+            PoolingParams("mean_sqrt_len", normalize=False)]
 
 
 @pytest.mark.parametrize("chunk", [2048, 48], ids=["whole", "chunked"])
@@ -73,7 +79,8 @@ def test_preemption_and_prefix_hits_give_the_same_vectors(folder, reference):
     engine = LLMEngine(model=str(folder), num_threads=1, num_kv_blocks=14, max_num_batched_tokens=64)
     long = PROMPTS[3]
     requests = {"a": (long, PoolingParams("mean")), "b": (long, PoolingParams("last")),
-                "c": (long, PoolingParams("cls"))}
+                "c": (long, PoolingParams("cls")), "f": (long, PoolingParams("max")),
+                "g": (long, PoolingParams("weightedmean"))}
     got = _run(engine, requests, {"gen": PROMPTS[2]})
     assert engine.scheduler.num_preemptions > 0
     for rid, (_, params) in requests.items():
