@@ -23,11 +23,14 @@ from engine.encoder_folder import EncoderSpec, read_encoder_spec
 from engine.errors import EngineDeadError, InvalidRequestError
 from engine.models.bert import BertEncoder
 from engine.models.modernbert import ModernBertEncoder
+from engine.models.nomic_bert import NomicBertEncoder
 from engine.outputs import RequestMetrics
 from engine.pooling import PoolingOutput, PoolingParams, finish_vector, pool_padded
 
 log = logging.getLogger(__name__)
 
+# Each family's forward pass (EncoderConfig.family), one file each under engine/models/.
+_MODELS = {"bert": BertEncoder, "roberta": BertEncoder, "modernbert": ModernBertEncoder, "nomic_bert": NomicBertEncoder}
 _ACTIVATE = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": lambda x: x}
 
 
@@ -40,7 +43,7 @@ class _Job:
 
 
 class EncoderEngine:
-    model: BertEncoder | ModernBertEncoder
+    model: BertEncoder | ModernBertEncoder | NomicBertEncoder
 
     def __init__(self, model: str | Path, served_model_name: str | None = None, max_batch_tokens: int = 16384,
                  max_batch_size: int = 128, num_threads: int | None = None):
@@ -145,8 +148,7 @@ class EncoderEngine:
         """Loads the weights on the worker thread, so one thread does all of this model's torch work (as
         AsyncEngine does: libgomp gives every thread that opens parallel regions a pool of its own)."""
         try:
-            self.model = (ModernBertEncoder if self.spec.config.family == "modernbert" else BertEncoder).from_folder(
-                folder)
+            self.model = _MODELS[self.spec.config.family].from_folder(folder)
         except BaseException as exc:
             built.set_exception(exc)
             return

@@ -24,7 +24,13 @@ ENCODER_ARCHITECTURES = {
     "RobertaForSequenceClassification": ("roberta", "score"),
     "ModernBertModel": ("modernbert", "embed"),  # engine/models/modernbert.py
     "ModernBertForSequenceClassification": ("modernbert", "score"),
+    "NomicBertModel": ("nomic_bert", "embed"),  # engine/models/nomic_bert.py
 }
+# NomicBERT's config is GPT-2's (its class derives from GPT2Config): our names from its keys, GPT-2's
+# defaults where a key is left out.
+_NOMIC_KEYS = {"hidden_size": ("n_embd", 768), "num_hidden_layers": ("n_layer", 12),
+               "num_attention_heads": ("n_head", 12), "max_position_embeddings": ("n_positions", 1024),
+               "layer_norm_eps": ("layer_norm_epsilon", 1e-5), "hidden_act": ("activation_function", "gelu_new")}
 _ACTIVATIONS = {"gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
                 "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"), "relu": F.relu}
 
@@ -32,7 +38,7 @@ _ACTIVATIONS = {"gelu": F.gelu, "gelu_new": lambda x: F.gelu(x, approximate="tan
 @dataclass(frozen=True)
 class EncoderConfig:
     architecture: str
-    family: str  # "bert", "roberta" (positions after the padding index) or "modernbert"
+    family: str  # "bert", "roberta" (positions after the padding index), "modernbert" or "nomic_bert"
     task: str  # "embed" (hidden states) or "score" (a classification head)
     vocab_size: int
     hidden_size: int
@@ -57,9 +63,12 @@ class EncoderConfig:
         if family == "modernbert":  # its own names for the norm and the activation
             raw = {**raw, "layer_norm_eps": raw.get("norm_eps", 1e-5), "type_vocab_size": 0,
                    "hidden_act": raw.get("hidden_activation", "gelu")}
+        if family == "nomic_bert":  # the gated MLP's width is read from its weights (the remote code rounds it up)
+            raw = {**raw, **{ours: raw.get(theirs, default) for ours, (theirs, default) in _NOMIC_KEYS.items()},
+                   "intermediate_size": raw.get("n_inner") or 4 * raw.get("n_embd", 768)}
         if raw.get("position_embedding_type", "absolute") != "absolute":
             raise ValueError(f"{folder}: position_embedding_type {raw['position_embedding_type']} is not supported")
-        if raw.get("hidden_act", "gelu") not in _ACTIVATIONS:
+        if family != "nomic_bert" and raw.get("hidden_act", "gelu") not in _ACTIVATIONS:  # nomic_bert checks its own
             raise ValueError(f"{folder}: hidden_act {raw['hidden_act']} is not supported")
         num_labels = raw.get("num_labels") or len(raw.get("id2label") or {}) or 2
         return cls(arch, family, task, raw["vocab_size"], raw["hidden_size"], raw["num_hidden_layers"],

@@ -1,8 +1,9 @@
 """Tiny random encoder checkpoints written as sentence-transformers writes them: a WordPiece vocabulary
 of letters and a few words, a random BertModel or XLMRobertaModel (or a one-label sequence classifier,
 a cross-encoder), and for embedding models the Pooling (and Normalize) modules saved by
-sentence-transformers itself."""
+sentence-transformers itself; and NomicBERT folders, whose modeling code transformers does not have."""
 
+import json
 import string
 from pathlib import Path
 
@@ -78,4 +79,70 @@ def make_sentence_transformer(folder: Path, arch: str = "bert", pooling: str = "
     if normalize:
         modules.append(models.Normalize())
     SentenceTransformer(modules=modules, device="cpu").save(str(folder))
+    return folder
+
+
+def make_nomic_encoder(folder: Path, seed: int = 0, *, rotary_fraction: float = 1.0, interleaved: bool = False,
+                       activation: str = "swiglu", biases: bool = False, scaling_factor: float | None = None,
+                       max_trained_positions: int = 2048) -> Path:
+    """A NomicBertModel folder as nomic-embed-text-v1's is laid out (its config keys, its weight names; no
+    modeling code: transformers has no class for it, so the weights are random tensors written directly).
+    The defaults are the published checkpoints' choices: full rotary, GPT-NeoX halves, SwiGLU, no biases,
+    rotary base 1000, a vocabulary padded to a multiple of 8 (64 in theirs)."""
+    from safetensors.torch import save_file
+
+    torch.manual_seed(seed)
+    tok = _tokenizer(folder)
+    hidden, layers, vocab = 32, 2, (len(tok) + 7) // 8 * 8
+    inner = 256  # the remote code rounds the gated MLP's width (n_inner: 64) up to a multiple of 256
+    config = {"architectures": ["NomicBertModel"], "model_type": "nomic_bert", "activation_function": activation,
+              "n_embd": hidden, "n_head": 4, "n_layer": layers, "n_inner": 64, "n_positions": 128,
+              "layer_norm_epsilon": 1e-12, "vocab_size": vocab, "type_vocab_size": 2, "pad_vocab_size_multiple": 8,
+              "rotary_emb_fraction": rotary_fraction, "rotary_emb_base": 1000, "rotary_emb_interleaved": interleaved,
+              "rotary_emb_scale_base": None, "rotary_scaling_factor": scaling_factor,
+              "max_trained_positions": max_trained_positions, "qkv_proj_bias": biases, "mlp_fc1_bias": biases,
+              "mlp_fc2_bias": biases, "prenorm": False, "parallel_block": False, "causal": False,
+              "auto_map": {"AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel"}}
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+
+    def rand(*shape: int, scale: float = 0.2) -> torch.Tensor:
+        return torch.randn(*shape) * scale
+
+    state = {"embeddings.word_embeddings.weight": rand(vocab, hidden, scale=1.0),
+             "embeddings.token_type_embeddings.weight": rand(2, hidden, scale=1.0),
+             "emb_ln.weight": 1 + rand(hidden, scale=0.1), "emb_ln.bias": rand(hidden, scale=0.1)}
+    if rotary_fraction == 0:
+        state["embeddings.position_embeddings.weight"] = rand(128, hidden, scale=1.0)
+    shapes = {"attn.Wqkv": (3 * hidden, hidden), "attn.out_proj": (hidden, hidden), "mlp.fc11": (inner, hidden),
+              "mlp.fc12": (inner, hidden), "mlp.fc2": (hidden, inner)}
+    for i in range(layers):
+        p = f"encoder.layers.{i}."
+        for name, shape in shapes.items():
+            state[p + name + ".weight"] = rand(*shape)
+            if biases:
+                state[p + name + ".bias"] = rand(shape[0], scale=0.1)
+        for norm in ("norm1", "norm2"):
+            state[p + norm + ".weight"] = 1 + rand(hidden, scale=0.1)
+            state[p + norm + ".bias"] = rand(hidden, scale=0.1)
+    save_file(state, str(folder / "model.safetensors"))
+    tok.save_pretrained(folder)
+    return folder
+
+
+def add_sentence_transformers_config(folder: Path, pooling: str = "mean", normalize: bool = True,
+                                     max_seq_length: int = 48) -> Path:
+    """The sentence-transformers files of an encoder folder (modules.json, 1_Pooling, 2_Normalize), written
+    as sentence-transformers writes them (for a model it cannot load without remote code)."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (folder / "2_Normalize").mkdir(exist_ok=True)
+    (folder / "modules.json").write_text(json.dumps(modules, indent=2))
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    hidden = json.loads((folder / "config.json").read_text()).get("n_embd")
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": hidden, "pooling_mode": pooling, "include_prompt": True}, indent=2))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": max_seq_length,
+                                                                  "do_lower_case": False}))
     return folder
