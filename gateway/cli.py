@@ -96,7 +96,7 @@ def serve(
     tool_call_parser: str | None = typer.Option(
         None, "--tool-call-parser",
         help="How the model writes tool calls, as vLLM names them: hermes, llama3_json, mistral, granite, "
-             "phi4_mini_json, pythonic, qwen3_coder (default: read from the chat template)"),
+             "phi4_mini_json, pythonic, qwen3_coder, gemma4 (default: read from the chat template)"),
     reasoning_parser: str | None = typer.Option(
         None, "--reasoning-parser",
         help="How the model marks its thinking, as vLLM names them: qwen3, deepseek_r1, mistral (default: "

@@ -8,6 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from engine.chat.gemma4_grammar import gemma4_tag
 from engine.chat.json_ebnf import compact_json_ebnf
 from engine.chat.tool_formats import HERMES, ToolFormat
 from engine.chat.tools import (
@@ -64,6 +65,15 @@ def _tool_tag(tool: FunctionTool, index: int, fmt: ToolFormat, tokens: bool = Fa
     return {"type": "tag", "begin": fmt.begin(tool.name), "content": content, "end": fmt.end}
 
 
+def _gemma4_tag(tool: FunctionTool, index: int, special: frozenset[str], forced: bool) -> dict[str, Any]:
+    try:
+        return gemma4_tag(tool, special, forced)
+    except Exception as exc:  # xgrammar refuses schema features it cannot turn into a grammar
+        param = f"tools[{index}].function.parameters"
+        raise InvalidRequestError(f"{param}: the parameters schema of {tool.name!r} is not supported: {exc}",
+                                  param) from exc
+
+
 def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto", parallel_tool_calls: bool = True,
                      fmt: ToolFormat = HERMES, special: frozenset[str] = frozenset()) -> GuidedSpec | None:
     """`SamplingParams.guided` for a tool request in the model's tool format (engine/chat/tool_formats.py),
@@ -84,19 +94,24 @@ def guided_for_tools(tools: list[Any] | None, tool_choice: Any = "auto", paralle
     one = not parallel_tool_calls or isinstance(choice, FunctionTool)
     if fmt.pythonic:
         return _pythonic_guided(shown, choice, one)
-    tokens = choice != "auto" and bool(fmt.args_mark) and {fmt.trigger, fmt.args_mark} <= special
-    tags = [_tool_tag(t, fns.index(t), fmt, tokens) for t in shown]
+    if fmt.gemma:
+        tags = [_gemma4_tag(t, fns.index(t), special, choice != "auto") for t in shown]
+    else:
+        tokens = choice != "auto" and bool(fmt.args_mark) and {fmt.trigger, fmt.args_mark} <= special
+        tags = [_tool_tag(t, fns.index(t), fmt, tokens) for t in shown]
     # What budget-aware closing (engine/json_budget.py) needs to finish a call the budget would cut (JSON only).
     formats = tuple(CallFormat(fmt.begin(t.name), t.parameters, fmt.end) for t in shown)
-    closing = None if fmt.xml else ToolCalls(formats, fmt.trigger, choice != "auto")
+    closing = None if fmt.xml or fmt.gemma else ToolCalls(formats, fmt.trigger, choice != "auto")
     if choice == "auto":
         auto: dict[str, Any] = {"type": "triggered_tags", "triggers": [fmt.trigger], "tags": tags,
                                 "at_least_one": False, "stop_after_first": one}
         return GuidedSpec(StructuralTag({"type": "structural_tag", "format": auto}, closing))
     call = tags[0] if len(tags) == 1 else {"type": "or", "elements": tags}
-    newline = {"type": "const_string", "value": "\n"}
+    newline = {"type": "const_string", "value": fmt.separator}
     if one:
         shape = call
+    elif not fmt.separator:  # calls back to back (Gemma 4's)
+        shape = {"type": "plus", "content": call}
     else:
         # call ("\n" call)* "\n"?  -- not tags_with_separator: there a newline after a call commits
         # to another call, and a small model that writes the newline out of habit gets trapped

@@ -233,8 +233,8 @@ def collect(events: Iterable[StreamEvent]) -> tuple[str | None, list[ToolCall]]:
 
 
 def call_parser(fmt: ToolFormat = HERMES, schemas: Mapping[str, Any] | None = None):
-    """The streaming parser of `fmt`: ToolCallParser, or PythonicCallParser or XmlCallParser with the same
-    interface. `schemas` (each offered tool's parameters, by name) says how XML calls' values read."""
+    """The streaming parser of `fmt`: ToolCallParser, or PythonicCallParser, XmlCallParser or Gemma4CallParser
+    with the same interface. `schemas` (each offered tool's parameters, by name) says how XML calls' values read."""
     if fmt.pythonic:
         from engine.chat.pythonic import PythonicCallParser
 
@@ -243,6 +243,10 @@ def call_parser(fmt: ToolFormat = HERMES, schemas: Mapping[str, Any] | None = No
         from engine.chat.xml_calls import XmlCallParser
 
         return XmlCallParser(schemas)
+    if fmt.gemma:
+        from engine.chat.gemma4_calls import Gemma4CallParser
+
+        return Gemma4CallParser()
     return ToolCallParser(fmt)
 
 

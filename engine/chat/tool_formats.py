@@ -13,18 +13,21 @@ here is a JSON object `{"name": ..., "<args key>": {...}}` between a family's ow
     pythonic        [f(a=1, b="x"), g(c=2)]                                       Llama 3.2 (pythonic template), Llama 4
     qwen3_coder     <tool_call>\\n<function=f>\\n<parameter=a>\\n1\\n</parameter>\\n</function>\\n</tool_call>
                                                                                   Qwen3-Coder, Qwen3.5
+    gemma4          <|tool_call>call:f{a:1,b:<|"|>x<|"|>}<tool_call|>                Gemma 4
 
 Mistral's newer form names the call before its arguments object (`[CALL_ID]id` may sit between, as Mistral
 Small 3.2 writes it); the one `mistral` parser reads both forms, and the grammar writes the template's.
 Its marks are special tokens in Mistral's HF tokenizers: `marks` names them, so decoding keeps them in the
-text (engine/chat/request.py). Pythonic and Qwen3-Coder's XML calls are no JSON object: they have their own
-parsers and grammars (engine/chat/pythonic.py, engine/chat/xml_calls.py).
-The grammar writes one call per block (parallel calls as several blocks, a newline apart) so every call
+text (engine/chat/request.py). Pythonic, Qwen3-Coder's XML and Gemma 4's calls are no JSON object: they have
+their own parsers and grammars (engine/chat/pythonic.py, engine/chat/xml_calls.py, engine/chat/gemma4_calls.py).
+The grammar writes one call per block (parallel calls as several blocks, a newline apart, none between Gemma
+4's, as its template writes them) so every call
 has the same begin and end text; the parser also reads a family's list of several calls in one block."""
 
 import json
 from dataclasses import dataclass
 
+from engine.chat.gemma4_calls import QUOTE, arguments_source
 from engine.errors import InvalidRequestError
 
 
@@ -40,10 +43,14 @@ class ToolFormat:
     pythonic: bool = False  # `[f(a=1)]`, engine/chat/pythonic.py
     xml: bool = False  # `<function=f><parameter=a>1</parameter></function>`, engine/chat/xml_calls.py
     args_mark: str = ""  # Mistral's `[ARGS]`: the call is `{trigger}name{args_mark}{arguments}`
+    gemma: bool = False  # `<|tool_call>call:f{a:1}<tool_call|>`, engine/chat/gemma4_calls.py
+    separator: str = "\n"  # what the grammar writes between parallel calls
 
     @property
     def marks(self) -> tuple[str, ...]:
         """The format's marks a tokenizer may hold as special tokens, which decoding must keep in the text."""
+        if self.gemma:
+            return (self.trigger, self.closer, QUOTE)
         return (self.trigger, self.args_mark, "[CALL_ID]") if self.args_mark else (self.trigger,)
 
     def begin(self, tool_name: str) -> str:
@@ -52,6 +59,8 @@ class ToolFormat:
             return f"[{tool_name}("
         if self.xml:
             return f"{self.trigger}\n<function={tool_name}>\n"
+        if self.gemma:
+            return f"{self.trigger}call:{tool_name}"
         if self.args_mark:
             return f"{self.trigger}{tool_name}{self.args_mark}"
         lead = "" if self.trigger_in_call else self.trigger + self.opener
@@ -64,6 +73,8 @@ class ToolFormat:
             return ")]"
         if self.xml:
             return "</function>" + self.closer
+        if self.gemma:
+            return self.closer
         return "" if self.args_mark else "}" + self.closer
 
     def call_text(self, tool_name: str, arguments: str) -> str:
@@ -75,6 +86,8 @@ class ToolFormat:
             from engine.chat.xml_calls import parameters_source
 
             return self.begin(tool_name) + parameters_source(arguments) + self.end
+        if self.gemma:
+            return self.begin(tool_name) + arguments_source(arguments) + self.end
         return self.begin(tool_name) + arguments + self.end
 
 
@@ -90,10 +103,12 @@ TOOL_FORMATS = {f.name: f for f in (
     ToolFormat("phi4_mini_json", "functools", "[", "arguments", "]"),
     ToolFormat("pythonic", "[", "", "", "]", pythonic=True),
     ToolFormat("qwen3_coder", "<tool_call>", "", "", "\n</tool_call>", xml=True),
+    ToolFormat("gemma4", "<|tool_call>", "", "", "<tool_call|>", gemma=True, separator=""),
 )}
 
 # What a chat template writes around the calls in its history or its instructions, most specific first.
 _SIGNS = (
+    ("<|tool_call>call:", "gemma4"),
     ("[func_name1(", "pythonic"),  # the instruction vLLM's pythonic templates (Llama 3.2, Llama 4) write
     ("<function=", "qwen3_coder"),  # before Hermes: these templates write <tool_call> too
     ("[TOOL_CALLS]", "mistral"),

@@ -60,6 +60,7 @@ class Tok:
     ("mistralai-Ministral-3-14B-Reasoning-2512", "mistral", "mistral"),  # [TOOL_CALLS]name[ARGS]{...}
     ("Qwen3-Coder", "qwen3_coder", None),
     ("Qwen3.5-4B", "qwen3_coder", "qwen3"),
+    ("google-gemma-4-31B-it", "gemma4", "gemma4"),  # <|tool_call>call:NAME{...}<tool_call|>
 ])
 def test_formats_are_read_from_the_template(template, tools, reasoning):
     text = (TEMPLATES / f"{template}.jinja").read_text()
@@ -143,6 +144,37 @@ def test_qwen3_coder_values_read_by_the_tools_schema():
     assert len(calls) == 2 and repeated
 
 
+def test_gemma4_calls_read_its_own_values():
+    """Gemma 4's arguments as its template writes them: bare keys, strings between `<|"|>` marks (taken as
+    they are: commas, braces and `<` inside), JSON numbers and words, nesting; calls back to back."""
+    fmt = TOOL_FORMATS["gemma4"]
+    text = ('<|channel>thought\nWeather first.<channel|>Sure.<|tool_call>call:get_weather{city:<|"|>Seoul, {KR} <3'
+            '<|"|>,days:3,opts:{units:[<|"|>c<|"|>,null],hourly:false,ratio:-0.5e1}}<tool_call|>'
+            '<|tool_call>call:add{a:1,b:2}<tool_call|><|tool_response>')
+    a = read_answer(text, True, False, fmt, REASONING_FORMATS["gemma4"], "maybe")
+    assert a.reasoning == "Weather first." and a.content == "Sure."
+    assert [(c.name, json.loads(c.arguments)) for c in a.tool_calls] == [
+        ("get_weather", {"city": "Seoul, {KR} <3", "days": 3,
+                         "opts": {"units": ["c", None], "hourly": False, "ratio": -5.0}}),
+        ("add", {"a": 1, "b": 2})]
+    for seed in range(5):  # streamed: one whole entry per call, in any chunking
+        events = _streamed(text, ChatOutputParser(True, False, fmt, REASONING_FORMATS["gemma4"], "maybe"), seed)
+        starts = [e for e in events if isinstance(e, ToolCallStart)]
+        assert [e.index for e in starts] == [0, 1] and collect(events)[1][0].arguments == a.tool_calls[0].arguments
+        assert collect(events)[0] == "Sure."
+    # Our rendering is the template's: a call in the history reads back as the same call.
+    assert parse_answer(fmt.call_text("add", '{"b": "x", "a": [1, {"k": true}]}'), fmt)[1][0].arguments == \
+        '{"b": "x", "a": [1, {"k": true}]}'
+    # Cut inside a string or before the arguments close (max_tokens): never a call; a repeated one ends it.
+    assert parse_answer('Hi <|tool_call>call:add{a:1,b:<|"|>x', fmt)[:2] == ("Hi", [])
+    assert parse_answer('<|tool_call>call:add{a:1,b:2', fmt)[:2] == (None, [])
+    _, calls, repeated = parse_answer('<|tool_call>call:add{a:1}<tool_call|><|tool_call>call:add{a:1}<tool_call|>', fmt)
+    assert len(calls) == 1 and repeated
+    # A close mark cut off after whole arguments still gives the call; a mark with no call after it is dropped.
+    assert [c.name for c in parse_answer('<|tool_call>call:add{a:1}<tool_c', fmt)[1]] == ["add"]
+    assert parse_answer('<|tool_call>oops<tool_call|>Done.', fmt)[:2] == ("Done.", [])
+
+
 def test_thinking_is_reasoning_never_content():
     qwen3 = REASONING_FORMATS["qwen3"]
     text = '<think>\nThe user wants weather.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": ' \
@@ -163,14 +195,9 @@ def test_thinking_is_reasoning_never_content():
 def test_gemma4_thought_channel_is_reasoning():
     """Gemma 4's template (llama.cpp's copy) is read as the gemma4 format: its thinking-off generation prompt
     closes an empty thought channel, and a thought the model writes goes to reasoning, whole or streamed."""
-    from tests.engine.test_gguf_tokenizer import LLAMA_CPP
-
-    path = Path(LLAMA_CPP, "models", "templates", "google-gemma-4-31B-it.jinja")
-    if not path.exists():
-        pytest.skip("llama.cpp's source tree (llama-cpp-python's sdist) is not in the cache")
     import jinja2
 
-    template = path.read_text()
+    template = (TEMPLATES / "google-gemma-4-31B-it.jinja").read_text()
     gemma4 = chat_formats(Tok(template), None)[1]
     assert gemma4 is REASONING_FORMATS["gemma4"]
     env = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"])
@@ -295,6 +322,50 @@ def test_mistral_marks_are_special_tokens_kept_and_forced(ministral_folder, choi
     (call,) = prepared.read(sample.text).tool_calls
     assert sample.text.startswith(f"[TOOL_CALLS]{call.name}[ARGS]{{")
     jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+    llm.engine.block_manager.check_no_leak()
+
+
+@pytest.fixture(scope="module")
+def gemma4_folder(tmp_path_factory, default_model_dir) -> Path:
+    """The tiny random Gemma 4 of the family tests with Gemma 4's template, its tokenizer holding the call and
+    quote marks as special tokens, as Gemma 4's HF tokenizer does."""
+    from transformers import AutoTokenizer
+
+    from tests.engine.test_model_families import FAMILIES, make_tiny
+
+    config = FAMILIES["gemma4"]()
+    config.vocab_size = config.vocab_size_per_layer_input = 49160
+    folder = make_tiny(tmp_path_factory.mktemp("gemma4-chat"), config, default_model_dir, seed=4)
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.add_special_tokens({"additional_special_tokens": ["<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>",
+                                                         "<channel|>", "<|tool_response>"]})
+    tok.chat_template = (TEMPLATES / "google-gemma-4-31B-it.jinja").read_text()
+    tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "set_unit"}}])
+def test_gemma4_calls_are_written_with_its_special_tokens(gemma4_folder, choice):
+    """Chosen from the template; the grammar writes the call and quote marks as their special tokens, decoding
+    keeps them, and the values follow the schema (an enum and a boolean: a random model must finish them, as
+    budget-aware closing knows JSON only)."""
+    llm = LLM(model=str(gemma4_folder), num_kv_blocks=64)
+    tok = llm.engine.tokenizer
+    unit = {"type": "object", "properties": {"unit": {"enum": ["celsius", "fahrenheit"]}, "ok": {"type": "boolean"}},
+            "required": ["unit", "ok"]}
+    tools = [{"type": "function", "function": {"name": "set_unit", "description": "Unit.", "parameters": unit}}]
+    prepared = prepare_chat(tok, ChatRequest(ASK, tools, choice, False),
+                            SamplingParams(temperature=0, max_tokens=40), llm.engine.chat_options)
+    assert prepared.tool_format.name == "gemma4" and prepared.prompt.endswith("<|channel>thought\n<channel|>")
+    call_open, call_close, quote = tok.convert_tokens_to_ids(["<|tool_call>", "<tool_call|>", '<|"|>'])
+    assert {call_open, call_close, quote} <= set(prepared.params.keep_special_token_ids)
+    (out,) = llm.generate([prepared.prompt], prepared.params, use_tqdm=False)
+    sample = out.outputs[0]
+    assert sample.token_ids[0] == call_open and quote in sample.token_ids and call_close in sample.token_ids
+    assert sample.text.startswith("<|tool_call>call:set_unit{ok:") and sample.text.endswith("<tool_call|>")
+    (call,) = prepared.read(sample.text).tool_calls
+    jsonschema.validate(json.loads(call.arguments), unit)
+    assert sample.finish_reason == "stop"
     llm.engine.block_manager.check_no_leak()
 
 
