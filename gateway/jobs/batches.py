@@ -2,9 +2,10 @@
 same function as its synchronous endpoint, recording its result exactly once, and finalizing the
 output and error files in OpenAI's JSONL shapes.
 
-Lines may name any of the three endpoints (OpenAI requires every line to match the batch's
-`endpoint`; we accept mixed chat, completion and response lines in one file, and record the
-batch's `endpoint` as given)."""
+Lines may name any of the four endpoints (OpenAI requires every line to match the batch's
+`endpoint`; we accept mixed chat, completion, response and embedding lines in one file, and record the
+batch's `endpoint` as given). An embedding line's model may be left out, as on /v1/embeddings (the
+default embedding model answers); its usage counts input tokens only."""
 
 import asyncio
 import json
@@ -40,6 +41,7 @@ from gateway.protocol.batches import (
 from gateway.protocol.chat import ChatCompletionRequest
 from gateway.protocol.common import ErrorResponse
 from gateway.protocol.completions import CompletionRequest
+from gateway.protocol.embeddings import EmbeddingRequest
 from gateway.protocol.responses import ResponsesRequest
 from gateway.security.tenancy import ADMIN_CALLER, Caller
 from gateway.state import ServerState
@@ -53,6 +55,7 @@ REQUEST_MODELS: dict[str, type[BaseModel]] = {
     "/v1/chat/completions": ChatCompletionRequest,
     "/v1/completions": CompletionRequest,
     "/v1/responses": ResponsesRequest,
+    "/v1/embeddings": EmbeddingRequest,
 }
 MAX_REPORTED_ERRORS = 100
 _CANCELLABLE = ("validating", "in_progress")
@@ -251,6 +254,7 @@ async def execute_line(state: ServerState, url: str, body: dict[str, Any],
     """Runs one line through its endpoint's own function as the batch's owner (whose responses a
     `previous_response_id` may continue, and who owns the responses it stores); (HTTP status, body) as
     the endpoint would have answered it."""
+    from gateway.serving.embeddings import serve_embeddings
     from gateway.serving.responses import run_response
     from gateway.serving.routing import route
 
@@ -262,6 +266,8 @@ async def execute_line(state: ServerState, url: str, body: dict[str, Any],
         if url == "/v1/responses":
             async with state.db.sessions() as session:
                 answer = await run_response(request, state, session, caller=caller)
+        elif url == "/v1/embeddings":  # stores nothing: the caller owns only the batch and its files
+            answer = await serve_embeddings(request, state, raw=body)
         else:
             answer = await route(url.removeprefix("/v1"), request, state, raw=body)
         if isinstance(answer, dict):  # an upstream's, as it gave it

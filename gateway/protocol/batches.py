@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.protocol.common import JSONObject, Request
 
-BatchEndpoint = Literal["/v1/chat/completions", "/v1/completions", "/v1/responses"]
+BatchEndpoint = Literal["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"]
 BATCH_ENDPOINTS: tuple[str, ...] = get_args(BatchEndpoint)
 CompletionWindow = Literal["24h"]
 COMPLETION_WINDOWS = {"24h": 24 * 3600}
@@ -26,7 +26,7 @@ class BatchCreateRequest(Request):
     # (the fuzzing test binds input_file_id to a file it uploads first).
     input_file_id: str = Field(description="a file uploaded with purpose 'batch' (POST /v1/files); its lines are "
                                "checked when the batch is created")
-    endpoint: BatchEndpoint = Field(description="recorded on the batch; lines may name any of the three")
+    endpoint: BatchEndpoint = Field(description="recorded on the batch; lines may name any of these")
     completion_window: CompletionWindow = "24h"
     metadata: Metadata | None = Field(None, description="`webhook_url` names a URL notified when the batch "
                                       "ends (a server with webhooks enabled, the host on its allow-list)")

@@ -6,9 +6,10 @@ vectors as floats or, as the openai SDKs ask by default, base64 of little-endian
 import asyncio
 import base64
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-from fastapi import Request
+from fastapi import Request, Response
 
 from engine import AsyncEngine, InvalidRequestError, SamplingParams
 from engine.encoder_engine import EncoderEngine
@@ -16,7 +17,8 @@ from engine.pooling import PoolingParams
 from gateway.limits.priority import fairness_key, priority_of
 from gateway.protocol.common import random_id
 from gateway.protocol.embeddings import MAX_INPUTS, Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
-from gateway.registry import EmbeddedModel, EncoderModel, PooledModel, Served
+from gateway.registry import EmbeddedModel, EncoderModel, PooledModel, Served, UpstreamModel
+from gateway.serving import proxy
 from gateway.serving.generation import unless_disconnected
 from gateway.state import ServerState
 from gateway.web.errors import APIError
@@ -126,3 +128,19 @@ async def run_embeddings(body: EmbeddingRequest, state: ServerState, engine: Asy
     data = [Embedding(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
     return EmbeddingResponse(data=data, model=model_name, usage=EmbeddingUsage(prompt_tokens=tokens,
                                                                                total_tokens=tokens))
+
+
+async def serve_embeddings(body: EmbeddingRequest, state: ServerState, request: Request | None = None,
+                           raw: dict[str, Any] | None = None) -> EmbeddingResponse | Response | dict[str, Any]:
+    """/v1/embeddings for the router and batch lines alike (as routing.route is for chat): no model named,
+    the default embedding model; an upstream model gets the body as the client sent it (`raw`, a batch
+    line's; over HTTP read from `request`), relayed over HTTP, its JSON without; any other model embeds here."""
+    served = state.models.resolve(body.model) if body.model else state.models.embedding_default()
+    if isinstance(served, UpstreamModel):
+        if request is None:
+            assert raw is not None, "a call without HTTP passes the body to forward"
+            return await proxy.call(state, served, "/embeddings", raw)
+        return await proxy.forward(state, served, "/embeddings", raw if raw is not None else
+                                   await proxy.request_body(request), request)
+    engine, how = embedding_source(served, state)
+    return await run_embeddings(body, state, engine, served.name, how, request)

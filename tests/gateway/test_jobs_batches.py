@@ -142,12 +142,12 @@ def test_lines_that_fail_at_run_time_go_to_the_error_file(client):
 def test_malformed_jsonl_and_unknown_endpoint_fail_the_batch_line_by_line(server, client):
     good = completion_line("a", "Hi", 2)
     bad = jsonl([good])[:-1] + b"\n{\"custom_id\": \"b\", \"method\": \"POST\"\n" + jsonl(
-        [{**completion_line("c", "Hi", 2), "url": "/v1/embeddings"}])
+        [{**completion_line("c", "Hi", 2), "url": "/v1/moderations"}])
     upload = client.files.create(file=("bad.jsonl", bad), purpose="batch")
     batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
     assert batch.status == "failed" and batch.failed_at is not None
     assert [(e.line, e.code) for e in batch.errors.data] == [(2, "invalid_json_line"), (3, "invalid_url")]
-    assert batch.errors.data[1].message.startswith("line 3: url '/v1/embeddings'")
+    assert batch.errors.data[1].message.startswith("line 3: url '/v1/moderations'")
     assert client.batches.retrieve(batch.id).status == "failed"
     with _db(server) as db:  # no partial rows: the failed batch holds no lines and no results
         assert db.execute("SELECT count(*) FROM batch_lines WHERE batch_id = ?", (batch.id,)).fetchone() == (0,)
@@ -163,7 +163,7 @@ def test_requests_refused_outright(server, client):
     assert e.value.body["code"] == "file_not_found" and e.value.body["param"] == "input_file_id"
     upload = client.files.create(file=("one.jsonl", jsonl([completion_line("a", "Hi", 2)])), purpose="batch")
     with pytest.raises(openai.BadRequestError) as e:
-        client.batches.create(input_file_id=upload.id, endpoint="/v1/embeddings", completion_window="24h")
+        client.batches.create(input_file_id=upload.id, endpoint="/v1/moderations", completion_window="24h")
     assert e.value.body["param"] == "endpoint"
     with pytest.raises(openai.BadRequestError) as e:
         client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="1h")

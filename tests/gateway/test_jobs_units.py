@@ -25,7 +25,7 @@ def test_parse_input_reports_each_bad_line_with_its_number():
     text = "\n".join([
         _line("a"),
         "{not json",
-        _line("b", url="/v1/embeddings"),
+        _line("b", url="/v1/moderations"),
         _line("a"),  # duplicate custom_id
         _line("c", body={"messages": []}),
         _line("d", body={"prompt": "x", "stream": True}, url="/v1/completions"),
@@ -38,7 +38,7 @@ def test_parse_input_reports_each_bad_line_with_its_number():
     rows, errors = parse_input(text.encode(), ["smol"], 1000)
     by_line = {e.line: e for e in errors}
     assert by_line[2].code == "invalid_json_line" and by_line[2].message.startswith("line 2: ")
-    assert by_line[3].code == "invalid_url" and "/v1/embeddings" in by_line[3].message
+    assert by_line[3].code == "invalid_url" and "/v1/moderations" in by_line[3].message
     assert by_line[4].code == "duplicate_custom_id" and "line 1" in by_line[4].message
     assert by_line[5].code == "invalid_body" and by_line[5].param == "body.messages"
     assert by_line[6].code == "unsupported_parameter" and by_line[6].param == "body.stream"
