@@ -33,9 +33,12 @@ SHAPE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interme
 def _tokenizer(folder: Path) -> BertTokenizerFast:
     vocab = SPECIALS + list(string.ascii_lowercase + string.digits + string.punctuation) + WORDS
     vocab += ["##" + c for c in string.ascii_lowercase + string.digits]
+    vocab = list(dict.fromkeys(vocab))  # "a" is a letter and a word: one id each, none past len(tokenizer)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    return BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True, model_max_length=64)
+    # The vocabulary as a mapping: transformers 5 takes no vocab_file here (given one, it kept only the
+    # special tokens, and every word became [UNK]).
+    return BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True, model_max_length=64)
 
 
 def make_encoder(folder: Path, arch: str = "bert", head: bool = False, seed: int = 0) -> Path:
