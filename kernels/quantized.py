@@ -117,8 +117,9 @@ def quantized_linear_int8_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.T
 
 @contextlib.contextmanager
 def int8_activations() -> Iterator[None]:
-    """Within it, the C++ kernels take int8 activations (quantized_linear.h) for every block type, the
-    few-row op and the one-call decode step alike: llama.cpp's trade of exactness for speed."""
+    """Within it, the C++ kernels take int8 activations (quantized_linear.h) for every block type in
+    products of up to 8 rows, the few-row op and the one-call decode step alike: llama.cpp's trade of
+    exactness for speed where reading the weight bounds the time. Longer products keep float activations."""
     before = torch.ops.sllm_cpu.int8_activations()
     torch.ops.sllm_cpu.set_int8_activations(True)
     try:
@@ -129,7 +130,8 @@ def int8_activations() -> Iterator[None]:
 
 def use_int8_activations(device: torch.device, dtype: torch.dtype) -> None:
     """Switches the C++ kernels to int8 activations for the rest of the process (`--activations int8`):
-    every quantized product after this, of every model the process serves, takes the integer path."""
+    every quantized product of up to 8 rows after this, of every model the process serves, takes the
+    integer path."""
     if not serves_quantized(device, dtype):
         raise ValueError("activations int8 needs quantized weights on the CPU in float32 with the C++ kernels' "
                          "AVX2 or AVX-512 path")
@@ -137,7 +139,7 @@ def use_int8_activations(device: torch.device, dtype: torch.dtype) -> None:
 
 
 # Rows of x up to which the C++ kernel beats dequantizing the weight for MKL's GEMM where only its passes
-# of 8 rows exist (the portable path, and the int8-activation switch). Measured against the whole fallback
+# of 8 rows exist (the portable path). Measured against the whole fallback
 # (the dequantize op's fresh tensor, then F.linear) on a 2-core Xeon (AVX-512), for SmolLM2's matrices: at
 # 17 rows 0.50 against 0.86 ms (gate_up), 0.24 against 0.60 (down); at 32 rows 0.86 against 0.95; at 64
 # rows the fallback wins (1.55 against 1.85). The AVX2 and AVX-512 float paths have no such limit: past 8
@@ -157,7 +159,7 @@ def _kernel_takes(w: QuantizedWeight, rows: int) -> bool:
 
     if rows <= (QUANT_MAX_ROWS_LARGE if w.shape[0] * w.shape[1] >= LARGE_WEIGHT else QUANT_MAX_ROWS):
         return True
-    return isa.resolve(32) != "generic" and not torch.ops.sllm_cpu.int8_activations()
+    return isa.resolve(32) != "generic"
 
 
 def quantized_linear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -6,10 +6,11 @@
 // Each 32 becomes bytes an integer dot product takes, plus the floats that turn the dot into the
 // product with the dequantized weight:
 //   sum_j w_j * x_j  ~  scale * d_x * sum_j mul_j * q_j * xq_j  +  min * s_x
-// where xq, d_x and s_x = d_x * sum(xq) are the activations' int8 block (quantize_activations). Types
-// whose integers carry an offset (Q4_0's q - 8, Q5_0's q - 16) keep q unsigned and move the offset into
-// `min` through s_x; Q8_0 and Q6_K, whose integers are signed, use maddubs' sign trick (|w| times x with
-// w's sign); Q6_K's two 16-weight sub-scales are the int16 multipliers of the pairwise sum (`mul`).
+// where xq, d_x and s_x = d_x * sum(xq) are the activations' int8 block (quantize_activations, here
+// vectorized: quantize_rows). Q4_1, Q5_1, Q4_K and Q5_K keep their unsigned integers and add the minimum
+// through s_x; the others are signed (Q4_0's q - 8, Q5_0's q - 16, Q8_0, Q6_K's q - 32) and use maddubs'
+// sign trick (|w| times x with w's sign); Q6_K's two 16-weight sub-scales are the int16 multipliers of
+// the pairwise sum (`mul`). A group's float factor is one scalar per row, broadcast from a register.
 // Include after the file's `#pragma GCC target(...)` with kVnni saying whether vpdpbusd may be used.
 #pragma once
 
@@ -17,6 +18,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "quantized_linear.h"
 #include "vec_avx2.h"
@@ -30,16 +32,16 @@ inline float half_bits(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// One 32-weight group's integers ready for the dot product; its floats come per chunk (chunk_floats).
+// One 32-weight group's integers ready for the dot product (its floats: see int8_rows).
 struct Group {
   __m256i q;    // the weights as bytes (unsigned, or signed where the type is)
   __m256i mul;  // int16 multipliers of maddubs' pair sums (all 1 but for Q6_K's two sub-scales)
 };
 
 constexpr bool int8_is_k(int Q) { return Q == kQ4_K || Q == kQ5_K || Q == kQ6_K; }
-constexpr bool int8_signed(int Q) { return Q == kQ8_0 || Q == kQ6_K; }
-constexpr bool int8_has_min(int Q) { return Q != kQ8_0 && Q != kQ6_K; }
-// Groups whose floats are decoded together: a K-quant super-block, or 8 legacy blocks.
+constexpr bool int8_signed(int Q) { return Q == kQ8_0 || Q == kQ6_K || Q == kQ4_0 || Q == kQ5_0; }
+constexpr bool int8_has_min(int Q) { return Q == kQ4_1 || Q == kQ5_1 || Q == kQ4_K || Q == kQ5_K; }
+// The 32-weight groups of a K-quant super-block.
 constexpr int kChunk = 8;
 
 // 16 bytes of nibbles as 32 bytes: the low nibbles (weights 0-15), then the high ones (16-31).
@@ -48,8 +50,8 @@ inline __m256i split_nibbles(const uint8_t* p) {
   return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
 }
 
-// The 32 bits of a Q5 block's qh as bytes of 0 or 16: byte j is 16 where bit j is set.
-inline __m256i fifth_bit_bytes(const uint8_t* qh) {
+// The 32 bits of a Q5 block's qh as bytes: byte j all ones where bit j is set, else zero.
+inline __m256i bit_bytes(const uint8_t* qh) {
   uint32_t bits;
   std::memcpy(&bits, qh, 4);
   // Byte j takes qh's byte j / 8, then every bit but bit j % 8 is set: all-ones where bit j was set.
@@ -57,8 +59,7 @@ inline __m256i fifth_bit_bytes(const uint8_t* qh) {
       _mm256_set1_epi32(static_cast<int>(bits)),
       _mm256_setr_epi64x(0x0000000000000000, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
   const __m256i others = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe);
-  const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
-  return _mm256_and_si256(set, _mm256_set1_epi8(16));
+  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
 }
 
 // Group c (0 for the 32-weight types, 0-7 for the K-quants) of the block at blk.
@@ -67,11 +68,16 @@ inline Group group(const uint8_t* blk, int c) {
   const __m256i ones = _mm256_set1_epi16(1);
   if constexpr (Q == kQ8_0) {
     return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), ones};
-  } else if constexpr (Q == kQ4_0 || Q == kQ4_1) {
-    return {split_nibbles(blk + (Q == kQ4_1 ? 4 : 2)), ones};
+  } else if constexpr (Q == kQ4_0) {
+    return {_mm256_sub_epi8(split_nibbles(blk + 2), _mm256_set1_epi8(8)), ones};
+  } else if constexpr (Q == kQ4_1) {
+    return {split_nibbles(blk + 4), ones};
   } else if constexpr (Q == kQ5_0 || Q == kQ5_1) {
     const int at = Q == kQ5_1 ? 4 : 2;  // qh, then 16 bytes of nibbles
-    return {_mm256_or_si256(split_nibbles(blk + at + 4), fifth_bit_bytes(blk + at)), ones};
+    const __m256i set = bit_bytes(blk + at), low = split_nibbles(blk + at + 4);
+    if constexpr (Q == kQ5_1) return {_mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(16))), ones};
+    // q - 16 as a signed byte: q itself where the fifth bit is set, else the nibble with 0xF0 over it.
+    return {_mm256_or_si256(low, _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0)))), ones};
   } else if constexpr (Q == kQ4_K || Q == kQ5_K) {
     const uint8_t* qs = blk + (Q == kQ5_K ? 48 : 16) + 32 * (c / 2);  // groups 2p and 2p+1 share 32 bytes
     const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
@@ -94,91 +100,85 @@ inline Group group(const uint8_t* blk, int c) {
   }
 }
 
-// The floats of groups j0..j0+count-1 of a row (count <= kChunk; a K-quant chunk is one super-block):
-// each group's scale (times the dot of its integers) and minimum (times the activations' s).
-template <int Q>
-inline void chunk_floats(const uint8_t* row, int64_t j0, int count, float* scale, float* min) {
-  if constexpr (int8_is_k(Q)) {
-    const uint8_t* blk = row + (j0 / kChunk) * quant_block_bytes(Q);
-    if constexpr (Q == kQ6_K) {
-      const float d = half_bits(blk + 208);
-      for (int c = 0; c < kChunk; ++c) scale[c] = d;
-    } else {
-      const float d = half_bits(blk), dmin = half_bits(blk + 2);
-      for (int c = 0; c < kChunk; ++c) {
-        int sc, mn;
-        scale_min_k4(c, blk + 4, sc, mn);
-        scale[c] = d * static_cast<float>(sc);
-        min[c] = -(dmin * static_cast<float>(mn));
-      }
-    }
-  } else {
-    for (int c = 0; c < count; ++c) {
-      const uint8_t* blk = row + (j0 + c) * quant_block_bytes(Q);
-      scale[c] = half_bits(blk);
-      if constexpr (Q == kQ4_1 || Q == kQ5_1) min[c] = half_bits(blk + 2);
-      if constexpr (Q == kQ4_0) min[c] = -8.0f * scale[c];
-      if constexpr (Q == kQ5_0) min[c] = -16.0f * scale[c];
-    }
-  }
-}
-
 // 8 int32 sums of the group's products with 32 activations (xq, already sign-adjusted for signed types).
 template <int Q, bool kVnni>
 inline __m256i group_dot(__m256i wq, __m256i mul, __m256i xq) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
   if constexpr (kVnni && Q != kQ6_K) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xq);
 #endif
-  const __m256i pairs = _mm256_maddubs_epi16(wq, xq);  // at most 2 * 255 * 127 for unsigned 8-bit weights
+  const __m256i pairs = _mm256_maddubs_epi16(wq, xq);  // |w| <= 128 or w <= 31, |x| <= 127: no saturation
   return _mm256_madd_epi16(pairs, mul);
 }
 
-template <int Q, int M, bool kVnni>
+// Group j of a row (its integers g, float factor sc and minimum mn) times every row of x: one FMA per row
+// into accumulator `slot`, the minimum's term as a scalar. Every float stays in a register: the factors
+// are scalars broadcast from registers, never vectors gathered through memory (a vector load of values
+// just stored one by one cannot be forwarded from the stores and waits for them to retire).
+template <int Q, int M, int A, bool kVnni>
+__attribute__((always_inline)) inline void group_rows(const Int8Rows& a, int64_t k, int64_t groups, int64_t j,
+                                                      const Group& g, float sc, float mn, __m256 (&acc)[M][A],
+                                                      float (&mins)[M], int slot) {
+  const __m256i wq = int8_signed(Q) ? _mm256_abs_epi8(g.q) : g.q;
+  for (int i = 0; i < M; ++i) {
+    __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + j * kQuantBlock));
+    if constexpr (int8_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
+    const __m256i dot = group_dot<Q, kVnni>(wq, g.mul, xq);
+    acc[i][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc * a.d[i * groups + j]), acc[i][slot]);
+    if constexpr (int8_has_min(Q)) mins[i] += mn * a.s[i * groups + j];
+  }
+}
+
+// Group j of a 32-weight type: the block's scale, and its minimum where the integers carry none.
+template <int Q, int M, int A, bool kVnni>
+__attribute__((always_inline)) inline void legacy_group(const Int8Rows& a, int64_t k, int64_t groups, const uint8_t* row,
+                                                        int64_t j, __m256 (&acc)[M][A], float (&mins)[M], int slot) {
+  const uint8_t* blk = row + j * quant_block_bytes(Q);
+  const float mn = int8_has_min(Q) ? half_bits(blk + 2) : 0.0f;
+  group_rows<Q, M, A, kVnni>(a, k, groups, j, group<Q>(blk, 0), half_bits(blk), mn, acc, mins, slot);
+}
+
+// A accumulators per row (two for one or two rows, so consecutive groups' FMAs do not wait on each other).
+template <int Q, int M, int A, bool kVnni>
 void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
                int64_t n1, float* y, int64_t ldy) {
-  constexpr int per_block = int8_is_k(Q) ? kChunk : 1;  // groups a block holds
-  const int64_t bb = quant_block_bytes(Q), groups = k / kQuantBlock;
+  const int64_t groups = k / kQuantBlock;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
-    __m256 acc[M], mins[M];
-    for (int i = 0; i < M; ++i) acc[i] = mins[i] = _mm256_setzero_ps();
-    for (int64_t j0 = 0; j0 < groups; j0 += kChunk) {
-      const int count = static_cast<int>(std::min<int64_t>(kChunk, groups - j0));
-      alignas(32) float scale[kChunk] = {}, min[kChunk] = {}, dx[kChunk] = {}, sx[kChunk] = {};
-      chunk_floats<Q>(row, j0, count, scale, min);
-      const __m256 scale_v = _mm256_load_ps(scale), min_v = _mm256_load_ps(min);
-      Group g[kChunk];
-      __m256i wq[kChunk];
-      for (int c = 0; c < count; ++c) {
-        const int64_t j = j0 + c;
-        g[c] = group<Q>(row + (j / per_block) * bb, static_cast<int>(j % per_block));
-        wq[c] = int8_signed(Q) ? _mm256_abs_epi8(g[c].q) : g[c].q;
-      }
-      for (int i = 0; i < M; ++i) {
-        const float* d = a.d + i * groups + j0;
-        const float* s = a.s + i * groups + j0;
-        __m256 dv, sv;
-        if (count == kChunk) {
-          dv = _mm256_loadu_ps(d);
-          sv = _mm256_loadu_ps(s);
-        } else {
-          for (int c = 0; c < count; ++c) dx[c] = d[c], sx[c] = s[c];
-          dv = _mm256_load_ps(dx);
-          sv = _mm256_load_ps(sx);
-        }
-        alignas(32) float both[kChunk];
-        _mm256_store_ps(both, _mm256_mul_ps(scale_v, dv));
-        if constexpr (int8_has_min(Q)) mins[i] = _mm256_fmadd_ps(min_v, sv, mins[i]);
-        const int8_t* xrow = a.q + i * k + j0 * kQuantBlock;
-        for (int c = 0; c < count; ++c) {
-          __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xrow + c * kQuantBlock));
-          if constexpr (int8_signed(Q)) xq = _mm256_sign_epi8(xq, g[c].q);
-          const __m256i dot = group_dot<Q, kVnni>(wq[c], g[c].mul, xq);
-          acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(both + c), acc[i]);
-        }
-      }
+    __m256 acc[M][A];
+    float mins[M];
+    for (int i = 0; i < M; ++i) {
+      mins[i] = 0.0f;
+      for (int s = 0; s < A; ++s) acc[i][s] = _mm256_setzero_ps();
     }
-    for (int i = 0; i < M; ++i) y[i * ldy + n] = hsum(_mm256_add_ps(acc[i], mins[i])) + (bias ? bias[n] : 0.0f);
+    if constexpr (int8_is_k(Q)) {
+      for (int64_t b = 0; b < groups / kChunk; ++b) {
+        const uint8_t* blk = row + b * quant_block_bytes(Q);
+        const float d = half_bits(Q == kQ6_K ? blk + 208 : blk), dmin = Q == kQ6_K ? 0.0f : half_bits(blk + 2);
+#pragma GCC unroll 8
+        for (int c = 0; c < kChunk; ++c) {
+          float sc = d, mn = 0.0f;
+          if constexpr (Q != kQ6_K) {
+            int s6, m6;
+            scale_min_k4(c, blk + 4, s6, m6);
+            sc = d * static_cast<float>(s6);
+            mn = -(dmin * static_cast<float>(m6));
+          }
+          group_rows<Q, M, A, kVnni>(a, k, groups, b * kChunk + c, group<Q>(blk, c), sc, mn, acc, mins, c % A);
+        }
+      }
+    } else {
+      int64_t j = 0;
+      for (; j + 2 <= groups; j += 2) {
+        legacy_group<Q, M, A, kVnni>(a, k, groups, row, j, acc, mins, 0);
+        legacy_group<Q, M, A, kVnni>(a, k, groups, row, j + 1, acc, mins, 1 % A);
+      }
+      if (j < groups) legacy_group<Q, M, A, kVnni>(a, k, groups, row, j, acc, mins, 0);
+    }
+    for (int i = 0; i < M; ++i) {
+      __m256 s = acc[i][0];
+      for (int t = 1; t < A; ++t) s = _mm256_add_ps(s, acc[i][t]);
+      y[i * ldy + n] = hsum(s) + mins[i] + (bias ? bias[n] : 0.0f);
+    }
   }
 }
 
@@ -186,22 +186,65 @@ template <int Q, bool kVnni>
 void int8_by_rows(const Int8Rows& a, int64_t m, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
                   int64_t n0, int64_t n1, float* y, int64_t ldy) {
   switch (m) {
-    case 1: return int8_rows<Q, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 2: return int8_rows<Q, 2, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 3: return int8_rows<Q, 3, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 4: return int8_rows<Q, 4, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 5: return int8_rows<Q, 5, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 6: return int8_rows<Q, 6, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 7: return int8_rows<Q, 7, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    default: return int8_rows<Q, 8, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 1: return int8_rows<Q, 1, 2, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 2: return int8_rows<Q, 2, 2, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 3: return int8_rows<Q, 3, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 4: return int8_rows<Q, 4, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 5: return int8_rows<Q, 5, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 6: return int8_rows<Q, 6, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 7: return int8_rows<Q, 7, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+    default: return int8_rows<Q, 8, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
   }
+}
+
+// Rows of x as int8 blocks, the same float operations as the portable quantize_activations (so the same
+// q, d and s) eight lanes at a time, into this thread's buffers.
+inline Int8Rows quantize_rows(const float* x, int64_t m, int64_t ldx, int64_t k) {
+  thread_local std::vector<int8_t> qbuf;
+  thread_local std::vector<float> dbuf, sbuf;
+  const int64_t blocks = k / kQuantBlock;
+  qbuf.resize(m * k);
+  dbuf.resize(m * blocks);
+  sbuf.resize(m * blocks);
+  const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + i * ldx + b * kQuantBlock;
+      __m256 v[4];
+      for (int t = 0; t < 4; ++t) v[t] = _mm256_loadu_ps(xb + 8 * t);
+      const __m256 amax8 = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                         _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_movehdup_ps(h));
+      const float scale = _mm_cvtss_f32(h) / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+      const __m256 inv8 = _mm256_set1_ps(inv);
+      __m256i r[4];
+      for (int t = 0; t < 4; ++t) {  // |v| rounded half up, then v's sign: half away from zero
+        const __m256 s = _mm256_mul_ps(v[t], inv8);
+        const __m256 mag = _mm256_floor_ps(_mm256_add_ps(_mm256_andnot_ps(sign, s), half));
+        r[t] = _mm256_cvttps_epi32(_mm256_or_ps(mag, _mm256_and_ps(sign, s)));
+      }
+      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qbuf.data() + i * k + b * kQuantBlock),
+                          _mm256_permutevar8x32_epi32(packed, order));
+      const __m256i sum8 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      dbuf[i * blocks + b] = scale;
+      sbuf[i * blocks + b] = scale * static_cast<float>(_mm_cvtsi128_si32(s4));
+    }
+  }
+  return {qbuf.data(), dbuf.data(), sbuf.data()};
 }
 
 // The entry point both files export: the activations quantized once per call, then the type's loop.
 template <bool kVnni>
 void int8_product(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                   int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const Int8Rows a = quantize_activations_here(x, m, ldx, k);
+  const Int8Rows a = quantize_rows(x, m, ldx, k);
   switch (qtype) {
     case kQ4_0: return int8_by_rows<kQ4_0, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
     case kQ4_1: return int8_by_rows<kQ4_1, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);

@@ -44,9 +44,9 @@ constexpr int64_t kMinRowsPerThread = 128;
 
 }  // namespace
 
-QuantizedKernel quantized_linear_kernel() {
+QuantizedKernel quantized_linear_kernel(int64_t rows) {
   const Isa isa = pick_isa(isa_ceiling(), kQuantBlock);
-  if (int8_activations()) {
+  if (int8_activations() && rows <= kQuantMaxRows) {
     switch (isa) {
       case Isa::Avx512: return cpu_has_avx512_vnni() ? quantized_linear_int8_avx512 : quantized_linear_int8_avx2;
       case Isa::Avx2: return quantized_linear_int8_avx2;
@@ -84,7 +84,7 @@ at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int6
   }
   at::Tensor y = at::empty({m, n}, x.options());
   if (m == 0) return y;
-  const QuantizedKernel kernel = quantized_linear_kernel();
+  const QuantizedKernel kernel = quantized_linear_kernel(m);
   const int64_t row_bytes = data.size(1), ldx = x.stride(0);
   const float* xp = x.data_ptr<float>();
   const uint8_t* wp = data.data_ptr<uint8_t>();
@@ -92,7 +92,7 @@ at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int6
   float* yp = y.data_ptr<float>();
   const int64_t threads = at::get_num_threads();
   const int64_t grain = std::max<int64_t>(kMinRowsPerThread, (n + threads - 1) / threads);
-  if (m >= kQuantGemmRows && !int8_activations() && pick_isa(isa_ceiling(), kQuantBlock) != Isa::Generic) {
+  if (m >= kQuantGemmRows && pick_isa(isa_ceiling(), kQuantBlock) != Isa::Generic) {
     at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
       quantized_gemm_avx2(xp, m, ldx, k, wp, qtype, row_bytes, bp, n0, n1, yp, n);
     });

@@ -46,10 +46,13 @@ void quantized_gemm_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, cons
 // Rows of x from which the op takes quantized_gemm_avx2 rather than passes of kQuantMaxRows.
 constexpr int64_t kQuantGemmRows = kQuantMaxRows + 1;
 
-// The path under the ceiling of isa.h (the int8-activation one below while it is switched on).
-QuantizedKernel quantized_linear_kernel();
+// The path under the ceiling of isa.h for a call of `rows` rows of x (the int8-activation one below while
+// it is switched on and the call has at most kQuantMaxRows rows).
+QuantizedKernel quantized_linear_kernel(int64_t rows);
 
-// Switched on per process, every type: x quantized to int8 per 32 values (quantize_activations, as
+// Switched on per process, every type, for calls of up to kQuantMaxRows rows (decode steps, where the
+// weight's reading bounds the time; longer calls are bound by arithmetic and take the float paths, the
+// tiled product on AVX2 and AVX-512): x quantized to int8 per 32 values (quantize_activations, as
 // llama.cpp's Q8_1 but with float32 scales), then integer dot products per 32 weights,
 // d_w * d_x * sum(q_w * q_x) + m_w * s_x (quantized_int8_impl.h), with AVX-512 VNNI (vpdpbusd) where the
 // CPU has it, AVX2's maddubs otherwise. Fewer instructions per weight than the float path, at the cost
