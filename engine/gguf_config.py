@@ -24,6 +24,7 @@ ARCHITECTURES = {
     "smollm3": ("smollm3", "SmolLM3ForCausalLM"),
     "mistral3": ("ministral3", "Ministral3ForCausalLM"),  # llama.cpp's name for Ministral 3's text model
     "gemma4": ("gemma4_text", "Gemma4ForCausalLM"),
+    "qwen35": ("qwen3_5_text", "Qwen3_5ForCausalLM"),
 }
 # Architectures whose files list some sizes per layer (head_count_kv, feed_forward_length) where they differ:
 # the generic reading takes the first layer's, _family_extras the rest.
@@ -64,7 +65,8 @@ def gguf_config_dict(gguf: GGUFFile) -> dict[str, Any]:
         "vocab_size": int(gguf.arch_get("vocab_size") or embedding.rows_shape[0] or len(tokens or [])),
         "hidden_size": hidden,
         "intermediate_size": int(need("feed_forward_length")),
-        "num_hidden_layers": int(need("block_count")),
+        # Qwen3.5's multi-token-prediction block is counted as extra layers after the model's own.
+        "num_hidden_layers": int(need("block_count")) - int(gguf.arch_get("nextn_predict_layers", 0) or 0),
         "num_attention_heads": heads,
         "num_key_value_heads": int(one(gguf.arch_get("attention.head_count_kv", heads), "head_count_kv")),
         "head_dim": head_dim,
@@ -154,6 +156,8 @@ def _family_extras(gguf: GGUFFile, arch: str, config: dict[str, Any]) -> dict[st
         return {"rope_scaling": rope} if rope else {}
     if arch == "gemma4":
         return _gemma4_extras(gguf, config)
+    if arch == "qwen35":
+        return _qwen35_extras(gguf, config)
     if arch == "smollm3":
         step = SMOLLM3_NO_ROPE_STEP
         return {"no_rope_layers": [int((i + 1) % step != 0) for i in range(config["num_hidden_layers"])],
@@ -204,6 +208,31 @@ def _gemma4_extras(gguf: GGUFFile, config: dict[str, Any]) -> dict[str, Any]:
     config.pop("rope_scaling", None)  # the rope_freqs tensor is read above, for the global layers only
     config.pop("partial_rotary_factor", None)
     return extras
+
+
+def _qwen35_extras(gguf: GGUFFile, config: dict[str, Any]) -> dict[str, Any]:
+    """Qwen3.5's linear-attention layers as llama.cpp's converter writes them, in the `ssm.*` keys it shares
+    with Mamba: the convolution's kernel, the key head size (state_size), the key heads (group_count), the
+    value heads (time_step_rank) and all value heads' width (inner_size); which layers are linear
+    (recurrent_layers). The converter also reorders the value heads (tiled by key head, for ggml's
+    broadcast): the model reads them so (ModelConfig.linear_value_heads_tiled) rather than undoing it, so
+    quantized blocks stay as they are. Its multimodal RoPE sections change nothing for text, whose three
+    position components are equal."""
+    layers = config["num_hidden_layers"]
+    value_heads = int(gguf.arch_get("ssm.time_step_rank"))
+    recurrent = gguf.arch_get("attention.recurrent_layers")
+    if recurrent is None:  # every n-th layer full, as llama.cpp reads a file without the list
+        interval = int(gguf.arch_get("full_attention_interval", 4))
+        recurrent = [(i + 1) % interval != 0 for i in range(layers)]
+    return {
+        "linear_conv_kernel_dim": int(gguf.arch_get("ssm.conv_kernel")),
+        "linear_key_head_dim": int(gguf.arch_get("ssm.state_size")),
+        "linear_num_key_heads": int(gguf.arch_get("ssm.group_count")),
+        "linear_num_value_heads": value_heads,
+        "linear_value_head_dim": int(gguf.arch_get("ssm.inner_size")) // value_heads,
+        "layer_types": ["linear_attention" if r else "full_attention" for r in list(recurrent)[:layers]],
+        "linear_value_heads_tiled": True,
+    }
 
 
 def _first(value: Any, key: str) -> Any:

@@ -37,7 +37,14 @@ ARCH_LAYER_NAMES = {
                "post_ffw_norm": "post_feedforward_layernorm", "inp_gate": "per_layer_input_gate",
                "proj": "per_layer_projection", "post_norm": "post_per_layer_input_norm",
                "layer_output_scale": "layer_scalar"},
+    # Qwen3.5: its linear-attention layers' projections, convolution and gated norm under Mamba-like names.
+    "qwen35": {"post_attention_norm": "post_attention_layernorm", "attn_qkv": "linear_attn.in_proj_qkv",
+               "attn_gate": "linear_attn.in_proj_z", "ssm_alpha": "linear_attn.in_proj_a",
+               "ssm_beta": "linear_attn.in_proj_b", "ssm_out": "linear_attn.out_proj",
+               "ssm_conv1d": "linear_attn.conv1d", "ssm_norm": "linear_attn.norm"},
 }
+# Per-layer tensors whose HF name is a parameter of its own, not a module's weight or bias.
+ARCH_LAYER_PARAMETERS = {"qwen35": {"ssm_a": "linear_attn.A_log", "ssm_dt.bias": "linear_attn.dt_bias"}}
 GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head",
                 "per_layer_token_embd": "model.embed_tokens_per_layer",
                 "per_layer_model_proj": "model.per_layer_model_projection",
@@ -45,13 +52,18 @@ GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm",
 # llama.cpp stores these architectures' q and k rows interleaved per head for its rotary layout; HF's are not.
 PERMUTED_ARCHITECTURES = {"llama", "mistral", "mistral3", "granite", "smollm3"}
 # Gemma's RMSNorm multiplies by (1 + w); llama.cpp's converter stores 1 + w, so the file's norms are shifted.
-SHIFTED_NORM_ARCHITECTURES = {"gemma3"}
+# So are Qwen3.5's, but for its linear-attention layers' gated norm, which scales by w.
+SHIFTED_NORM_ARCHITECTURES = {"gemma3", "qwen35"}
+UNSHIFTED_NORMS = ("linear_attn.norm.weight",)
 _LAYER = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
+_LAYER_PARAMETER = re.compile(r"blk\.(\d+)\.([\w.]+)$")
 
 
 def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
     """The Hugging Face name of a GGUF tensor, or None for tensors the model does not take (rope_freqs
     and Phi-3's rope factors, which engine/gguf_config.py reads into the config)."""
+    if (m := _LAYER_PARAMETER.match(gguf_name)) and m.group(2) in ARCH_LAYER_PARAMETERS.get(arch, {}):
+        return f"model.layers.{m.group(1)}.{ARCH_LAYER_PARAMETERS[arch][m.group(2)]}"
     if m := _LAYER.match(gguf_name):
         layer, part, kind = m.groups()
         name = ARCH_LAYER_NAMES.get(arch, {}).get(part) or LAYER_NAMES.get(part)
@@ -79,7 +91,7 @@ def read_gguf_weights(path: Path | GGUFFile, config: ModelConfig,
     state: dict[str, torch.Tensor | QuantizedWeight] = {}
     for t in file.tensors.values():
         name = hf_name(t.name, arch)
-        if name is None:
+        if name is None or _layer(t.name) >= config.num_hidden_layers:  # Qwen3.5's multi-token prediction block
             continue
         rows = t.data
         if arch in PERMUTED_ARCHITECTURES and (".q_proj." in name or ".k_proj." in name):
@@ -91,10 +103,18 @@ def read_gguf_weights(path: Path | GGUFFile, config: ModelConfig,
             continue
         qtype = gguf_package.GGMLQuantizationType(t.qtype)
         values = _tensor(np.asarray(gguf_package.quants.dequantize(rows, qtype), dtype=np.float32)).reshape(shape)
-        if arch in SHIFTED_NORM_ARCHITECTURES and name.endswith("norm.weight"):
+        if arch in SHIFTED_NORM_ARCHITECTURES and name.endswith("norm.weight") and not name.endswith(UNSHIFTED_NORMS):
             values = values - 1
+        if name.endswith(".A_log"):  # llama.cpp stores the decay's A = -exp(A_log) itself
+            values = torch.log(-values)
         state[name] = values
     return state
+
+
+def _layer(gguf_name: str) -> int:
+    """The layer a tensor belongs to (-1 for the model's own: embeddings, final norm, head)."""
+    m = _LAYER_PARAMETER.match(gguf_name)
+    return int(m.group(1)) if m else -1
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

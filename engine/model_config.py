@@ -152,6 +152,10 @@ class ModelConfig:
     linear_value_head_dim: int | None = None
     linear_num_key_heads: int | None = None
     linear_num_value_heads: int | None = None
+    # The value heads in llama.cpp's tiled order (its GGUF files): value head j reads key head
+    # j % linear_num_key_heads, where HF's grouped order has it read key head j // (value heads per key head).
+    # No HF config states it; engine/gguf_config.py sets it for the files llama.cpp's converter reordered.
+    linear_value_heads_tiled: bool = False
 
     @property
     def architecture(self) -> str:
@@ -246,6 +250,7 @@ class ModelConfig:
             rope.setdefault("partial_rotary_factor", get("partial_rotary_factor"))
             extras = {k: get(k) for k in ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
                                           "linear_num_key_heads", "linear_num_value_heads")}
+            extras["linear_value_heads_tiled"] = bool(raw.get("linear_value_heads_tiled"))
         return cls(
             model_type=model_type,
             architectures=architectures,

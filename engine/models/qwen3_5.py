@@ -10,7 +10,11 @@ Qwen3_5ForConditionalGeneration): a hybrid of full-attention layers and Gated De
   g = -exp(A_log) * softplus(a + dt_bias) and a rate beta = sigmoid(b); its output is RMS-normed per head,
   gated by SiLU(z) and projected by out_proj. Its state (the convolution's last inputs and the rule's matrix)
   lives in a slot per sequence (engine/recurrent_state.py), not in the KV cache; a prompt runs the chunked
-  form, one decode token per sequence the recurrent one, batched across sequences."""
+  form, one decode token per sequence the recurrent one, batched across sequences.
+
+From a GGUF file (llama.cpp's `qwen35`) the value heads come tiled by key head rather than grouped, and are
+read so (ModelConfig.linear_value_heads_tiled); engine/gguf_weights.py gives back the HF names, A_log and the
+unshifted norms."""
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +25,7 @@ from engine.model_config import LINEAR_ATTENTION, ModelConfig
 from engine.models.llama import AttentionMetadata, LlamaForCausalLM, text_model_weights
 from engine.recurrent_state import RecurrentStates, StateShape
 from kernels.gated_delta import chunked_gated_delta, l2_normalize, recurrent_gated_delta
-from kernels.quantized import QuantizedWeight, cat_rows
+from kernels.quantized import QuantizedWeight, cat_rows, dequantize
 
 
 class Qwen3_5ForCausalLM(LlamaForCausalLM):
@@ -38,6 +42,9 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
         self.k_dim, self.v_dim = c.linear_key_head_dim, c.linear_value_head_dim
         self.conv_kernel = c.linear_conv_kernel_dim
         self.conv_channels = 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+        # Which key head each value head reads: HF groups value heads by key head, llama.cpp's GGUF files tile
+        # them (ModelConfig.linear_value_heads_tiled); every value-head tensor of a file is in its order.
+        self.v_heads_tiled = c.linear_value_heads_tiled
         self.states: RecurrentStates | None = None  # given by the model runner (engine/model_runner.py)
 
     def kv_cache_shapes(self) -> list[tuple[int, int]]:
@@ -74,16 +81,18 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
                 for ours, theirs in (("in_qkv", "in_proj_qkv"), ("in_z", "in_proj_z"), ("in_b", "in_proj_b"),
                                      ("in_a", "in_proj_a"), ("o", "out_proj")):
                     w[p + ours] = get(f"{la}{theirs}.weight")
-                w[p + "conv"] = get(la + "conv1d.weight").reshape(self.conv_channels, self.conv_kernel)
+                conv = get(la + "conv1d.weight")
+                conv = dequantize(conv).to(self.dtype) if isinstance(conv, QuantizedWeight) else conv
+                w[p + "conv"] = conv.reshape(self.conv_channels, self.conv_kernel)
                 w[p + "a_log"] = state.pop(la + "A_log").float().to(self.device)
                 w[p + "dt_bias"] = get(la + "dt_bias")
                 w[p + "gated_norm"] = get(la + "norm.weight")  # scales by w
                 continue
             a = p + "self_attn."
             # q_proj's rows are each head's query, then its gate: the queries lead the fused matrix, the gates end it
-            q_gate = state.pop(a + "q_proj.weight").reshape(hq, 2, d, -1)
-            w[p + "qkv"] = cat_rows([self._placed(q_gate[:, 0].reshape(hq * d, -1)), get(a + "k_proj.weight"),
-                                     get(a + "v_proj.weight"), self._placed(q_gate[:, 1].reshape(hq * d, -1))])
+            queries, gates = _queries_and_gates(state.pop(a + "q_proj.weight"), hq, d)
+            w[p + "qkv"] = cat_rows([self._placed(queries), get(a + "k_proj.weight"), get(a + "v_proj.weight"),
+                                     self._placed(gates)])
             w[p + "o"] = get(a + "o_proj.weight")
             w[p + "q_norm"] = norm(a + "q_norm.weight")
             w[p + "k_norm"] = norm(a + "k_norm.weight")
@@ -150,6 +159,11 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
                                         meta.context_lens, self.scale)
         return self._linear(o.reshape(t, hq * d) * torch.sigmoid(gate), p + "o")
 
+    def _per_value_head(self, x: torch.Tensor) -> torch.Tensor:
+        """[t, key heads, d] as [t, value heads, d]: each value head's key head, in the weights' order."""
+        groups = self.v_heads // self.k_heads
+        return x.repeat(1, groups, 1) if self.v_heads_tiled else x.repeat_interleave(groups, dim=1)
+
     def _linear_attention(self, i: int, h: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         w, p, t = self.weights, f"model.layers.{i}.", h.shape[0]
         j, states = self.state_index[i], self.states
@@ -168,9 +182,8 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
             mixed_out[s:e] = F.silu(out).T.to(mixed.dtype)
         kd, vd = self.k_heads * self.k_dim, self.v_heads * self.v_dim
         q, k, v = mixed_out.split([kd, kd, vd], dim=-1)
-        groups = self.v_heads // self.k_heads
-        q = l2_normalize(q.reshape(t, self.k_heads, self.k_dim).repeat_interleave(groups, dim=1).float())
-        k = l2_normalize(k.reshape(t, self.k_heads, self.k_dim).repeat_interleave(groups, dim=1).float())
+        q, k = (self._per_value_head(x.reshape(t, self.k_heads, self.k_dim)) for x in (q, k))
+        q, k = l2_normalize(q.float()), l2_normalize(k.float())
         v = v.reshape(t, self.v_heads, self.v_dim)
         beta = torch.sigmoid(self._linear(h, p + "in_b"))
         g = -w[p + "a_log"].exp() * F.softplus(self._linear(h, p + "in_a").float() + w[p + "dt_bias"])
@@ -191,3 +204,15 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
         z = self._linear(h, p + "in_z").reshape(t * self.v_heads, self.v_dim)
         gated = (normed * F.silu(z.float())).to(h.dtype).reshape(t, vd)
         return self._linear(gated, p + "o")
+
+
+def _queries_and_gates(q_proj: torch.Tensor | QuantizedWeight, heads: int, head_dim: int):
+    """q_proj's rows, each head's query then its gate, as (queries, gates). A GGUF file's blocks are whole rows,
+    so quantized ones split the same way, left in their blocks."""
+    if isinstance(q_proj, QuantizedWeight):
+        rows = q_proj.data.reshape(heads, 2, head_dim, -1)
+        shape = (heads * head_dim, q_proj.shape[1])
+        return tuple(QuantizedWeight(rows[:, n].reshape(shape[0], -1).contiguous(), q_proj.qtype, shape)
+                     for n in (0, 1))
+    rows = q_proj.reshape(heads, 2, head_dim, -1)
+    return rows[:, 0].reshape(heads * head_dim, -1), rows[:, 1].reshape(heads * head_dim, -1)

@@ -4,15 +4,24 @@ sequences of different lengths at once (a one-token prompt among them, so decode
 different places in their recurrence), prompts in chunks (the state carried from chunk to chunk), preemption by
 a tiny KV budget (the state dropped and recomputed with the blocks), n > 1 samples forked after the prompt (the
 state copied), and the multimodal checkpoint's text model. Every recurrent-state slot is returned at the end, and
-prefix caching is off for such models."""
+prefix caching is off for such models. A GGUF file written by llama.cpp's own converter gives the same tokens."""
 
+import json
 import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import gguf
 import pytest
 import torch
 import transformers
 
 from engine import LLM, SamplingParams
+from engine.gguf_file import GGUFFile
+from engine.loader import open_model
 from tests.engine.test_model_families import TINY, Family, make_tiny, prompts_of
 
 MAX_NEW = 10
@@ -92,6 +101,74 @@ def test_multimodal_checkpoint_serves_its_text_model(tmp_path, default_model_dir
     prompts = prompts_of(2, seed=6, lo=3, hi=40)
     _, outs = _ours(family, prompts, num_kv_blocks=64, block_size=8)
     assert [o.outputs[0].token_ids for o in outs] == family.hf(prompts)
+
+
+def _llama_cpp_gguf(folder: Path, out: Path, outtype: str) -> Path:
+    """`folder` converted by llama.cpp's own convert_hf_to_gguf.py (llama-cpp-python's sdist carries it)."""
+    from tests.engine.test_gguf_tokenizer import LLAMA_CPP
+
+    tree = Path(LLAMA_CPP)
+    if not (tree / "convert_hf_to_gguf.py").exists():
+        pytest.skip("llama.cpp's source tree (llama-cpp-python's sdist) is not in the cache")
+    env = os.environ | {"PYTHONPATH": str(tree / "gguf-py")}  # its gguf-py knows qwen35; the installed may not
+    subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(folder), "--outtype", outtype,
+                    "--outfile", str(out)], check=True, env=env, capture_output=True)
+    return out
+
+
+def _with_mtp_block(folder: Path, out: Path) -> Path:
+    """A copy of `folder` with a multi-token-prediction block, as Qwen3.5's checkpoints ship one (transformers
+    builds none): the converter appends it as an extra layer, which serving must pass over."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(folder, out)
+    state = load_file(str(out / "model.safetensors"))
+    hidden = qwen3_5_config().hidden_size
+    full = qwen3_5_config().layer_types.index("full_attention")
+    state |= {f"mtp.layers.0.{k.split('.', 3)[3]}": v.clone() for k, v in state.items()
+              if k.startswith(f"model.layers.{full}.")}
+    state |= {f"mtp.{n}.weight": torch.randn(hidden) for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm")}
+    state["mtp.fc.weight"] = torch.randn(hidden, 2 * hidden)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "mtp_num_hidden_layers": 1}))
+    return out
+
+
+def test_llama_cpp_gguf_equals_hf(qwen3_5, tmp_path):
+    """A file written by llama.cpp's converter, which tiles the value heads by key head (2 key heads, 4 value
+    heads here), stores the decay as -exp(A_log) and the norms as 1 + w and appends the multi-token-prediction
+    block as a layer, gives HF's greedy tokens from the folder it came from; as Q8_0 blocks it agrees with the
+    same file dequantized."""
+    source = _with_mtp_block(qwen3_5.folder, tmp_path / "hf")
+    path = _llama_cpp_gguf(source, tmp_path / "qwen3_5.f32.gguf", "f32")
+    assert GGUFFile(path).get("qwen35.nextn_predict_layers") == 1
+    config, folder = open_model(str(path)).config, open_model(str(qwen3_5.folder)).config
+    assert config.linear_value_heads_tiled and not folder.linear_value_heads_tiled
+    for field in ("layer_types", "linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+                  "linear_num_key_heads", "linear_num_value_heads", "num_hidden_layers", "head_dim"):
+        assert getattr(config, field) == getattr(folder, field), field
+    assert config.rope_parameters["partial_rotary_factor"] == folder.rope_parameters["partial_rotary_factor"]
+    prompts = [prompts_of(1, seed=1, lo=1, hi=1)[0]] + prompts_of(3, seed=7, lo=5, hi=90)
+    llm = LLM(model=str(path), num_kv_blocks=128, block_size=8)
+    assert [o.outputs[0].token_ids for o in _generate(llm, prompts)] == qwen3_5.hf(prompts)
+
+    q8 = _llama_cpp_gguf(source, tmp_path / "qwen3_5.q8_0.gguf", "q8_0")
+    assert GGUFFile(q8).tensors["blk.1.attn_q.weight"].qtype == gguf.GGMLQuantizationType.Q8_0  # query and gate
+    blocks = _generate(LLM(model=str(q8), quantization="gguf", num_kv_blocks=128), prompts)
+    floats = _generate(LLM(model=str(q8), quantization="none", num_kv_blocks=128), prompts)
+    pairs = [(a, b) for x, y in zip(blocks, floats, strict=True)
+             for a, b in zip(x.outputs[0].token_ids, y.outputs[0].token_ids, strict=True)]
+    same = sum(a == b for a, b in pairs)
+    print(f"Qwen3.5 Q8_0 blocks against the dequantized file: {same}/{len(pairs)} greedy tokens agree")
+    assert same >= 0.95 * len(pairs)
+
+
+def _generate(llm: LLM, prompts: list[list[int]]):
+    outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True), use_tqdm=False)
+    llm.engine.block_manager.check_no_leak()
+    llm.engine.runner.recurrent.check_no_leak()
+    return outs
 
 
 def test_gated_delta_rule_chunked_equals_recurrent():

@@ -73,9 +73,11 @@ def hf_value(hf, name: str):
         if name == "global_head_dim":
             return full.head_dim
         return full.num_key_value_heads if full.num_key_value_heads != hf.num_key_value_heads else None
-    # Fields other families lack, as our defaults mean them (multipliers of 1, no Gemma 4 parts).
+    # Fields other families lack, as our defaults mean them (multipliers of 1, no Gemma 4 parts; HF's grouped
+    # value heads, llama.cpp's tiling being a GGUF file's).
     defaults = {"embedding_multiplier": 1.0, "residual_multiplier": 1.0, "logits_scaling": 1.0,
-                "attention_k_eq_v": False, "num_kv_shared_layers": 0, "hidden_size_per_layer_input": 0}
+                "attention_k_eq_v": False, "num_kv_shared_layers": 0, "hidden_size_per_layer_input": 0,
+                "linear_value_heads_tiled": False}
     return getattr(hf, name, defaults.get(name))
 
 
