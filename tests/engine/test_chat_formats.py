@@ -23,6 +23,7 @@ from engine.chat import (
     prepare_chat,
     read_answer,
 )
+from engine.chat.constraints import guided_for_tools
 from engine.chat.output import ChatOutputParser
 from engine.chat.parser import ToolCallStart
 from engine.chat.reasoning import REASONING_FORMATS, split_reasoning, thinking_start
@@ -173,6 +174,40 @@ def test_gemma4_calls_read_its_own_values():
     # A close mark cut off after whole arguments still gives the call; a mark with no call after it is dropped.
     assert [c.name for c in parse_answer('<|tool_call>call:add{a:1}<tool_c', fmt)[1]] == ["add"]
     assert parse_answer('<|tool_call>oops<tool_call|>Done.', fmt)[:2] == ("Done.", [])
+
+
+@pytest.mark.parametrize("quote_token", [False, True])
+def test_gemma4_grammar_follows_the_schema(default_model_dir, quote_token):
+    """Gemma 4's call grammar, built from the schema (xgrammar has no Gemma 4 style): a pattern, anyOf with
+    bounds, minItems, nested required keys, const, the template's alphabetical key order; a `$ref` is any value.
+    The same with the quote mark as a special token and as text."""
+    import xgrammar as xgr
+    from transformers import AutoTokenizer
+
+    fmt = TOOL_FORMATS["gemma4"]
+    tok = AutoTokenizer.from_pretrained(default_model_dir)
+    tok.add_special_tokens({"additional_special_tokens": list(fmt.marks)})
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok), stop_token_ids=[2]))
+    schema = {"type": "object", "required": ["code", "tags"], "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "when": {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "loc": {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+                "required": ["lat"]},
+        "any": {"$ref": "#/$defs/x"}, "flag": {"const": True}}}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": schema}}]
+    spec = guided_for_tools(tools, "required", False, fmt, frozenset(fmt.marks) if quote_token else frozenset())
+
+    def accepts(args: str) -> bool:
+        matcher = xgr.GrammarMatcher(compiler.compile_structural_tag(json.dumps(spec.constraint.tag)))
+        ids = tok.encode(fmt.begin("f") + args.replace("'", '<|"|>') + fmt.end, add_special_tokens=False)
+        return all(matcher.accept_token(i) for i in ids) and matcher.accept_token(2)
+
+    assert accepts("{code:'ABC',tags:['x']}")
+    assert accepts("{any:{k:[1,'a<b']},code:'ABC',flag:true,loc:{lat:1.5},tags:['x','y'],when:null}")
+    for wrong in ("{code:'abc',tags:['x']}", "{code:'ABC',tags:[]}", "{code:'ABC',loc:{lon:1},tags:['x']}",
+                  "{code:'ABC',tags:['x'],when:-1}", "{tags:['x'],code:'ABC'}", "{code:'ABC',tags:['x'],x:1}"):
+        assert not accepts(wrong), wrong
 
 
 def test_thinking_is_reasoning_never_content():
