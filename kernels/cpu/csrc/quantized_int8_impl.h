@@ -110,31 +110,53 @@ inline __m256i group_dot(__m256i wq, __m256i mul, __m256i xq) {
   return _mm256_madd_epi16(pairs, mul);
 }
 
-// Group j of a row (its integers g, float factor sc and minimum mn) times every row of x: one FMA per row
-// into accumulator `slot`, the minimum's term as a scalar. Every float stays in a register: the factors
-// are scalars broadcast from registers, never vectors gathered through memory (a vector load of values
-// just stored one by one cannot be forwarded from the stores and waits for them to retire).
+// Block j of a 32-weight type times every row of x: one FMA per row into accumulator `slot`, the
+// minimum's term (Q4_1, Q5_1) as a scalar beside it. The block's scale is a scalar broadcast from a
+// register, never a vector of factors gathered through memory (a vector load of values just stored one
+// by one cannot be forwarded from the stores and waits for them to retire).
 template <int Q, int M, int A, bool kVnni>
-__attribute__((always_inline)) inline void group_rows(const Int8Rows& a, int64_t k, int64_t groups, int64_t j,
-                                                      const Group& g, float sc, float mn, __m256 (&acc)[M][A],
-                                                      float (&mins)[M], int slot) {
+__attribute__((always_inline)) inline void legacy_group(const Int8Rows& a, int64_t k, int64_t groups, const uint8_t* row,
+                                                        int64_t j, __m256 (&acc)[M][A], float (&mins)[M][A], int slot) {
+  const uint8_t* blk = row + j * quant_block_bytes(Q);
+  const Group g = group<Q>(blk, 0);
+  const float sc = half_bits(blk), mn = int8_has_min(Q) ? half_bits(blk + 2) : 0.0f;
   const __m256i wq = int8_signed(Q) ? _mm256_abs_epi8(g.q) : g.q;
   for (int i = 0; i < M; ++i) {
     __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + j * kQuantBlock));
     if constexpr (int8_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
     const __m256i dot = group_dot<Q, kVnni>(wq, g.mul, xq);
     acc[i][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc * a.d[i * groups + j]), acc[i][slot]);
-    if constexpr (int8_has_min(Q)) mins[i] += mn * a.s[i * groups + j];
+    if constexpr (int8_has_min(Q)) mins[i][slot] += mn * a.s[i * groups + j];
   }
 }
 
-// Group j of a 32-weight type: the block's scale, and its minimum where the integers carry none.
-template <int Q, int M, int A, bool kVnni>
-__attribute__((always_inline)) inline void legacy_group(const Int8Rows& a, int64_t k, int64_t groups, const uint8_t* row,
-                                                        int64_t j, __m256 (&acc)[M][A], float (&mins)[M], int slot) {
-  const uint8_t* blk = row + j * quant_block_bytes(Q);
-  const float mn = int8_has_min(Q) ? half_bits(blk + 2) : 0.0f;
-  group_rows<Q, M, A, kVnni>(a, k, groups, j, group<Q>(blk, 0), half_bits(blk), mn, acc, mins, slot);
+// The 8 bytes of `bytes` as 8 floats.
+inline __m256 byte_floats(uint64_t bytes) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))));
+}
+
+// The 8 groups' float factors of a K-quant super-block (d times each 6-bit sub-scale; Q6_K's sub-scales
+// are integer multipliers instead, so its factor is d) and their minimums (-dmin times each 6-bit min).
+// Q4_K/Q5_K's 12 scale bytes, as scale_min_k4 reads them, four at a time in general-purpose registers:
+// sub-blocks 0-3 take the low 6 bits of bytes 0-3 (scales) and 4-7 (mins), sub-blocks 4-7 the nibbles of
+// bytes 8-11 with the top 2 bits of bytes 0-3 (scales) or 4-7 (mins) above them.
+template <int Q>
+inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
+  if constexpr (Q == kQ6_K) {
+    scale8 = _mm256_set1_ps(half_bits(blk + 208));
+    min8 = _mm256_setzero_ps();
+  } else {
+    uint32_t lo, mid, hi;
+    std::memcpy(&lo, blk + 4, 4);
+    std::memcpy(&mid, blk + 8, 4);
+    std::memcpy(&hi, blk + 12, 4);
+    const uint64_t sc = (lo & 0x3F3F3F3Fu) | static_cast<uint64_t>((hi & 0x0F0F0F0Fu) | (((lo >> 6) & 0x03030303u) << 4))
+                                                 << 32;
+    const uint64_t mn = (mid & 0x3F3F3F3Fu) |
+                        static_cast<uint64_t>(((hi >> 4) & 0x0F0F0F0Fu) | (((mid >> 6) & 0x03030303u) << 4)) << 32;
+    scale8 = _mm256_mul_ps(byte_floats(sc), _mm256_set1_ps(half_bits(blk)));
+    min8 = _mm256_mul_ps(byte_floats(mn), _mm256_set1_ps(-half_bits(blk + 2)));
+  }
 }
 
 // A accumulators per row (two for one or two rows, so consecutive groups' FMAs do not wait on each other).
@@ -145,25 +167,32 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
     __m256 acc[M][A];
-    float mins[M];
-    for (int i = 0; i < M; ++i) {
-      mins[i] = 0.0f;
-      for (int s = 0; s < A; ++s) acc[i][s] = _mm256_setzero_ps();
-    }
+    float mins[M][A];  // per slot, like acc: one chain of scalar additions would wait on its latency
+    for (int i = 0; i < M; ++i)
+      for (int s = 0; s < A; ++s) acc[i][s] = _mm256_setzero_ps(), mins[i][s] = 0.0f;
     if constexpr (int8_is_k(Q)) {
       for (int64_t b = 0; b < groups / kChunk; ++b) {
         const uint8_t* blk = row + b * quant_block_bytes(Q);
-        const float d = half_bits(Q == kQ6_K ? blk + 208 : blk), dmin = Q == kQ6_K ? 0.0f : half_bits(blk + 2);
+        __m256 scale8, min8;
+        k_factors<Q>(blk, scale8, min8);
+        // Per row, the 8 groups' factors times the activations' scales, and their minimums' terms at once.
+        __m256 both[M];
+        for (int i = 0; i < M; ++i) {
+          both[i] = _mm256_mul_ps(scale8, _mm256_loadu_ps(a.d + i * groups + b * kChunk));
+          if constexpr (int8_has_min(Q))
+            acc[i][A - 1] = _mm256_fmadd_ps(min8, _mm256_loadu_ps(a.s + i * groups + b * kChunk), acc[i][A - 1]);
+        }
 #pragma GCC unroll 8
         for (int c = 0; c < kChunk; ++c) {
-          float sc = d, mn = 0.0f;
-          if constexpr (Q != kQ6_K) {
-            int s6, m6;
-            scale_min_k4(c, blk + 4, s6, m6);
-            sc = d * static_cast<float>(s6);
-            mn = -(dmin * static_cast<float>(m6));
+          const Group g = group<Q>(blk, c);
+          const __m256i wq = int8_signed(Q) ? _mm256_abs_epi8(g.q) : g.q;
+          const __m256i lane = _mm256_set1_epi32(c);
+          for (int i = 0; i < M; ++i) {
+            __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
+            if constexpr (int8_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
+            const __m256i dot = group_dot<Q, kVnni>(wq, g.mul, xq);
+            acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(both[i], lane), acc[i][c % A]);
           }
-          group_rows<Q, M, A, kVnni>(a, k, groups, b * kChunk + c, group<Q>(blk, c), sc, mn, acc, mins, c % A);
         }
       }
     } else {
@@ -176,8 +205,9 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
     }
     for (int i = 0; i < M; ++i) {
       __m256 s = acc[i][0];
-      for (int t = 1; t < A; ++t) s = _mm256_add_ps(s, acc[i][t]);
-      y[i * ldy + n] = hsum(s) + mins[i] + (bias ? bias[n] : 0.0f);
+      float mn = mins[i][0];
+      for (int t = 1; t < A; ++t) s = _mm256_add_ps(s, acc[i][t]), mn += mins[i][t];
+      y[i * ldy + n] = hsum(s) + mn + (bias ? bias[n] : 0.0f);
     }
   }
 }
