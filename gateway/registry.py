@@ -142,6 +142,9 @@ class EncoderModel:
     task: str
     engine: EncoderEngine | None = None
     load_error: str | None = None
+    # --embedding-model's, served beside the models asked for: it loads after them and /health does not wait
+    # for it (its requests get the 503 "loading" meanwhile), so the chat model answers a second sooner.
+    beside: bool = False
     kind: ClassVar[str] = "encoder"
 
     def ready(self):
@@ -181,7 +184,9 @@ def _embedding_model(settings: Settings) -> EncoderModel | None:
         if not is_encoder_folder(folder):
             raise ValueError(f"--embedding-model {choice}: not a folder holding a BERT-family encoder")
         name = folder.name
-    return _encoder(ModelEntry(model=str(folder)), name if "embed" in name.lower() else f"{name}-embed")
+    model = _encoder(ModelEntry(model=str(folder)), name if "embed" in name.lower() else f"{name}-embed")
+    model.beside = True
+    return model
 
 
 @dataclass
@@ -305,11 +310,16 @@ class ModelRegistry:
         return model.ready()
 
     @property
+    def still_loading(self) -> list[EmbeddedModel | EncoderModel]:
+        return [m for m in [*self.embedded, *self.encoders] if m.engine is None and m.load_error is None]
+
+    @property
     def loading(self) -> bool:
-        return any(m.engine is None and m.load_error is None for m in [*self.embedded, *self.encoders])
+        return bool(self.still_loading)
 
     async def load(self, settings: Settings) -> None:
-        """Loads every embedded model not loaded yet, one after another (each load uses every core)."""
+        """Loads every embedded model not loaded yet, one after another (each load uses every core): the
+        decoders, then the encoders in the order they were added, so --embedding-model's comes last."""
         for model in self.embedded:
             if model.engine is not None:
                 continue

@@ -122,6 +122,7 @@ class HealthStatus(BaseModel):
     status: str = "ok"
     model: str  # the default model
     models: list[str] = Field(default_factory=list)  # every model served
+    loading: list[str] = Field(default_factory=list)  # those still loading (the embedding model served beside)
 
 
 class ModelList(BaseModel):

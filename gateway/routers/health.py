@@ -18,15 +18,21 @@ router = APIRouter()
 
 @router.get("/health")
 async def health(state: State) -> Response:
-    """200 once every embedded and encoder model is up; upstreams are checked passively, by the requests to
+    """200 once every embedded and encoder model asked for is up; the embedding model served beside them
+    (--embedding-model) may still be loading, named in `loading`, its requests answered 503 meanwhile. A
+    model that failed to load or stopped keeps it 503. Upstreams are checked passively, by the requests to
     them."""
+    loading = state.models.still_loading
     for model in [*state.models.embedded, *state.models.encoders]:
+        if isinstance(model, EncoderModel) and model.beside and any(model is m for m in loading):
+            continue
         try:
             model.encoder() if isinstance(model, EncoderModel) else model.ready()
         except APIError as exc:
             exc.headers = None
             return error_response(exc)
-    return JSONResponse(HealthStatus(model=state.model_name, models=list(state.models.models)).model_dump())
+    return JSONResponse(HealthStatus(model=state.model_name, models=list(state.models.models),
+                                     loading=[m.name for m in loading]).model_dump())
 
 
 @router.get("/metrics")

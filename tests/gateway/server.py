@@ -31,13 +31,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_healthy(url: str, alive: Callable[[], bool], why: Callable[[], str] = str, timeout: float = 180) -> None:
-    """Polls `url`/health until it answers 200 (the first load ever converts the GGUF, ~20 s); fails
-    with `why()` as soon as the server is gone (`alive()` false) or after `timeout` seconds."""
+def wait_healthy(url: str, alive: Callable[[], bool], why: Callable[[], str] = str, timeout: float = 180,
+                 loaded: bool = True) -> None:
+    """Polls `url`/health until it answers 200 and, with `loaded`, names no model still loading (the embedding
+    model served beside the others loads after /health turns 200); fails with `why()` as soon as the server is
+    gone (`alive()` false) or after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+            r = httpx.get(f"{url}/health", timeout=2)
+            if r.status_code == 200 and not (loaded and r.json().get("loading")):
                 return
         except httpx.TransportError:
             pass
@@ -89,7 +92,8 @@ class RunningServer:
 
 
 @contextmanager
-def run_server(tmp_dir: Path, **settings) -> Iterator[RunningServer]:
+def run_server(tmp_dir: Path, wait_loaded: bool = True, **settings) -> Iterator[RunningServer]:
+    """`wait_loaded`: yield once every model has loaded, else as soon as /health is 200."""
     port = free_port()
     settings.setdefault("db", str(tmp_dir / "sllm.db"))  # or a PostgreSQL URL
     # The bundled embedding model only where a test asks for it: it lists one more model and loads 90 MB.
@@ -102,7 +106,7 @@ def run_server(tmp_dir: Path, **settings) -> Iterator[RunningServer]:
     thread.start()
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_healthy(url, thread.is_alive)
+        wait_healthy(url, thread.is_alive, loaded=wait_loaded)
         yield RunningServer(url=url, state=app.state.sllm)
     finally:
         server.should_exit = True

@@ -6,6 +6,8 @@ for it, a batch of 512 strings in few forward passes, no model named -> the enco
 encoder is an OpenAI-shaped 400; the bundled all-MiniLM-L6-v2 served by default."""
 
 import base64
+import threading
+import time
 
 import httpx
 import numpy as np
@@ -117,3 +119,45 @@ def test_the_bundled_model_is_served_by_default(tmp_path, folders):
         assert r["model"] == "all-MiniLM-L6-v2-embed"
         a, b, c = (np.array(d["embedding"]) for d in r["data"])
         assert len(a) == 384 and a @ b > a @ c + 0.2
+
+
+@pytest.fixture
+def held_encoders(monkeypatch):
+    """Encoder loads in this test's servers wait for the event it returns (set at the end in any case)."""
+    import gateway.registry
+
+    release, real = threading.Event(), gateway.registry.EncoderEngine
+
+    def held(*args, **kwargs):
+        assert release.wait(120), "the test never let the encoder load"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gateway.registry, "EncoderEngine", held)
+    yield release
+    release.set()
+
+
+def test_the_embedding_model_beside_loads_after_health(tmp_path, folders, held_encoders):
+    """--embedding-model's encoder loads once the chat model is up: /health is 200 naming it in `loading`, the
+    chat model answers, the encoder's requests get the 503 "loading" in OpenAI's shape with retry-after, then
+    its vectors."""
+    with run_server(tmp_path, wait_loaded=False, model=str(folders["llama"]),
+                    embedding_model=str(folders["bert"])) as s:
+        health = httpx.get(f"{s.url}/health", timeout=10)
+        assert health.status_code == 200 and health.json()["loading"] == ["tiny-bert-embed"]
+        r = httpx.post(f"{s.base_url}/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=60)
+        assert r.status_code == 200, r.text
+        body = {"model": "tiny-bert-embed", "input": ["a cat"]}
+        r = httpx.post(f"{s.base_url}/embeddings", json=body, timeout=30)
+        assert r.status_code == 503 and r.headers["retry-after"] == "5"
+        err = r.json()["error"]
+        assert err["code"] == "model_not_ready" and "loading" in err["message"]
+        assert set(err) == {"message", "type", "param", "code"}
+        held_encoders.set()
+        deadline = time.monotonic() + 60
+        while (r := httpx.post(f"{s.base_url}/embeddings", json=body, timeout=30)).status_code == 503:
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.05)
+        assert r.status_code == 200 and len(r.json()["data"][0]["embedding"]) == 32
+        assert httpx.get(f"{s.url}/health", timeout=10).json()["loading"] == []
+
