@@ -360,8 +360,7 @@ def test_mistral_marks_are_special_tokens_kept_and_forced(ministral_folder, choi
     llm.engine.block_manager.check_no_leak()
 
 
-@pytest.fixture(scope="module")
-def gemma4_folder(tmp_path_factory, default_model_dir) -> Path:
+def make_gemma4_chat_model(folder: Path, tokenizer_from: Path) -> Path:
     """The tiny random Gemma 4 of the family tests with Gemma 4's template, its tokenizer holding the call and
     quote marks as special tokens, as Gemma 4's HF tokenizer does."""
     from transformers import AutoTokenizer
@@ -370,13 +369,18 @@ def gemma4_folder(tmp_path_factory, default_model_dir) -> Path:
 
     config = FAMILIES["gemma4"]()
     config.vocab_size = config.vocab_size_per_layer_input = 49160
-    folder = make_tiny(tmp_path_factory.mktemp("gemma4-chat"), config, default_model_dir, seed=4)
+    make_tiny(folder, config, tokenizer_from, seed=4)
     tok = AutoTokenizer.from_pretrained(folder)
     tok.add_special_tokens({"additional_special_tokens": ["<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>",
                                                          "<channel|>", "<|tool_response>"]})
     tok.chat_template = (TEMPLATES / "google-gemma-4-31B-it.jinja").read_text()
     tok.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def gemma4_folder(tmp_path_factory, default_model_dir) -> Path:
+    return make_gemma4_chat_model(tmp_path_factory.mktemp("gemma4-chat"), default_model_dir)
 
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "set_unit"}}])
