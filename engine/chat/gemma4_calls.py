@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 CALL_OPEN = "<|tool_call>"
 CALL_CLOSE = "<tool_call|>"
 QUOTE = '<|"|>'
-CALL_HEAD = CALL_OPEN + "call:"
+HANDOVER = "<|tool_response>"  # written after the calls: the tools' results come next (ToolFormat.handover)
 # Gemma 4's own marks around tool results and a stray call end, never content (beside our Hermes markup).
-STRAY_MARKS = ("<|tool_response>", "<tool_response|>", CALL_CLOSE, *TOOL_MARKUP)
+STRAY_MARKS = (HANDOVER, "<tool_response|>", CALL_CLOSE, *TOOL_MARKUP)
 _WORDS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 _SCALAR_END = ",}]<"  # what ends a bare number or word (a mark starts with "<")
 

@@ -105,6 +105,15 @@ def special_marks(tokenizer, tools: ToolFormat, reasoning: ReasoningFormat | Non
     return {tok: i for tok, i in vocab.items() if tok in special and any(tok in m for m in marks)}
 
 
+def _stop_at(params: SamplingParams, tokenizer, mark: str) -> SamplingParams:
+    """`params` stopping where the model writes `mark`: at its token where the tokenizer holds one (a special
+    token's text never reaches the output a stop string is matched in), else at the text."""
+    token = (getattr(tokenizer, "get_added_vocab", dict)() or {}).get(mark)
+    if token is not None:
+        return replace(params, stop_token_ids=[*params.stop_token_ids, token])
+    return replace(params, stop=[*params.stop, mark])
+
+
 def _template_kwargs(request: ChatRequest) -> dict[str, Any]:
     kwargs = dict(request.template_kwargs)
     effort = request.reasoning_effort
@@ -164,6 +173,8 @@ def prepare_chat(tokenizer, request: ChatRequest, sampling: SamplingParams,
             budget = options.max_thinking_tokens
         thinking = Thinking(reasoning.start, reasoning.end, start == "open", budget)
     params = replace(sampling, guided=guided, thinking=thinking, keep_special_token_ids=tuple(sorted(marks.values())))
+    if parses_calls and tools.handover:
+        params = _stop_at(params, tokenizer, tools.handover)
     schemas = {f.name: f.parameters for f in normalize_tools(request.tools)} if parses_calls else None
     return PreparedChat(prompt, params, parses_calls, not parses_calls and history, tools, reasoning, start,
                         schemas)

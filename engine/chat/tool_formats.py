@@ -27,7 +27,7 @@ has the same begin and end text; the parser also reads a family's list of severa
 import json
 from dataclasses import dataclass
 
-from engine.chat.gemma4_calls import QUOTE, arguments_source
+from engine.chat.gemma4_calls import HANDOVER, QUOTE, arguments_source
 from engine.errors import InvalidRequestError
 
 
@@ -45,6 +45,9 @@ class ToolFormat:
     args_mark: str = ""  # Mistral's `[ARGS]`: the call is `{trigger}name{args_mark}{arguments}`
     gemma: bool = False  # `<|tool_call>call:f{a:1}<tool_call|>`, engine/chat/gemma4_calls.py
     separator: str = "\n"  # what the grammar writes between parallel calls
+    # The mark a model writes after its calls to hand the turn to the tools (Gemma 4's `<|tool_response>`,
+    # where its template puts their results): generation stops there, else the model writes the results itself.
+    handover: str = ""
 
     @property
     def marks(self) -> tuple[str, ...]:
@@ -103,7 +106,7 @@ TOOL_FORMATS = {f.name: f for f in (
     ToolFormat("phi4_mini_json", "functools", "[", "arguments", "]"),
     ToolFormat("pythonic", "[", "", "", "]", pythonic=True),
     ToolFormat("qwen3_coder", "<tool_call>", "", "", "\n</tool_call>", xml=True),
-    ToolFormat("gemma4", "<|tool_call>", "", "", "<tool_call|>", gemma=True, separator=""),
+    ToolFormat("gemma4", "<|tool_call>", "", "", "<tool_call|>", gemma=True, separator="", handover=HANDOVER),
 )}
 
 # What a chat template writes around the calls in its history or its instructions, most specific first.

@@ -396,8 +396,11 @@ def test_gemma4_calls_are_written_with_its_special_tokens(gemma4_folder, choice)
     prepared = prepare_chat(tok, ChatRequest(ASK, tools, choice, False),
                             SamplingParams(temperature=0, max_tokens=40), llm.engine.chat_options)
     assert prepared.tool_format.name == "gemma4" and prepared.prompt.endswith("<|channel>thought\n<channel|>")
-    call_open, call_close, quote = tok.convert_tokens_to_ids(["<|tool_call>", "<tool_call|>", '<|"|>'])
+    call_open, call_close, quote, handover = tok.convert_tokens_to_ids(["<|tool_call>", "<tool_call|>", '<|"|>',
+                                                                        "<|tool_response>"])
     assert {call_open, call_close, quote} <= set(prepared.params.keep_special_token_ids)
+    # After its calls Gemma 4 writes <|tool_response> for the results to follow: generation stops there.
+    assert handover in prepared.params.stop_token_ids
     (out,) = llm.generate([prepared.prompt], prepared.params, use_tqdm=False)
     sample = out.outputs[0]
     assert sample.token_ids[0] == call_open and quote in sample.token_ids and call_close in sample.token_ids
