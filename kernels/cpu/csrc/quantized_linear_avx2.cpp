@@ -15,6 +15,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
+#include "group_bytes_avx2.h"
 #include "quantized_linear.h"
 #include "vec_avx2.h"
 
@@ -32,14 +33,17 @@ inline __m256i bytes8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-// Bits first..first+7 of a Q5 block's qh as 0 or 16 per lane: weights first..first+7's fifth bits.
-inline __m256i fifth_bits(__m256i qh, int first) {
-  const __m256i at = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(first));
-  return _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, at), _mm256_set1_epi32(1)), 4);
-}
-
 constexpr bool is_k(int Q) { return Q == kQ4_K || Q == kQ5_K || Q == kQ6_K; }
 constexpr int64_t block_weights(int Q) { return is_k(Q) ? kMaxQuantBlock : kQuantBlock; }
+
+// 32 signed bytes (weights in order) as four vectors of 8 floats.
+inline void bytes_to_floats(__m256i q, __m256 out[4]) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  out[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+  out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+  out[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+  out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+}
 
 // Weights 32c..32c+31 of the block as floats, in four vectors of 8 (c is 0 for 32-weight blocks).
 template <int Q>
@@ -66,37 +70,25 @@ inline void widen(const uint8_t* blk, int c, __m256 out[4]) {
       }
       out[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), d, m);
     }
-  } else if constexpr (Q == kQ6_K) {
+  } else if constexpr (Q == kQ6_K) {  // signed bytes, then each 16 weights' sub-scale
+    const __m256i mul = group<Q>(blk, c).q;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 2 * c;
+    bytes_to_floats(mul, out);
     const float d = half_at(blk + 208);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
-    const int h = c / 4, g = c % 4;
-    const uint8_t* ql = blk + 64 * h + 32 * (g & 1);
-    const uint8_t* qh = blk + 128 + 32 * h;
-    const __m128i nibble = _mm_cvtsi32_si128(4 * (g >> 1)), pair = _mm_cvtsi32_si128(2 * g);
-    for (int v = 0; v < 4; ++v) {
-      const __m256i lo = _mm256_and_si256(_mm256_srl_epi32(bytes8(ql + 8 * v), nibble), low4);
-      const __m256i hi = _mm256_and_si256(_mm256_srl_epi32(bytes8(qh + 8 * v), pair), _mm256_set1_epi32(3));
-      const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
-      out[v] = _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(d * static_cast<float>(sc[2 * c + v / 2])));
-    }
-  } else {  // Q4_0, Q4_1, Q5_0, Q5_1
-    constexpr bool with_min = Q == kQ4_1 || Q == kQ5_1, five = Q == kQ5_0 || Q == kQ5_1;
-    const uint8_t* qs = blk + (with_min ? 4 : 2) + (five ? 4 : 0);
+    for (int v = 0; v < 4; ++v) out[v] = _mm256_mul_ps(out[v], _mm256_set1_ps(d * static_cast<float>(sc[v / 2])));
+  } else if constexpr (Q == kQ5_0 || Q == kQ5_1) {  // q - 16 as signed bytes (Q5_0), or q and the minimum
+    bytes_to_floats(group<Q>(blk, c).q, out);
     const __m256 d = _mm256_set1_ps(half_at(blk));
-    const __m256 m = with_min ? _mm256_set1_ps(half_at(blk + 2))
-                              : _mm256_mul_ps(d, _mm256_set1_ps(Q == kQ4_0 ? -8.0f : -16.0f));
-    uint32_t bits = 0;
-    if constexpr (five) std::memcpy(&bits, qs - 4, 4);
-    const __m256i qh = _mm256_set1_epi32(static_cast<int>(bits));
+    const __m256 m = Q == kQ5_1 ? _mm256_set1_ps(half_at(blk + 2)) : _mm256_setzero_ps();
+    for (int v = 0; v < 4; ++v) out[v] = _mm256_fmadd_ps(out[v], d, m);
+  } else {  // Q4_0, Q4_1
+    const uint8_t* qs = blk + (Q == kQ4_1 ? 4 : 2);
+    const __m256 d = _mm256_set1_ps(half_at(blk));
+    const __m256 m = Q == kQ4_1 ? _mm256_set1_ps(half_at(blk + 2)) : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
     for (int h = 0; h < 2; ++h) {  // bytes 0-7 hold weights 0-7 and 16-23, bytes 8-15 weights 8-15 and 24-31
       const __m256i b = bytes8(qs + 8 * h);
-      __m256i lo = _mm256_and_si256(b, low4), hi = _mm256_srli_epi32(b, 4);
-      if constexpr (five) {
-        lo = _mm256_or_si256(lo, fifth_bits(qh, 8 * h));
-        hi = _mm256_or_si256(hi, fifth_bits(qh, 16 + 8 * h));
-      }
-      out[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), d, m);
-      out[h + 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), d, m);
+      out[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, low4)), d, m);
+      out[h + 2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), d, m);
     }
   }
 }
