@@ -36,7 +36,9 @@ class StepSampler:
             row += k + 1
         out: list[SampledSeq] = []
         if plain:
-            rows, seqs, parents = self._expand_forks(plain, logits[plain_rows], fork)
+            # A decode step samples every row in order: no copy of the [rows, vocab] logits then.
+            whole = len(plain_rows) == logits.shape[0]
+            rows, seqs, parents = self._expand_forks(plain, logits if whole else logits[plain_rows], fork)
             tokens, lps = self.sampler(rows, seqs)
             out += [SampledSeq(seq, [t], [lp], forked_from=parent)
                     for seq, t, lp, parent in zip(seqs, tokens, lps, parents, strict=True)]
