@@ -37,6 +37,16 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 300) -> Non
     raise RuntimeError(f"{url} did not become healthy in {timeout}s")
 
 
+def _wait_loaded(url: str, timeout: float = 300) -> None:
+    """Until /health names no model still loading (the embedding model served beside the others loads after
+    /health turns 200), so no load competes with the benchmark for the cores."""
+    deadline = time.monotonic() + timeout
+    while httpx.get(url, timeout=2).json().get("loading"):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} still names models loading after {timeout}s")
+        time.sleep(0.2)
+
+
 @dataclass
 class Target:
     """A server under test: its /v1 URL, the model name it serves, and its process."""
@@ -86,6 +96,7 @@ def sllm_server(model: str, max_num_seqs: int, env: dict[str, str] | None = None
                "--log-level", "warning"]
         full_env = {k: v for k, v in os.environ.items() if k != "SLLM_API_KEY"} | (env or {})
         with _process(cmd, f"http://127.0.0.1:{port}/health", full_env) as proc:
+            _wait_loaded(f"http://127.0.0.1:{port}/health")
             url = f"http://127.0.0.1:{port}/v1"
             yield Target(url, httpx.get(f"{url}/models").json()["data"][0]["id"], proc, proc.ready_seconds)
 
