@@ -6,6 +6,7 @@ default model and a tiny random Llama embedded, plus upstream names: `remote` (o
 Everything asked through the gateway must equal what the upstream answers when asked directly."""
 
 import concurrent.futures
+import contextlib
 import json
 import signal
 import time
@@ -27,8 +28,13 @@ QUESTION = "Name three colours."
 
 @pytest.fixture(scope="module")
 def upstreams(tmp_path_factory):
+    """Both start at once, so the module pays for about one start; no bundled embedding model (loaded
+    after /health, it would compete with the tests for the cores and nothing here asks for it)."""
     tmp = tmp_path_factory.mktemp("upstreams")
-    with spawn_server(tmp, "--served-model-name", UP) as up, spawn_server(tmp, "--served-model-name", VICTIM) as vic:
+    starting = [spawn_server(tmp, "--served-model-name", name, "--embedding-model", "none") for name in (UP, VICTIM)]
+    with contextlib.ExitStack() as stack:
+        with concurrent.futures.ThreadPoolExecutor(len(starting)) as pool:
+            up, vic = pool.map(stack.enter_context, starting)
         yield up, vic
 
 
