@@ -15,7 +15,6 @@ from pathlib import Path
 
 import typer
 
-from benchmarks.embedding_retrieval import DOCS, QUERIES
 from benchmarks.harness import format_table, machine_header
 
 MINILM_L6 = dict(architectures=["BertModel"], model_type="bert", vocab_size=30522, hidden_size=384,
@@ -116,6 +115,7 @@ def bench_embed(
     """Embeddings/s of our encoder engine against sentence-transformers, same CPU, same process."""
     import torch
 
+    from benchmarks.embedding_retrieval import DOCS, QUERIES  # it imports torch and the engine: not at `sllm` start
     from engine.loader import DEFAULT_EMBEDDING_NAME, default_embedding_model_path
 
     if threads:

@@ -9,7 +9,9 @@ Tensor data is never copied: each tensor is a numpy view of the mapping."""
 from __future__ import annotations
 
 import mmap
+import os
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,6 +156,28 @@ class GGUFFile:
         if vtype not in _SCALARS:
             raise ValueError(f"{self.path}: unknown GGUF value type {vtype}")
         return self._unpack(_SCALARS[vtype])[0]
+
+
+def prefetch(path: Path) -> None:
+    """Asks the OS to read a .gguf file into its page cache in the background (posix_fadvise WILLNEED, on a
+    thread: queueing the reads may block), so that a first start after a reboot or a download reads the file
+    while Python imports the server, not page by page as the load touches it. Anything else: nothing."""
+    if path.suffix != ".gguf" or not path.is_file() or not hasattr(os, "posix_fadvise"):
+        return
+
+    def advise() -> None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass  # a hint the file system may refuse
+        finally:
+            os.close(fd)
+
+    threading.Thread(target=advise, name="gguf-prefetch", daemon=True).start()
 
 
 def _block(qtype: int) -> tuple[int, int]:

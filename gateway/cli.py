@@ -6,6 +6,7 @@ file, and what none of them sets is Settings' default (the engine's from EngineC
 settings flag here defaults to None: not given. Imports stay inside the function: every `sllm`
 command imports this module."""
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -199,7 +200,6 @@ def serve(
     import uvicorn
     from pydantic import ValidationError
 
-    from gateway.app import create_app
     from gateway.config_file import ConfigError, ConfigFileSource, cli_models
     from gateway.settings import Settings
 
@@ -246,6 +246,13 @@ def serve(
     except (ConfigError, ValidationError, ValueError) as exc:
         raise typer.BadParameter(str(exc)) from None
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from engine.gguf_file import prefetch
+
+    for entry in settings.model_entries():  # read from disk while the server's modules import (seconds)
+        if entry.model and not entry.is_upstream:
+            prefetch(Path(entry.model).expanduser())
+    from gateway.app import create_app
+
     # Our access log replaces uvicorn's: one line per request with tokens and timings.
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
                 access_log=False)
