@@ -122,11 +122,99 @@ void rows(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_
   }
 }
 
+// One row of x (a decode step of one sequence): each group's integers meet x first,
+//   sum_j (d q_j + m) x_j = d * sum_j q_j x_j + m * sum_j x_j,
+// so a group costs four FMAs of q with x and one with d, not four more to dequantize (the FMA units
+// bound this loop); the minimum's term takes x's sum per 32, computed once per call. Same product up to
+// float rounding (quantized_linear_ref is the reference).
+template <int Q>
+inline void group_ints(const uint8_t* blk, int c, __m256i out[4]) {
+  if constexpr (Q == kQ8_0) {
+    for (int v = 0; v < 4; ++v)
+      out[v] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v)));
+  } else if constexpr (Q == kQ4_0 || Q == kQ4_1) {
+    const uint8_t* qs = blk + (Q == kQ4_1 ? 4 : 2);
+    const __m256i low4 = _mm256_set1_epi32(0x0F), off = _mm256_set1_epi32(Q == kQ4_0 ? 8 : 0);
+    for (int h = 0; h < 2; ++h) {  // bytes 0-7 hold weights 0-7 and 16-23, bytes 8-15 weights 8-15 and 24-31
+      const __m256i b = bytes8(qs + 8 * h);
+      out[h] = _mm256_sub_epi32(_mm256_and_si256(b, low4), off);
+      out[h + 2] = _mm256_sub_epi32(_mm256_srli_epi32(b, 4), off);
+    }
+  } else {
+    const __m256i q = group<Q>(blk, c).q;
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    out[0] = _mm256_cvtepi8_epi32(lo);
+    out[1] = _mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8));
+    out[2] = _mm256_cvtepi8_epi32(hi);
+    out[3] = _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8));
+  }
+}
+
+template <int Q>
+void one_row(const float* x, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
+             int64_t n1, float* y) {
+  constexpr int64_t per = block_weights(Q), groups_per = per / kQuantBlock;
+  const int64_t bb = quant_block_bytes(Q), groups = k / kQuantBlock;
+  thread_local std::vector<float> sums;
+  if constexpr (bytes_have_min(Q)) {
+    sums.resize(groups);
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* xg = x + g * kQuantBlock;
+      __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xg), _mm256_loadu_ps(xg + 8)),
+                               _mm256_add_ps(_mm256_loadu_ps(xg + 16), _mm256_loadu_ps(xg + 24)));
+      sums[g] = hsum(s);
+    }
+  }
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    float mins[2] = {0.0f, 0.0f};
+    for (int64_t b = 0; b < k / per; ++b) {
+      const uint8_t* blk = row + b * bb;
+#pragma GCC unroll 8
+      for (int c = 0; c < groups_per; ++c) {
+        const int64_t g = b * groups_per + c;
+        const float* xg = x + g * kQuantBlock;
+        __m256i q[4];
+        group_ints<Q>(blk, c, q);
+        __m256 t[2];
+        for (int h = 0; h < 2; ++h)
+          t[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[2 * h + 1]), _mm256_loadu_ps(xg + 16 * h + 8),
+                                 _mm256_mul_ps(_mm256_cvtepi32_ps(q[2 * h]), _mm256_loadu_ps(xg + 16 * h)));
+        float d0, d1, m = 0.0f;  // the factors of weights 0-15 and 16-31 (they differ in Q6_K only)
+        if constexpr (Q == kQ6_K) {
+          const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 2 * c;
+          const float d = half_at(blk + 208);
+          d0 = d * static_cast<float>(sc[0]);
+          d1 = d * static_cast<float>(sc[1]);
+        } else if constexpr (Q == kQ4_K || Q == kQ5_K) {
+          int s6, m6;
+          scale_min_k4(c, blk + 4, s6, m6);
+          d0 = d1 = half_at(blk) * static_cast<float>(s6);
+          m = -(half_at(blk + 2) * static_cast<float>(m6));
+        } else {
+          d0 = d1 = half_at(blk);
+          if constexpr (Q == kQ4_1 || Q == kQ5_1) m = half_at(blk + 2);
+        }
+        const int slot = c & 1;
+        if constexpr (Q == kQ6_K) {
+          acc[slot] = _mm256_fmadd_ps(t[0], _mm256_set1_ps(d0), acc[slot]);
+          acc[slot] = _mm256_fmadd_ps(t[1], _mm256_set1_ps(d1), acc[slot]);
+        } else {
+          acc[slot] = _mm256_fmadd_ps(_mm256_add_ps(t[0], t[1]), _mm256_set1_ps(d0), acc[slot]);
+        }
+        if constexpr (bytes_have_min(Q)) mins[slot] += m * sums[g];
+      }
+    }
+    y[n] = hsum(_mm256_add_ps(acc[0], acc[1])) + (mins[0] + mins[1]) + (bias ? bias[n] : 0.0f);
+  }
+}
+
 template <int Q>
 void by_rows(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes,
              const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   switch (m) {
-    case 1: return rows<Q, 1, 4>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+    case 1: return one_row<Q>(x, k, w, row_bytes, bias, n0, n1, y);
     case 2: return rows<Q, 2, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
     case 3: return rows<Q, 3, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
     case 4: return rows<Q, 4, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
