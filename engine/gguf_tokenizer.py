@@ -8,7 +8,8 @@ llama.cpp is the reference for what a GGUF file means, so the choices follow its
 - `llama` model: SentencePiece's BPE, as llama.cpp runs it: the pair whose merged piece has the highest
   score merges first, unknown bytes fall back to `<0xXX>` pieces, and a space is prefixed to every run of
   text (the first, and each after a special token) when `add_space_prefix` says so;
-- control tokens are special tokens, user-defined ones are matched whole but are not special;
+- control tokens are special tokens, user-defined ones are matched whole but are not special, but for the
+  marks llama.cpp's converter demotes from special to user-defined (RENDERED_SPECIALS);
 - `add_bos_token`/`add_eos_token` as the file says, else llama.cpp's defaults for the model kind.
 The chat template comes from `tokenizer.chat_template`."""
 
@@ -20,6 +21,16 @@ from engine.gguf_file import GGUFFile
 
 # Token types of `tokenizer.ggml.token_type` (llama.cpp's llama_token_type).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+# Special tokens of the HF tokenizer that llama.cpp's converter writes as USER_DEFINED (Gemma4Model.set_vocab's
+# visible_tokens), per tokenizer model: llama.cpp renders user-defined tokens in its output and its chat parser
+# reads the marks there. Our parsers read them where SamplingParams.keep_special_token_ids keeps them, the
+# grammar writes them as single special tokens and a stop at `<|tool_response>` is its token id: the same as
+# from the HF folder only if they are special here too.
+RENDERED_SPECIALS = {
+    "gemma4": frozenset({"<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", "<|tool_response>",
+                         "<tool_response|>", '<|"|>'}),
+}
 
 _GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
@@ -85,7 +96,8 @@ def load_gguf_tokenizer(gguf: GGUFFile):
     from tokenizers import AddedToken
 
     # Ids of the special and user-defined tokens are those of the file: each is already in the vocabulary.
-    tokenizer.add_tokens([AddedToken(tokens[i], special=types[i] == CONTROL, normalized=False)
+    rendered = RENDERED_SPECIALS.get(model, frozenset())
+    tokenizer.add_tokens([AddedToken(tokens[i], special=types[i] == CONTROL or tokens[i] in rendered, normalized=False)
                           for i in range(len(tokens)) if types[i] in (CONTROL, USER_DEFINED)])
     specials = _special_tokens(gguf, tokens)
     _post_processor(tokenizer, specials, add_bos, add_eos)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -73,6 +77,19 @@ def write_model_gguf(folder: Path, path: Path, qtype: int = gguf.GGMLQuantizatio
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def llama_cpp_gguf(folder: Path, out: Path, outtype: str) -> Path:
+    """`folder` converted by llama.cpp's own convert_hf_to_gguf.py (llama-cpp-python's sdist carries it)."""
+    from tests.engine.test_gguf_tokenizer import LLAMA_CPP
+
+    tree = Path(LLAMA_CPP)
+    if not (tree / "convert_hf_to_gguf.py").exists():
+        pytest.skip("llama.cpp's source tree (llama-cpp-python's sdist) is not in the cache")
+    env = os.environ | {"PYTHONPATH": str(tree / "gguf-py")}  # its gguf-py knows qwen35; the installed may not
+    subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(folder), "--outtype", outtype,
+                    "--outfile", str(out)], check=True, env=env, capture_output=True)
+    return out
 
 
 def gguf_name(hf: str, arch: str) -> str | None:

@@ -8,10 +8,7 @@ prefix caching is off for such models. A GGUF file written by llama.cpp's own co
 
 import json
 import logging
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import gguf
@@ -23,6 +20,7 @@ from engine import LLM, SamplingParams
 from engine.gguf_file import GGUFFile
 from engine.loader import open_model
 from tests.engine.test_model_families import TINY, Family, make_tiny, prompts_of
+from tests.gguf_files import llama_cpp_gguf
 
 MAX_NEW = 10
 
@@ -103,19 +101,6 @@ def test_multimodal_checkpoint_serves_its_text_model(tmp_path, default_model_dir
     assert [o.outputs[0].token_ids for o in outs] == family.hf(prompts)
 
 
-def _llama_cpp_gguf(folder: Path, out: Path, outtype: str) -> Path:
-    """`folder` converted by llama.cpp's own convert_hf_to_gguf.py (llama-cpp-python's sdist carries it)."""
-    from tests.engine.test_gguf_tokenizer import LLAMA_CPP
-
-    tree = Path(LLAMA_CPP)
-    if not (tree / "convert_hf_to_gguf.py").exists():
-        pytest.skip("llama.cpp's source tree (llama-cpp-python's sdist) is not in the cache")
-    env = os.environ | {"PYTHONPATH": str(tree / "gguf-py")}  # its gguf-py knows qwen35; the installed may not
-    subprocess.run([sys.executable, str(tree / "convert_hf_to_gguf.py"), str(folder), "--outtype", outtype,
-                    "--outfile", str(out)], check=True, env=env, capture_output=True)
-    return out
-
-
 def _with_mtp_block(folder: Path, out: Path) -> Path:
     """A copy of `folder` with a multi-token-prediction block, as Qwen3.5's checkpoints ship one (transformers
     builds none): the converter appends it as an extra layer, which serving must pass over."""
@@ -141,7 +126,7 @@ def test_llama_cpp_gguf_equals_hf(qwen3_5, tmp_path):
     block as a layer, gives HF's greedy tokens from the folder it came from; as Q8_0 blocks it agrees with the
     same file dequantized."""
     source = _with_mtp_block(qwen3_5.folder, tmp_path / "hf")
-    path = _llama_cpp_gguf(source, tmp_path / "qwen3_5.f32.gguf", "f32")
+    path = llama_cpp_gguf(source, tmp_path / "qwen3_5.f32.gguf", "f32")
     assert GGUFFile(path).get("qwen35.nextn_predict_layers") == 1
     config, folder = open_model(str(path)).config, open_model(str(qwen3_5.folder)).config
     assert config.linear_value_heads_tiled and not folder.linear_value_heads_tiled
@@ -153,7 +138,7 @@ def test_llama_cpp_gguf_equals_hf(qwen3_5, tmp_path):
     llm = LLM(model=str(path), num_kv_blocks=128, block_size=8)
     assert [o.outputs[0].token_ids for o in _generate(llm, prompts)] == qwen3_5.hf(prompts)
 
-    q8 = _llama_cpp_gguf(source, tmp_path / "qwen3_5.q8_0.gguf", "q8_0")
+    q8 = llama_cpp_gguf(source, tmp_path / "qwen3_5.q8_0.gguf", "q8_0")
     assert GGUFFile(q8).tensors["blk.1.attn_q.weight"].qtype == gguf.GGMLQuantizationType.Q8_0  # query and gate
     blocks = _generate(LLM(model=str(q8), quantization="gguf", num_kv_blocks=128), prompts)
     floats = _generate(LLM(model=str(q8), quantization="none", num_kv_blocks=128), prompts)
