@@ -4,7 +4,8 @@ An adapter adds `scale * (x A^T) B^T` to a projection's output. Weights are read
 `adapter_config.json` + `adapter_model.safetensors` and kept in float32 beside the base weights,
 whatever those are (fp32, bf16, GGUF blocks, int8): the base matmul is untouched, the delta is added.
 Our fused projections (qkv, gate_up) take one A stacked from the targeted modules' A's and one B that
-is block-diagonal, so each projection costs one matmul pair per adapter.
+is block-diagonal, so each projection costs one matmul pair per adapter; each model family says where an HF
+module's output rows sit in its projections (`lora_targets`: LoRATarget, or why a module takes no adapter).
 
 Rows of one step carry different adapters (or none): each row adds its own adapter's delta (the Punica /
 S-LoRA idea). A step's adapters get slots 0..S-1 and each row its slot (-1: none). On the CPU with the C++
@@ -28,9 +29,6 @@ import torch
 from engine.errors import InvalidRequestError, NotFoundError
 from kernels.cpu import cpu_kernels_available
 
-# HF module name -> (our fused projection, its slice order inside that projection)
-MODULES = {"q_proj": ("qkv", 0), "k_proj": ("qkv", 1), "v_proj": ("qkv", 2), "o_proj": ("o", 0),
-           "gate_proj": ("gate_up", 0), "up_proj": ("gate_up", 1), "down_proj": ("down", 0)}
 PROJECTIONS = ("qkv", "o", "gate_up", "down")  # in the order the C++ decode op takes them
 # Rows up to which the C++ `lora_add_` beats the torch grouping (one thread, qkv of the default model, 4
 # adapters of rank 8: 16 us against 430 at 4 rows, 140 against 500 at 32, even near 128; at 512 rows the
@@ -38,7 +36,35 @@ PROJECTIONS = ("qkv", "o", "gate_up", "down")  # in the order the C++ decode op 
 # the grouping.
 CPU_KERNEL_MAX_ROWS = 128
 NO_MATRIX = torch.empty(0)  # a projection an adapter leaves alone, for the C++ ops
-KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])\.weight$")
+KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.([\w.]+?)\.lora_([AB])\.weight$")
+
+
+@dataclass(frozen=True)
+class LoRATarget:
+    """Where one HF module's LoRA delta lands: our projection, the module's input width, and for each copy of
+    its output inside the projection the projection's row of each output row. Fused projections stack
+    modules (q, k, v in qkv), some reorder rows (partial RoPE's rotary permutation, Qwen3.5's per-head query
+    and gate split apart), and Gemma 4's keys-as-values layers write k_proj's output twice (keys and values)."""
+
+    projection: str
+    in_features: int
+    rows: tuple[torch.Tensor, ...]
+
+    @property
+    def out_features(self) -> int:
+        return self.rows[0].numel()
+
+
+def stacked(projection: str, in_features: int, modules: list[tuple[str, int]],
+            positions: torch.Tensor | None = None) -> dict[str, LoRATarget]:
+    """Targets of `modules` (HF name, output width) stacked in order in `projection`; `positions[r]`: the
+    projection's row holding row r of the stack, where the model reordered them (else in place)."""
+    out, offset = {}, 0
+    for name, width in modules:
+        rows = torch.arange(offset, offset + width)
+        out[name] = LoRATarget(projection, in_features, (rows if positions is None else positions[rows],))
+        offset += width
+    return out
 
 
 @dataclass(frozen=True)
@@ -107,8 +133,8 @@ def _config(folder: Path, max_rank: int) -> tuple[int, float]:
 
 
 def load_adapter(request: LoRARequest, model, max_rank: int) -> LoRAAdapter:
-    """Reads a PEFT adapter for `model` (engine.models.LlamaForCausalLM); refuses, with the reason, what
-    it cannot apply exactly."""
+    """Reads a PEFT adapter for `model` (engine.models.LlamaForCausalLM or a family built on it), placed where
+    `model.lora_targets(layer)` says; refuses, with the reason, what it cannot apply exactly."""
     from safetensors.torch import load_file
 
     folder = Path(request.lora_path)
@@ -123,8 +149,8 @@ def load_adapter(request: LoRARequest, model, max_rank: int) -> LoRAAdapter:
     parts: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
         m = KEY.match(key)
-        if m is None or m.group(2) not in MODULES:
-            raise InvalidRequestError(f"{folder}: unsupported adapter weight {key!r} (LoRA on q/k/v/o/gate/up/down "
+        if m is None:
+            raise InvalidRequestError(f"{folder}: unsupported adapter weight {key!r} (LoRA on the decoder layers' "
                                       "projections only)", "lora_path")
         layer, module, ab = int(m.group(1)), m.group(2), m.group(3)
         if layer >= model.num_layers:
@@ -132,36 +158,31 @@ def load_adapter(request: LoRARequest, model, max_rank: int) -> LoRAAdapter:
         parts.setdefault((layer, module), {})[ab] = tensor.float()
     if not parts:
         raise InvalidRequestError(f"{folder}: the adapter has no LoRA weights", "lora_path")
-    hq, hkv, d = model.num_heads, model.num_kv_heads, model.head_dim
-    inter = model.weights["model.layers.0.down"]
-    inter_size = inter.shape[1]
-    outs = {"q_proj": hq * d, "k_proj": hkv * d, "v_proj": hkv * d, "o_proj": model.hidden_size,
-            "gate_proj": inter_size, "up_proj": inter_size, "down_proj": model.hidden_size}
-    ins = {"o_proj": hq * d, "down_proj": inter_size}
+    targets = {layer: model.lora_targets(layer) for layer in {layer for layer, _ in parts}}
+    for (layer, module), ab in parts.items():
+        target = targets[layer].get(module)
+        if not isinstance(target, LoRATarget):
+            takes = sorted(m for m, t in targets[layer].items() if isinstance(t, LoRATarget))
+            why = target or f"this model's layer takes LoRA on {', '.join(takes)}"
+            raise InvalidRequestError(f"{folder}: layer {layer} {module} cannot take a LoRA adapter: {why}",
+                                      "lora_path")
+        if set(ab) != {"A", "B"}:
+            raise InvalidRequestError(f"{folder}: layer {layer} {module} lacks lora_A or lora_B", "lora_path")
+        a, b = ab["A"], ab["B"]
+        if a.shape != (rank, target.in_features) or b.shape != (target.out_features, rank):
+            raise InvalidRequestError(
+                f"{folder}: layer {layer} {module}: lora_A {list(a.shape)} / lora_B {list(b.shape)} do not fit "
+                f"the base model (rank {rank}, {target.in_features} -> {target.out_features})", "lora_path")
     adapter = LoRAAdapter(request, rank)
-    for layer, proj in sorted({(layer, MODULES[module][0]) for layer, module in parts}):
-        order = [name for name, (p, _) in MODULES.items() if p == proj]  # every module of the projection
-        out_total = sum(outs[n] for n in order)
-        a_rows, blocks = [], []
-        offset = 0
-        for name in order:
-            ab = parts.get((layer, name))
-            if ab is not None:
-                if set(ab) != {"A", "B"}:
-                    raise InvalidRequestError(f"{folder}: layer {layer} {name} lacks lora_A or lora_B", "lora_path")
-                a, b = ab["A"], ab["B"]
-                expect_in = ins.get(name, model.hidden_size)
-                if a.shape != (rank, expect_in) or b.shape != (outs[name], rank):
-                    raise InvalidRequestError(
-                        f"{folder}: layer {layer} {name}: lora_A {list(a.shape)} / lora_B {list(b.shape)} do not fit "
-                        f"the base model (rank {rank}, {expect_in} -> {outs[name]})", "lora_path")
-                a_rows.append(a)
-                blocks.append((offset, b))
-            offset += outs[name]
-        a_cat = torch.cat(a_rows)  # [r * k, in]
-        b_cat = torch.zeros(out_total, a_cat.shape[0])
-        for j, (off, b) in enumerate(blocks):
-            b_cat[off : off + b.shape[0], j * rank : (j + 1) * rank] = b * scale
+    for layer, proj in sorted({(layer, targets[layer][module].projection) for layer, module in parts}):
+        # One A stacked from the modules' A's, one B holding each module's B (scaled) in its rows and A's columns.
+        modules = [m for m, t in targets[layer].items()
+                   if isinstance(t, LoRATarget) and t.projection == proj and (layer, m) in parts]
+        a_cat = torch.cat([parts[layer, m]["A"] for m in modules])  # [r * k, in]
+        b_cat = torch.zeros(model.weights[f"model.layers.{layer}.{proj}"].shape[0], a_cat.shape[0])
+        for j, m in enumerate(modules):
+            for rows in targets[layer][m].rows:
+                b_cat[rows, j * rank : (j + 1) * rank] = parts[layer, m]["B"] * scale
         adapter.weights[f"model.layers.{layer}.{proj}"] = (a_cat.contiguous().to(model.device),
                                                            b_cat.contiguous().to(model.device))
     adapter.index(model.num_layers)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from engine.lora import LoRABatch
+from engine.lora import LoRABatch, LoRATarget, stacked
 from engine.model_config import ModelConfig
 from engine.models.gemma3 import Gemma3ForCausalLM, embedding_scale
 from engine.models.llama import AttentionMetadata, LlamaForCausalLM, text_model_weights
@@ -47,6 +47,7 @@ class Gemma4ForCausalLM(LlamaForCausalLM):
         self.ple_dim = config.hidden_size_per_layer_input
         self.ple_embed_scale = embedding_scale(self.ple_dim, dtype) if self.ple_dim else 1.0
         self.layer_scalars: list[float] = []
+        self.keys_as_values: set[int] = set()  # layers whose values are their keys' projection
 
     def _init_rope(self, max_position: int) -> None:
         """One cos/sin cache per (RoPE setting, head size): sliding and global layers differ in both."""
@@ -75,6 +76,7 @@ class Gemma4ForCausalLM(LlamaForCausalLM):
             a = p + "self_attn."
             if a + "k_proj.weight" in state and a + "v_proj.weight" not in state:  # attention_k_eq_v
                 state[a + "v_proj.weight"] = state[a + "k_proj.weight"]
+                self.keys_as_values.add(i)
             scalar = state.pop(p + "layer_scalar", None)
             if scalar is None:  # a GGUF file's name for it
                 scalar = state.pop(p + "layer_scalar.weight")
@@ -97,6 +99,29 @@ class Gemma4ForCausalLM(LlamaForCausalLM):
     def kv_cache_shapes(self) -> list[tuple[int, int]]:
         return [self.layer_dims[i] for i in self.cache_layers]
 
+    def lora_targets(self, layer: int) -> dict[str, LoRATarget | str]:
+        """Per layer: its head size and KV heads, no k_proj or v_proj in a KV-shared layer (HF builds none),
+        k_proj's delta on both keys and values where values are the keys' projection (HF has no v_proj
+        there), the MLP's own width, and the per-layer-embedding gate and projection."""
+        p, hidden, hq = f"model.layers.{layer}.", self.hidden_size, self.num_heads
+        hkv, d = self.layer_dims[layer]
+        inter = self.weights[p + "down"].shape[1]
+        targets: dict[str, LoRATarget | str] = stacked("qkv", hidden, [("self_attn.q_proj", hq * d)])
+        if self.cache_layers[self.cache_index[layer]] == layer:
+            keys = torch.arange(hq * d, (hq + hkv) * d)
+            values = keys + hkv * d
+            targets["self_attn.k_proj"] = LoRATarget("qkv", hidden, (keys, values) if layer in self.keys_as_values
+                                                     else (keys,))
+            if layer not in self.keys_as_values:
+                targets["self_attn.v_proj"] = LoRATarget("qkv", hidden, (values,))
+        targets |= {**stacked("o", hq * d, [("self_attn.o_proj", hidden)]),
+                    **stacked("gate_up", hidden, [("mlp.gate_proj", inter), ("mlp.up_proj", inter)]),
+                    **stacked("down", inter, [("mlp.down_proj", hidden)])}
+        if self.ple_dim:
+            targets |= {**stacked("ple_gate", hidden, [("per_layer_input_gate", self.ple_dim)]),
+                        **stacked("ple_proj", self.ple_dim, [("per_layer_projection", hidden)])}
+        return targets
+
     # -- forward ---------------------------------------------------------------------------------
     @torch.inference_mode()
     def forward(
@@ -107,8 +132,6 @@ class Gemma4ForCausalLM(LlamaForCausalLM):
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         lora: LoRABatch | None = None,
     ) -> torch.Tensor:
-        if lora is not None:
-            raise NotImplementedError("LoRA adapters on Gemma 4 are not supported")
         w = self.weights
         t, hq, eps = input_ids.shape[0], self.num_heads, self.eps
         x = kernels.embedding(input_ids, w["embed"]) * self.embed_scale
@@ -118,7 +141,7 @@ class Gemma4ForCausalLM(LlamaForCausalLM):
             hkv, d = self.layer_dims[i]
             own_cache = self.cache_layers[self.cache_index[i]] == i
             h = kernels.rms_norm(x, w[p + "in_norm"], eps)
-            qkv = self._linear(h, p + "qkv")
+            qkv = self._linear(h, p + "qkv", lora=lora)
             q = qkv[:, : hq * d] if not own_cache else qkv.split([hq * d, hkv * d, hkv * d], dim=-1)[0]
             q = kernels.rms_norm(q.reshape(t * hq, d), w[p + "q_norm"], eps).reshape(t, hq, d)
             k_cache, v_cache = kv_caches[self.cache_index[i]]
@@ -139,13 +162,14 @@ class Gemma4ForCausalLM(LlamaForCausalLM):
             else:
                 o = kernels.paged_attention(q, k_cache, v_cache, meta.block_tables, meta.query_start_loc,
                                             meta.context_lens, self.scale, sliding_window=self.windows[i])
-            x = x + kernels.rms_norm(self._linear(o.reshape(t, hq * d), p + "o"), w[p + "attn_out_norm"], eps)
+            o = self._linear(o.reshape(t, hq * d), p + "o", lora=lora)
+            x = x + kernels.rms_norm(o, w[p + "attn_out_norm"], eps)
             h = kernels.rms_norm(x, w[p + "post_norm"], eps)
-            h = self._linear(self.act_and_mul(self._linear(h, p + "gate_up")), p + "down")
+            h = self._linear(self.act_and_mul(self._linear(h, p + "gate_up", lora=lora)), p + "down", lora=lora)
             x = x + kernels.rms_norm(h, w[p + "mlp_out_norm"], eps)
             if per_layer is not None:
-                h = F.gelu(self._linear(x, p + "ple_gate"), approximate="tanh") * per_layer[:, i]
-                x = x + kernels.rms_norm(self._linear(h, p + "ple_proj"), w[p + "ple_norm"], eps)
+                h = F.gelu(self._linear(x, p + "ple_gate", lora=lora), approximate="tanh") * per_layer[:, i]
+                x = x + kernels.rms_norm(self._linear(h, p + "ple_proj", lora=lora), w[p + "ple_norm"], eps)
             if self.layer_scalars[i] != 1.0:
                 x = x * self.layer_scalars[i]
         return kernels.rms_norm(x, w["norm"], eps)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 import kernels
-from engine.lora import LoRABatch
+from engine.lora import LoRABatch, LoRATarget, stacked
 from engine.model_config import ModelConfig
 from engine.models.rope import rope_inv_freq
 from kernels.cpu.fused_ops import decode_layer_weights, decode_layers_cpu, decode_max_rows
@@ -251,10 +251,9 @@ class LlamaForCausalLM:
 
     def _permute_rotary(self, p: str) -> None:
         """Reorders each q and k head's dimensions by `rope_perm` (see `rotary_permutation`)."""
-        w, d = self.weights, self.head_dim
-        heads = self.num_heads + self.num_kv_heads  # q's and k's heads lead the fused rows; v's stay
+        w = self.weights
         qkv = w[p + "qkv"]
-        rows = torch.cat([h * d + self.rope_perm for h in range(heads)] + [torch.arange(heads * d, qkv.shape[0])])
+        rows = self._rotary_rows(qkv.shape[0])
         if isinstance(qkv, QuantizedWeight):
             w[p + "qkv"] = QuantizedWeight(qkv.data.index_select(0, rows).contiguous(), qkv.qtype, qkv.shape)
         else:
@@ -264,6 +263,24 @@ class LlamaForCausalLM:
         for name in ("q_norm", "k_norm"):
             if p + name in w:
                 w[p + name] = w[p + name][self.rope_perm.to(self.device)]
+
+    def _rotary_rows(self, total: int) -> torch.Tensor:
+        """The fused qkv's rows in `rope_perm`'s order: row j of the reordered matrix is row rows[j] of the
+        checkpoint's. q's and k's heads lead the fused rows; the rest stay."""
+        d, heads = self.head_dim, self.num_heads + self.num_kv_heads
+        return torch.cat([h * d + self.rope_perm for h in range(heads)] + [torch.arange(heads * d, total)])
+
+    def lora_targets(self, layer: int) -> dict[str, LoRATarget | str]:
+        """HF module (its name inside the layer) -> where its LoRA delta lands (engine/lora.py); a module that
+        cannot take one maps to the reason."""
+        p, hidden = f"model.layers.{layer}.", self.hidden_size
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        inter = self.weights[p + "down"].shape[1]
+        qkv = [("self_attn.q_proj", hq * d), ("self_attn.k_proj", hkv * d), ("self_attn.v_proj", hkv * d)]
+        positions = None if self.rope_perm is None else torch.argsort(self._rotary_rows(sum(n for _, n in qkv)))
+        return {**stacked("qkv", hidden, qkv, positions), **stacked("o", hq * d, [("self_attn.o_proj", hidden)]),
+                **stacked("gate_up", hidden, [("mlp.gate_proj", inter), ("mlp.up_proj", inter)]),
+                **stacked("down", inter, [("mlp.down_proj", hidden)])}
 
     def _decode_layer_lists(self) -> dict[str, list[torch.Tensor]] | None:
         """Per-layer weight lists for the one-call C++ decode path (`decode_layers_cpu`), or None where

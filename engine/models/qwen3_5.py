@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import kernels
-from engine.lora import LoRABatch
+from engine.lora import LoRABatch, LoRATarget, stacked
 from engine.model_config import LINEAR_ATTENTION, ModelConfig
 from engine.models.llama import AttentionMetadata, LlamaForCausalLM, text_model_weights
 from engine.recurrent_state import RecurrentStates, StateShape
@@ -110,6 +110,40 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
                 self.packed[name] = packed
         self.decode_layers, self.decode_rows = None, 0
 
+    def lora_targets(self, layer: int) -> dict[str, LoRATarget | str]:
+        """Full-attention layers: q_proj's rows, each head's query then its gate, land where the fused qkv holds
+        queries and gates (then partial RoPE's order). Linear-attention layers: their five projections as HF
+        names them, but not the depthwise convolution, nor any where a GGUF file tiled the value heads."""
+        p, hidden = f"model.layers.{layer}.", self.hidden_size
+        inter = self.weights[p + "down"].shape[1]
+        mlp = {**stacked("gate_up", hidden, [("mlp.gate_proj", inter), ("mlp.up_proj", inter)]),
+               **stacked("down", inter, [("mlp.down_proj", hidden)])}
+        if self.linear[layer]:
+            kd, vd = self.k_heads * self.k_dim, self.v_heads * self.v_dim
+            projections = {"in_proj_qkv": ("in_qkv", hidden, 2 * kd + vd), "in_proj_z": ("in_z", hidden, vd),
+                           "in_proj_b": ("in_b", hidden, self.v_heads), "in_proj_a": ("in_a", hidden, self.v_heads),
+                           "out_proj": ("o", vd, hidden)}
+            tiled = ("this GGUF file holds the value heads tiled by key head (llama.cpp's order), not as the "
+                     "adapter was trained")
+            targets: dict[str, LoRATarget | str] = {
+                f"linear_attn.{theirs}": tiled if self.v_heads_tiled else stacked(ours, n_in, [(theirs, n_out)])[theirs]
+                for theirs, (ours, n_in, n_out) in projections.items()}
+            targets["linear_attn.conv1d"] = "a depthwise convolution, not a projection"
+            return targets | mlp
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        heads = torch.arange(hq).repeat_interleave(d) * d + torch.arange(d).repeat(hq)  # query row -> fused row
+        gates = heads + (hq + 2 * hkv) * d
+        q_rows = torch.stack([heads.reshape(hq, d), gates.reshape(hq, d)], dim=1).reshape(-1)  # HF's row order
+        k_rows = torch.arange(hq * d, (hq + hkv) * d)
+        v_rows = k_rows + hkv * d
+        if self.rope_perm is not None:
+            positions = torch.argsort(self._rotary_rows(2 * (hq + hkv) * d))
+            q_rows, k_rows, v_rows = positions[q_rows], positions[k_rows], positions[v_rows]
+        return {"self_attn.q_proj": LoRATarget("qkv", hidden, (q_rows,)),
+                "self_attn.k_proj": LoRATarget("qkv", hidden, (k_rows,)),
+                "self_attn.v_proj": LoRATarget("qkv", hidden, (v_rows,)),
+                **stacked("o", hq * d, [("self_attn.o_proj", hidden)]), **mlp}
+
     # -- forward ---------------------------------------------------------------------------------
     @torch.inference_mode()
     def forward(
@@ -120,8 +154,6 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
         kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
         lora: LoRABatch | None = None,
     ) -> torch.Tensor:
-        if lora is not None:
-            raise NotImplementedError("LoRA adapters on Qwen3.5 are not supported")
         w, eps = self.weights, self.eps
         x = kernels.embedding(input_ids, w["embed"])
         residual = None
@@ -133,19 +165,19 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
             else:
                 h, residual = kernels.rms_norm(x, w[p + "in_norm"], eps, residual)
             if self.linear[i]:
-                x = self._linear_attention(i, h, meta)
+                x = self._linear_attention(i, h, meta, lora)
             else:
-                x = self._full_attention(i, h, positions, meta, kv_caches[self.cache_index[i]])
+                x = self._full_attention(i, h, positions, meta, kv_caches[self.cache_index[i]], lora)
             h, residual = kernels.rms_norm(x, w[p + "post_norm"], eps, residual)
-            x = self._linear(self.act_and_mul(self._linear(h, p + "gate_up")), p + "down")
+            x = self._linear(self.act_and_mul(self._linear(h, p + "gate_up", lora=lora)), p + "down", lora=lora)
         h, _ = kernels.rms_norm(x, w["norm"], eps, residual)
         return h
 
     def _full_attention(self, i: int, h: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata,
-                        cache: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+                        cache: tuple[torch.Tensor, torch.Tensor], lora: LoRABatch | None) -> torch.Tensor:
         w, p, t = self.weights, f"model.layers.{i}.", h.shape[0]
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        q, k, v, gate = self._linear(h, p + "qkv").split([hq * d, hkv * d, hkv * d, hq * d], dim=-1)
+        q, k, v, gate = self._linear(h, p + "qkv", lora=lora).split([hq * d, hkv * d, hkv * d, hq * d], dim=-1)
         q = kernels.rms_norm(q.reshape(t * hq, d), w[p + "q_norm"], self.eps).reshape(t, hq, d)
         k = kernels.rms_norm(k.reshape(t * hkv, d), w[p + "k_norm"], self.eps).reshape(t, hkv, d)
         v = v.reshape(t, hkv, d)
@@ -157,18 +189,19 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
         else:
             o = kernels.paged_attention(q, k_cache, v_cache, meta.block_tables, meta.query_start_loc,
                                         meta.context_lens, self.scale)
-        return self._linear(o.reshape(t, hq * d) * torch.sigmoid(gate), p + "o")
+        return self._linear(o.reshape(t, hq * d) * torch.sigmoid(gate), p + "o", lora=lora)
 
     def _per_value_head(self, x: torch.Tensor) -> torch.Tensor:
         """[t, key heads, d] as [t, value heads, d]: each value head's key head, in the weights' order."""
         groups = self.v_heads // self.k_heads
         return x.repeat(1, groups, 1) if self.v_heads_tiled else x.repeat_interleave(groups, dim=1)
 
-    def _linear_attention(self, i: int, h: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def _linear_attention(self, i: int, h: torch.Tensor, meta: AttentionMetadata,
+                          lora: LoRABatch | None) -> torch.Tensor:
         w, p, t = self.weights, f"model.layers.{i}.", h.shape[0]
         j, states = self.state_index[i], self.states
         conv_states, rec_states = states.conv[j], states.recurrent[j]
-        mixed = self._linear(h, p + "in_qkv")
+        mixed = self._linear(h, p + "in_qkv", lora=lora)
         starts = meta.query_start_loc.tolist()
         slots = meta.state_slots
         # The causal convolution, each sequence after the last inputs of its previous step.
@@ -185,8 +218,8 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
         q, k = (self._per_value_head(x.reshape(t, self.k_heads, self.k_dim)) for x in (q, k))
         q, k = l2_normalize(q.float()), l2_normalize(k.float())
         v = v.reshape(t, self.v_heads, self.v_dim)
-        beta = torch.sigmoid(self._linear(h, p + "in_b"))
-        g = -w[p + "a_log"].exp() * F.softplus(self._linear(h, p + "in_a").float() + w[p + "dt_bias"])
+        beta = torch.sigmoid(self._linear(h, p + "in_b", lora=lora))
+        g = -w[p + "a_log"].exp() * F.softplus(self._linear(h, p + "in_a", lora=lora).float() + w[p + "dt_bias"])
         core = torch.empty(t, self.v_heads, self.v_dim, dtype=torch.float32, device=h.device)
         single = [n for n, (s, e) in enumerate(zip(starts[:-1], starts[1:], strict=True)) if e - s == 1]
         if single:  # one token per sequence: the recurrent form, all such sequences at once
@@ -201,9 +234,9 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
                                                                       rec_states[slots[n]])
         normed = kernels.rms_norm(core.to(h.dtype).reshape(t * self.v_heads, self.v_dim), w[p + "gated_norm"],
                                   self.eps)
-        z = self._linear(h, p + "in_z").reshape(t * self.v_heads, self.v_dim)
+        z = self._linear(h, p + "in_z", lora=lora).reshape(t * self.v_heads, self.v_dim)
         gated = (normed * F.silu(z.float())).to(h.dtype).reshape(t, vd)
-        return self._linear(gated, p + "o")
+        return self._linear(gated, p + "o", lora=lora)
 
 
 def _queries_and_gates(q_proj: torch.Tensor | QuantizedWeight, heads: int, head_dim: int):
