@@ -17,10 +17,9 @@ import json
 import logging
 from typing import Any
 
-from engine.chat.events import StreamEvent, ToolCallArguments, ToolCallStart
+from engine.chat.events import StreamEvent
 from engine.chat.markup import TOOL_MARKUP, held_prefix
 from engine.chat.text_stream import TextStream
-from engine.chat.tools import ToolCall, new_tool_call_id
 
 log = logging.getLogger(__name__)
 
@@ -211,12 +210,5 @@ class Gemma4CallParser(TextStream):
         return events
 
     def _give(self, name: str, args: Any, events: list[StreamEvent]) -> None:
-        if (name, args) in self._seen:
-            self.ended_by_repeat = self._ended = True
-            return
-        self._seen.append((name, args))
-        text = json.dumps(args, ensure_ascii=False)
-        call = ToolCall(new_tool_call_id(), name, text)
-        index = len(self._calls)
-        self._calls.append(call)
-        events += [ToolCallStart(index, call.id, name), ToolCallArguments(index, text)]
+        if not self._give_call(name, args, events):
+            self._ended = True

@@ -19,9 +19,8 @@ import logging
 import re
 from typing import Any
 
-from engine.chat.events import StreamEvent, ToolCallArguments, ToolCallStart
+from engine.chat.events import StreamEvent
 from engine.chat.text_stream import TextStream
-from engine.chat.tools import ToolCall, new_tool_call_id
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +164,6 @@ class PythonicCallParser(TextStream):
 
     def _give(self, calls: list[tuple[str, dict[str, Any]]], events: list[StreamEvent]) -> None:
         for name, args in calls:
-            if (name, args) in self._seen:
-                self.ended_by_repeat = self._ended = True
+            if not self._give_call(name, args, events):
+                self._ended = True
                 return
-            self._seen.append((name, args))
-            text = json.dumps(args, ensure_ascii=False)
-            call = ToolCall(new_tool_call_id(), name, text)
-            index = len(self._calls)
-            self._calls.append(call)
-            events += [ToolCallStart(index, call.id, name), ToolCallArguments(index, text)]

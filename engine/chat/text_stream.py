@@ -2,10 +2,11 @@
 at a time into a buffer its `_drain` reads, the calls given so far, and content with leading whitespace
 removed and trailing whitespace held until more content follows."""
 
+import json
 from typing import Any
 
-from engine.chat.events import ContentDelta, StreamEvent
-from engine.chat.tools import ToolCall
+from engine.chat.events import ContentDelta, StreamEvent, ToolCallArguments, ToolCallStart
+from engine.chat.tools import ToolCall, new_tool_call_id
 
 
 class TextStream:
@@ -41,3 +42,17 @@ class TextStream:
         if body:
             self._content_started = True
             events.append(ContentDelta(body))
+
+    def _give_call(self, name: str, args: Any, events: list[StreamEvent]) -> bool:
+        """A whole call whose arguments are parsed: given as one start and one arguments event, unless the
+        same call was given already, which ends the answer (`ended_by_repeat`; returns False)."""
+        if (name, args) in self._seen:
+            self.ended_by_repeat = True
+            return False
+        self._seen.append((name, args))
+        text = json.dumps(args, ensure_ascii=False)
+        call = ToolCall(new_tool_call_id(), name, text)
+        index = len(self._calls)
+        self._calls.append(call)
+        events += [ToolCallStart(index, call.id, name), ToolCallArguments(index, text)]
+        return True
