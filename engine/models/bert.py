@@ -111,6 +111,25 @@ def _read_state(folder: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+class NamedWeights:
+    """What the encoders holding their weights by HF name (`self.w`) share: the hidden size, and layer
+    norms and linears looked up by a module's name (its bias optional)."""
+
+    config: EncoderConfig
+    w: dict[str, torch.Tensor]
+    eps: float
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return F.layer_norm(x, (x.shape[-1],), self.w[name + ".weight"], self.w.get(name + ".bias"), self.eps)
+
+    def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return F.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
+
+
 class BertEncoder:
     """`forward(input_ids, attention_mask, token_type_ids)` -> the last layer's states `[B, T, H]`;
     `classify(states)` -> the head's logits `[B, num_labels]` (cross-encoders)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from engine.models.bert import _ACTIVATIONS, EncoderConfig, _read_state
+from engine.models.bert import _ACTIVATIONS, EncoderConfig, NamedWeights, _read_state
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -21,7 +21,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-b, a), dim=-1)
 
 
-class ModernBertEncoder:
+class ModernBertEncoder(NamedWeights):
     def __init__(self, config: EncoderConfig, hf_config, state: dict[str, torch.Tensor]):
         self.config = config
         w = {k: v.float().contiguous() for k, v in state.items()}
@@ -43,16 +43,6 @@ class ModernBertEncoder:
 
         folder = Path(folder)
         return cls(EncoderConfig.from_folder(folder), AutoConfig.from_pretrained(str(folder)), _read_state(folder))
-
-    @property
-    def hidden_size(self) -> int:
-        return self.config.hidden_size
-
-    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return F.layer_norm(x, (x.shape[-1],), self.w[name + ".weight"], self.w.get(name + ".bias"), self.eps)
-
-    def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return F.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
 
     def _rope(self, t: int, dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
         inv_freq = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))

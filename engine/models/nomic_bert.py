@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from engine.models.bert import EncoderConfig, _read_state
+from engine.models.bert import EncoderConfig, NamedWeights, _read_state
 
 # The gated MLP's activation on fc12 (the remote code's choice for each `activation_function`).
 _GATES = {"swiglu": F.silu, "geglu": F.gelu, "glu": torch.sigmoid}
@@ -62,7 +62,7 @@ class NomicRotary:
         return torch.cat((rot, rest), dim=-1)
 
 
-class NomicBertEncoder:
+class NomicBertEncoder(NamedWeights):
     def __init__(self, config: EncoderConfig, raw: dict, state: dict[str, torch.Tensor]):
         self.config = config
         for key, refused in (("prenorm", True), ("parallel_block", True), ("causal", True)):
@@ -94,16 +94,6 @@ class NomicBertEncoder:
         folder = Path(folder)
         raw = json.loads((folder / "config.json").read_text())
         return cls(EncoderConfig.from_folder(folder), raw, _read_state(folder))
-
-    @property
-    def hidden_size(self) -> int:
-        return self.config.hidden_size
-
-    def _norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return F.layer_norm(x, (x.shape[-1],), self.w[name + ".weight"], self.w.get(name + ".bias"), self.eps)
-
-    def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        return F.linear(x, self.w[name + ".weight"], self.w.get(name + ".bias"))
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
