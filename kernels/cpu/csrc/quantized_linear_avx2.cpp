@@ -22,19 +22,12 @@
 namespace sllm_cpu {
 namespace {
 
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
 // 8 bytes widened to 8 int32 lanes.
 inline __m256i bytes8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-constexpr bool is_k(int Q) { return Q == kQ4_K || Q == kQ5_K || Q == kQ6_K; }
-constexpr int64_t block_weights(int Q) { return is_k(Q) ? kMaxQuantBlock : kQuantBlock; }
+constexpr int64_t block_weights(int Q) { return bytes_is_k(Q) ? kMaxQuantBlock : kQuantBlock; }
 
 // 32 signed bytes (weights in order) as four vectors of 8 floats.
 inline void bytes_to_floats(__m256i q, __m256 out[4]) {
@@ -50,7 +43,7 @@ template <int Q>
 inline void widen(const uint8_t* blk, int c, __m256 out[4]) {
   const __m256i low4 = _mm256_set1_epi32(0x0F);
   if constexpr (Q == kQ8_0) {
-    const __m256 d = _mm256_set1_ps(half_at(blk));
+    const __m256 d = _mm256_set1_ps(half_bits(blk));
     for (int v = 0; v < 4; ++v) {
       const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * v));
       out[v] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), d);
@@ -58,8 +51,8 @@ inline void widen(const uint8_t* blk, int c, __m256 out[4]) {
   } else if constexpr (Q == kQ4_K || Q == kQ5_K) {
     int sc, mn;
     scale_min_k4(c, blk + 4, sc, mn);
-    const __m256 d = _mm256_set1_ps(half_at(blk) * static_cast<float>(sc));
-    const __m256 m = _mm256_set1_ps(-(half_at(blk + 2) * static_cast<float>(mn)));
+    const __m256 d = _mm256_set1_ps(half_bits(blk) * static_cast<float>(sc));
+    const __m256 m = _mm256_set1_ps(-(half_bits(blk + 2) * static_cast<float>(mn)));
     const uint8_t* qs = blk + (Q == kQ5_K ? 48 : 16) + 32 * (c / 2);
     const __m128i nibble = _mm_cvtsi32_si128(4 * (c & 1)), bit = _mm_cvtsi32_si128(c);
     for (int v = 0; v < 4; ++v) {
@@ -74,17 +67,17 @@ inline void widen(const uint8_t* blk, int c, __m256 out[4]) {
     const __m256i mul = group<Q>(blk, c).q;
     const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 2 * c;
     bytes_to_floats(mul, out);
-    const float d = half_at(blk + 208);
+    const float d = half_bits(blk + 208);
     for (int v = 0; v < 4; ++v) out[v] = _mm256_mul_ps(out[v], _mm256_set1_ps(d * static_cast<float>(sc[v / 2])));
   } else if constexpr (Q == kQ5_0 || Q == kQ5_1) {  // q - 16 as signed bytes (Q5_0), or q and the minimum
     bytes_to_floats(group<Q>(blk, c).q, out);
-    const __m256 d = _mm256_set1_ps(half_at(blk));
-    const __m256 m = Q == kQ5_1 ? _mm256_set1_ps(half_at(blk + 2)) : _mm256_setzero_ps();
+    const __m256 d = _mm256_set1_ps(half_bits(blk));
+    const __m256 m = Q == kQ5_1 ? _mm256_set1_ps(half_bits(blk + 2)) : _mm256_setzero_ps();
     for (int v = 0; v < 4; ++v) out[v] = _mm256_fmadd_ps(out[v], d, m);
   } else {  // Q4_0, Q4_1
     const uint8_t* qs = blk + (Q == kQ4_1 ? 4 : 2);
-    const __m256 d = _mm256_set1_ps(half_at(blk));
-    const __m256 m = Q == kQ4_1 ? _mm256_set1_ps(half_at(blk + 2)) : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+    const __m256 d = _mm256_set1_ps(half_bits(blk));
+    const __m256 m = Q == kQ4_1 ? _mm256_set1_ps(half_bits(blk + 2)) : _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
     for (int h = 0; h < 2; ++h) {  // bytes 0-7 hold weights 0-7 and 16-23, bytes 8-15 weights 8-15 and 24-31
       const __m256i b = bytes8(qs + 8 * h);
       out[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, low4)), d, m);
@@ -184,17 +177,17 @@ void one_row(const float* x, int64_t k, const uint8_t* w, int64_t row_bytes, con
         float d0, d1, m = 0.0f;  // the factors of weights 0-15 and 16-31 (they differ in Q6_K only)
         if constexpr (Q == kQ6_K) {
           const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 2 * c;
-          const float d = half_at(blk + 208);
+          const float d = half_bits(blk + 208);
           d0 = d * static_cast<float>(sc[0]);
           d1 = d * static_cast<float>(sc[1]);
         } else if constexpr (Q == kQ4_K || Q == kQ5_K) {
           int s6, m6;
           scale_min_k4(c, blk + 4, s6, m6);
-          d0 = d1 = half_at(blk) * static_cast<float>(s6);
-          m = -(half_at(blk + 2) * static_cast<float>(m6));
+          d0 = d1 = half_bits(blk) * static_cast<float>(s6);
+          m = -(half_bits(blk + 2) * static_cast<float>(m6));
         } else {
-          d0 = d1 = half_at(blk);
-          if constexpr (Q == kQ4_1 || Q == kQ5_1) m = half_at(blk + 2);
+          d0 = d1 = half_bits(blk);
+          if constexpr (Q == kQ4_1 || Q == kQ5_1) m = half_bits(blk + 2);
         }
         const int slot = c & 1;
         if constexpr (Q == kQ6_K) {
