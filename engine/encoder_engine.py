@@ -1,10 +1,18 @@
 """The engine for encoder models (engine/models/bert.py): embedding models and cross-encoders.
 
 An encoder takes no KV cache and generates nothing, so it does not go through the paged scheduler:
-requests queue up, and a worker thread takes every request waiting, sorts them by length and runs them
+requests queue up, and a worker thread takes the requests waiting, sorts them by length and runs them
 in padded batches (at most `max_batch_tokens` padded tokens each), so concurrent requests share forward
 passes (dynamic batching). Inputs are tokenized as sentence-transformers does (special tokens added,
-truncated to the model's `max_seq_length`); a cross-encoder reads (query, document) pairs."""
+truncated to the model's `max_seq_length`); a cross-encoder reads (query, document) pairs.
+
+Priority follows the paged scheduler's rule (engine/scheduler.py): lower runs first, and a request's
+effective priority improves by 1 for every `priority_aging_s` seconds it has waited, so none starves.
+A round is every request waiting at the best effective priority, run batch by batch; before each batch
+the worker looks at what arrived meanwhile, and a request of strictly better effective priority ends
+the round there (the rest wait again, keeping their age). So an interactive request waits for one
+forward pass, not for a batch job's thousands of inputs; requests of the round's priority that arrive
+during it wait for the next round, so a stream of short ones cannot hold back a long one."""
 
 import asyncio
 import logging
@@ -21,6 +29,7 @@ import torch
 
 from engine.encoder_folder import EncoderSpec, read_encoder_spec
 from engine.errors import EngineDeadError, InvalidRequestError
+from engine.matryoshka import Matryoshka, read_matryoshka
 from engine.models.bert import BertEncoder
 from engine.models.modernbert import ModernBertEncoder
 from engine.models.nomic_bert import NomicBertEncoder
@@ -39,6 +48,8 @@ class _Job:
     ids: list[int]
     type_ids: list[int] | None
     pooling: PoolingParams | None  # None: a cross-encoder score
+    priority: int = 0
+    arrived: float = field(default_factory=time.monotonic)
     future: Future = field(default_factory=Future)
 
 
@@ -46,7 +57,8 @@ class EncoderEngine:
     model: BertEncoder | ModernBertEncoder | NomicBertEncoder
 
     def __init__(self, model: str | Path, served_model_name: str | None = None, max_batch_tokens: int = 16384,
-                 max_batch_size: int = 128, num_threads: int | None = None):
+                 max_batch_size: int = 128, num_threads: int | None = None, priority_aging_s: float = 10.0,
+                 hf_overrides: dict[str, Any] | None = None):
         from transformers import AutoTokenizer
 
         folder = Path(model).expanduser()
@@ -57,9 +69,13 @@ class EncoderEngine:
         self.spec: EncoderSpec = read_encoder_spec(folder, tok_max if tok_max and tok_max < 10**6 else None)
         self.served_model_name = served_model_name or folder.name
         self.max_batch_tokens, self.max_batch_size = max_batch_tokens, max_batch_size
+        self.priority_aging_s = priority_aging_s
+        self.matryoshka: Matryoshka = read_matryoshka(folder, hf_overrides)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.error: BaseException | None = None
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
+        self._pending: list[_Job] = []  # taken off the queue by the worker, not run yet
+        self._closed = False  # the worker took shutdown's None
         self._counts = {"requests": 0, "batches": 0, "tokens": 0}
         built: Future = Future()
         self._thread = threading.Thread(target=self._start, args=(folder, built), name="sllm-encoder", daemon=True)
@@ -85,7 +101,7 @@ class EncoderEngine:
         return self._thread.is_alive() and self.error is None
 
     def stats(self) -> dict[str, Any]:
-        return {**self._counts, "num_waiting": self._jobs.qsize()}
+        return {**self._counts, "num_waiting": self._jobs.qsize() + len(self._pending)}
 
     def list_loras(self) -> list:
         return []
@@ -122,20 +138,20 @@ class EncoderEngine:
 
     async def embed(self, prompt: str | list[int], pooling: PoolingParams, request_id: str | None = None,
                     priority: int = 0, fairness_key: Hashable | None = None) -> PoolingOutput:
-        """One input's pooled vector (`priority` and `fairness_key` are accepted for the AsyncEngine's
-        signature; requests run in arrival order)."""
+        """One input's pooled vector, run by `priority` (lower first; `fairness_key` is accepted for the
+        AsyncEngine's signature: a round takes every key's requests at once)."""
         ids = prompt if isinstance(prompt, list) else self.check_request(prompt)
         if self.task != "embed":
             raise InvalidRequestError(f"{self.served_model_name} is a cross-encoder: it scores pairs", "model")
         arrived = time.time()
-        vector = await asyncio.wrap_future(self._submit(_Job(ids, None, pooling)))
+        vector = await asyncio.wrap_future(self._submit(_Job(ids, None, pooling, priority)))
         metrics = RequestMetrics(arrival_time=arrived, finished_time=time.time(), prompt_tokens=len(ids))
         return PoolingOutput(request_id or "", ids, vector, metrics)
 
-    async def score(self, ids: list[int], type_ids: list[int]) -> float:
+    async def score(self, ids: list[int], type_ids: list[int], priority: int = 0) -> float:
         """A cross-encoder's relevance score of one tokenized pair (check_pair), activation applied."""
         assert self.task == "score", "scores come from cross-encoders"
-        return await asyncio.wrap_future(self._submit(_Job(ids, type_ids, None)))
+        return await asyncio.wrap_future(self._submit(_Job(ids, type_ids, None, priority)))
 
     def shutdown(self) -> None:
         self._jobs.put(None)
@@ -155,22 +171,42 @@ class EncoderEngine:
         built.set_result(self.model)
         self._loop()
 
+    def _effective(self, job: _Job, now: float) -> int:
+        if self.priority_aging_s <= 0:
+            return job.priority
+        return job.priority - int((now - job.arrived) // self.priority_aging_s)
+
+    def _take_waiting(self, block: bool) -> None:
+        """Moves the queued requests to `_pending` (waiting for one when `block`); notes a shutdown."""
+        try:
+            job = self._jobs.get() if block else self._jobs.get_nowait()
+            while job is not None:
+                self._pending.append(job)
+                job = self._jobs.get_nowait()
+            self._closed = True
+        except queue.Empty:
+            pass
+
     def _loop(self) -> None:
         while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            jobs = [job]
-            while True:  # every request waiting joins this round
-                try:
-                    more = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._jobs.put(None)
-                    break
-                jobs.append(more)
-            for batch in self._batches(jobs):
+            if not self._closed:
+                self._take_waiting(block=not self._pending)
+            if self._closed:
+                break
+            now = time.monotonic()
+            best = min(self._effective(j, now) for j in self._pending)
+            round_ = [j for j in self._pending if self._effective(j, now) == best]
+            self._pending = [j for j in self._pending if self._effective(j, now) != best]
+            batches = self._batches(round_)
+            for i, batch in enumerate(batches):
+                if i:
+                    self._take_waiting(block=False)
+                    left = [j for b in batches[i:] for j in b]
+                    now = time.monotonic()
+                    if self._closed or (self._pending and min(self._effective(j, now) for j in self._pending)
+                                        < min(self._effective(j, now) for j in left)):
+                        self._pending.extend(left)  # a better request came (it runs before these), or shutdown
+                        break
                 try:
                     self._run(batch)
                 except BaseException as exc:  # a bug: fail these requests, keep serving the next ones
@@ -178,6 +214,8 @@ class EncoderEngine:
                     for j in batch:
                         if not j.future.done():
                             j.future.set_exception(exc)
+        for j in self._pending:
+            j.future.set_exception(EngineDeadError("the encoder was shut down"))
 
     def _batches(self, jobs: list[_Job]) -> list[list[_Job]]:
         batches: list[list[_Job]] = []

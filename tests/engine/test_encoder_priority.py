@@ -1,0 +1,99 @@
+"""Priority in the encoder engine (engine/encoder_engine.py), the paged scheduler's rule: a better-priority
+request submitted while a large low-priority backlog runs gets in after at most the batch in progress,
+the backlog's vectors are those it gives alone, and an aged low-priority request outranks fresh better
+ones; shutdown fails what still waits instead of leaving it hanging."""
+
+import asyncio
+import time
+
+import pytest
+import torch
+
+from engine.encoder_engine import EncoderEngine, _Job
+from engine.errors import EngineDeadError
+from engine.pooling import PoolingParams
+from tests.engine.encoder_helpers import make_sentence_transformer
+
+TEXTS = [f"document number {i} about {['cats', 'sql', 'rain', 'music'][i % 4]}" for i in range(1200)]
+BATCH = 2
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return make_sentence_transformer(tmp_path_factory.mktemp("prio") / "tiny-bert", "bert", "mean", seed=5)
+
+
+@pytest.fixture
+def engine(folder):
+    # Two inputs a forward pass: the backlog below is hundreds of passes, so "after the batch in
+    # progress" and "after the backlog" are far apart.
+    e = EncoderEngine(folder, max_batch_size=BATCH)
+    yield e
+    e.shutdown()
+
+
+def _params(engine: EncoderEngine) -> PoolingParams:
+    return PoolingParams(engine.spec.pooling, normalize=engine.spec.normalize)
+
+
+def test_a_better_priority_request_overtakes_a_running_backlog(engine):
+    params = _params(engine)
+    order: list[str] = []
+
+    async def one(name: str, text: str, priority: int) -> torch.Tensor:
+        out = await engine.embed(engine.check_request(text), params, name, priority)
+        order.append(name)
+        return out.embedding
+
+    async def run():
+        backlog = [asyncio.ensure_future(one(f"batch{i}", t, 10)) for i, t in enumerate(TEXTS)]
+        deadline = time.monotonic() + 30
+        while engine.stats()["requests"] < 4 * BATCH:  # the backlog's round has begun
+            assert time.monotonic() < deadline, engine.stats()
+            await asyncio.sleep(0.001)
+        queued_behind = len(TEXTS) - engine.stats()["requests"]
+        interactive = await one("interactive", TEXTS[7], 0)
+        return interactive, queued_behind, await asyncio.gather(*backlog)
+
+    interactive, queued_behind, vectors = asyncio.run(run())
+    assert queued_behind > len(TEXTS) // 2, "the backlog ran out before the test could overtake it"
+    position = order.index("interactive")
+    # Ahead of it: what had run when it came, and at most the batch in progress then (sleep granularity aside).
+    assert position <= len(TEXTS) - queued_behind + 4 * BATCH, (position, queued_behind)
+    assert engine.stats()["num_waiting"] == 0 and len(order) == len(TEXTS) + 1
+    # Suspending the round and taking it up again changes no vector.
+    torch.testing.assert_close(interactive, vectors[7])
+    alone = asyncio.run(one("alone", TEXTS[1000], 10))
+    torch.testing.assert_close(vectors[1000], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_an_aged_request_outranks_fresh_better_ones(folder):
+    engine = EncoderEngine(folder, max_batch_size=1, priority_aging_s=0.5)
+    params = _params(engine)
+    ids = [engine.check_request(t) for t in TEXTS[:300]]
+    try:
+        order: list[str] = []
+
+        def job(name: str, job_ids: list[int], priority: int, age_s: float = 0.0) -> _Job:
+            j = _Job(job_ids, None, params, priority, arrived=time.monotonic() - age_s)
+            j.future.add_done_callback(lambda _: order.append(name))
+            return j
+
+        futures = [engine._submit(job(f"fresh{i}", x, 0)) for i, x in enumerate(ids)]
+        # Priority 10 queued 10 s ago: 10 - 10 / 0.5 = -10, better than the fresh ones' 0.
+        futures.append(engine._submit(job("aged", ids[0], 10, age_s=10.0)))
+        for f in futures:
+            f.result(timeout=60)
+        assert order.index("aged") < 20, order.index("aged")
+    finally:
+        engine.shutdown()
+
+
+def test_shutdown_fails_the_requests_still_waiting(folder):
+    engine = EncoderEngine(folder, max_batch_size=1)
+    params = _params(engine)
+    futures = [engine._submit(_Job(engine.check_request(t), None, params)) for t in TEXTS[:400]]
+    engine.shutdown()
+    outcomes = [f.exception(timeout=10) for f in futures]
+    assert any(isinstance(e, EngineDeadError) for e in outcomes)
+    assert all(e is None or isinstance(e, EngineDeadError) for e in outcomes)
