@@ -5,6 +5,7 @@ saturated (torch releases the GIL inside its kernels). Requests cross over throu
 outputs come back through one asyncio.Queue per request, fed with call_soon_threadsafe."""
 
 import asyncio
+import functools
 import logging
 import queue
 import threading
@@ -18,6 +19,7 @@ from engine.config import EngineConfig
 from engine.errors import EngineDeadError
 from engine.llm_engine import LLMEngine
 from engine.lora import LoRARequest
+from engine.matryoshka import Matryoshka, read_matryoshka
 from engine.outputs import EngineStats, RequestOutput
 from engine.pooling import PoolingOutput, PoolingParams
 from engine.sampling_params import SamplingParams
@@ -102,6 +104,11 @@ class AsyncEngine:
     def hidden_size(self) -> int:
         """The width of the final hidden states an embedding request pools."""
         return self.engine.runner.model.hidden_size
+
+    @functools.cached_property
+    def matryoshka(self) -> Matryoshka:
+        """Whether `dimensions` may shorten this model's embeddings, and to which sizes."""
+        return read_matryoshka(self.engine.model_path, self.engine.config.hf_overrides)
 
     @property
     def is_running(self) -> bool:

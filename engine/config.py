@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from engine.matryoshka import check_hf_overrides
+
 Scheduling = Literal["continuous", "static", "dynamic"]
 # auto: a GGUF model keeps its quantized blocks on the CPU (fp32 activations), anything else as stored;
 # none: GGUF dequantized to float (the HF-exact reference); gguf: the file's blocks, required.
@@ -39,6 +41,9 @@ class EngineConfig:
     # work delays it but never starves it. 0 turns aging off.
     priority_aging_s: float = 10.0
     speculative_config: dict[str, Any] | None = None
+    # vLLM's --hf-overrides: config.json keys replaced for this model; sllm reads the Matryoshka ones
+    # (engine/matryoshka.py: is_matryoshka, matryoshka_dimensions) and refuses others.
+    hf_overrides: dict[str, Any] | None = None
     # Guided decoding (engine/guided.py): a constrained string, array or object whose tokens repeat one
     # cycle this many times is closed (0: off); under tool_choice auto, a logit bias toward opening a
     # tool call at the first generated token (None: 3.0 when the chat template does not render tools,
@@ -82,6 +87,7 @@ class EngineConfig:
             raise ValueError(f"quantization must be auto, none, gguf or int8, got {self.quantization!r}")
         if self.activations not in ("float", "int8"):
             raise ValueError(f"activations must be float or int8, got {self.activations!r}")
+        check_hf_overrides(self.hf_overrides)
         if self.priority_aging_s < 0:
             raise ValueError(f"priority_aging_s must be 0 (off) or positive, got {self.priority_aging_s}")
         if self.max_loras < 1 or self.max_lora_rank < 1:

@@ -12,6 +12,17 @@ from typing import Annotated
 import typer
 
 
+def _json_flag(flag: str, text: str | None):
+    import json
+
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{flag}: not JSON ({exc})") from None
+
+
 def serve(
     ctx: typer.Context,
     model: list[str] = typer.Option(
@@ -61,6 +72,11 @@ def serve(
         None, "--speculative-config",
         help='JSON, as vLLM: \'{"method": "ngram", "num_speculative_tokens": 4}\' or a draft model',
     ),
+    hf_overrides: str | None = typer.Option(
+        None, "--hf-overrides",
+        help='JSON, as vLLM: config.json keys replaced for the models given with --model; sllm reads '
+             '\'{"is_matryoshka": true}\' (/v1/embeddings may shorten vectors with `dimensions`) and '
+             '\'{"matryoshka_dimensions": [256, 512]}\' (only those sizes)'),
     guided_loop_repeats: int | None = typer.Option(
         None, "--guided-loop-repeats",
         help="Structured output: close a JSON string, array or object once a token cycle repeats this "
@@ -194,7 +210,6 @@ def serve(
              "them space-separated)"),
 ):
     """Serve the OpenAI-compatible API (under /v1) on embedded engines and upstream servers."""
-    import json
     import logging
 
     import uvicorn
@@ -214,7 +229,8 @@ def serve(
         num_kv_blocks=num_kv_blocks, dtype=dtype, quantization=quantization, activations=activations,
         max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
-        speculative_config=json.loads(speculative_config) if speculative_config else None,
+        speculative_config=_json_flag("--speculative-config", speculative_config),
+        hf_overrides=_json_flag("--hf-overrides", hf_overrides),
         guided_loop_repeats=guided_loop_repeats, tool_call_bias=tool_call_bias,
         guided_budget_close=guided_budget_close, avoid_repeated_calls=avoid_repeated_calls,
         chat_template=chat_template, tool_call_parser=tool_call_parser, reasoning_parser=reasoning_parser,

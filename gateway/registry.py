@@ -334,7 +334,11 @@ class ModelRegistry:
             if encoder.engine is not None:
                 continue
             try:
-                encoder.engine = await asyncio.to_thread(EncoderEngine, encoder.entry.model, encoder.name)
+                # The server-wide --hf-overrides describe the models given with --model, not the one beside them.
+                overrides = encoder.entry.hf_overrides or (None if encoder.beside else settings.hf_overrides)
+                encoder.engine = await asyncio.to_thread(EncoderEngine, encoder.entry.model, encoder.name,
+                                                         priority_aging_s=settings.priority_aging_s,
+                                                         hf_overrides=overrides)
                 log.info("serving %s (%s, max_seq_length=%d)", encoder.name, encoder.task, encoder.engine.max_model_len)
             except Exception as exc:
                 log.exception("model %s failed to load", encoder.name)

@@ -13,6 +13,7 @@ from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from engine.config import Activations, EngineConfig, Quantization
+from engine.matryoshka import check_hf_overrides
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 DType = Literal["auto", "float32", "bfloat16", "float16"]
@@ -124,6 +125,14 @@ class ModelEntry(_LoRAModules):
     # A decoder reranker of the Qwen3-Reranker kind: /v1/rerank and /score read its "yes"/"no" logits.
     # None: when the folder's name says Qwen3-Reranker.
     reranker: bool | None = None
+    # vLLM's --hf-overrides for this model: {"is_matryoshka": true} or {"matryoshka_dimensions": [...]}
+    # lets /v1/embeddings' `dimensions` shorten its vectors (engine/matryoshka.py); None: the server's.
+    hf_overrides: dict[str, Any] | None = None
+
+    @field_validator("hf_overrides")
+    @classmethod
+    def _hf_overrides(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_hf_overrides(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -192,6 +201,15 @@ class Settings(BaseSettings, _LoRAModules):
     activations: Activations = EngineConfig.activations  # as EngineConfig.activations (process-wide)
     # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
     speculative_config: dict | None = EngineConfig.speculative_config
+    # As vLLM's --hf-overrides (engine/matryoshka.py): config.json's Matryoshka keys replaced, for every
+    # model given with --model that has none of its own (not the --embedding-model served beside them).
+    hf_overrides: dict[str, Any] | None = EngineConfig.hf_overrides
+
+    @field_validator("hf_overrides")
+    @classmethod
+    def _hf_overrides(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return check_hf_overrides(value)
+
     # Guided decoding steering, as EngineConfig documents them: the loop breaker's repeat count (0:
     # off) and the bias toward opening a tool call under tool_choice auto (None: by chat template).
     guided_loop_repeats: int = Field(EngineConfig.guided_loop_repeats, ge=0)
@@ -358,6 +376,7 @@ class Settings(BaseSettings, _LoRAModules):
             quantization=pick("quantization"),
             activations=self.activations,
             speculative_config=pick("speculative_config"),
+            hf_overrides=pick("hf_overrides"),
             enable_lora=bool(pick("enable_lora") or self.lora_modules_of(e) or
                              (e == self._first_embedded() and self.text2sql_adapter_path())),
             max_loras=pick("max_loras"),

@@ -116,6 +116,10 @@ class ModelCard(BaseModel):
     root: str | None = None
     parent: str | None = None  # a LoRA adapter's base model (vLLM's field); None for base models
     max_model_len: int | None = None
+    # Models that embed (engine/matryoshka.py): whether /v1/embeddings' `dimensions` may shorten their vectors,
+    # and the sizes they were trained for (None: any); both None for other models and while one loads.
+    is_matryoshka: bool | None = None
+    matryoshka_dimensions: list[int] | None = None
 
 
 class HealthStatus(BaseModel):

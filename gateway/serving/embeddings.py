@@ -13,6 +13,7 @@ from fastapi import Request, Response
 
 from engine import AsyncEngine, InvalidRequestError, SamplingParams
 from engine.encoder_engine import EncoderEngine
+from engine.matryoshka import Matryoshka
 from engine.pooling import PoolingParams
 from gateway.limits.priority import fairness_key, priority_of
 from gateway.protocol.common import random_id
@@ -30,11 +31,11 @@ INLINE_INPUTS = 16
 @dataclass(frozen=True)
 class EmbeddingModel:
     """How a served model embeds: its pooling, whether its vectors are L2-normalised (a sentence-transformers
-    encoder without a Normalize module is served as it is trained), and whether it was trained for shorter
-    vectors (Matryoshka), which is what makes `dimensions` meaningful."""
+    encoder without a Normalize module is served as it is trained), and whether (and to which sizes) it was
+    trained for shorter vectors (Matryoshka, engine/matryoshka.py), which is what makes `dimensions` meaningful."""
 
     pooling: str = "mean"
-    matryoshka: bool = False
+    matryoshka: Matryoshka = Matryoshka()
     normalize: bool = True
 
 
@@ -46,13 +47,14 @@ def embedding_source(served: Served, state: ServerState, use: str = "embeddings"
         if served.task != "embed":
             raise APIError(400, f"`{served.name}` is a cross-encoder: it scores pairs on /v1/rerank and /score",
                            param="model", code="unsupported_for_cross_encoder")
-        engine = served.encoder()
-        return engine, EmbeddingModel(engine.spec.pooling, normalize=engine.spec.normalize)
+        encoder = served.encoder()
+        return encoder, EmbeddingModel(encoder.spec.pooling, encoder.matryoshka, encoder.spec.normalize)
     if isinstance(served, PooledModel):
-        return served.ready(), EmbeddingModel(served.pooling)
+        engine = served.ready()
+        return engine, EmbeddingModel(served.pooling, engine.matryoshka)
     if isinstance(served, EmbeddedModel):
-        pooling = state.settings.embedding_pooling
-        return served.ready(), EmbeddingModel(pooling if pooling != "none" else "mean")
+        engine, pooling = served.ready(), state.settings.embedding_pooling
+        return engine, EmbeddingModel(pooling if pooling != "none" else "mean", engine.matryoshka)
     raise APIError(400, f"`{served.name}` is a LoRA adapter; {use} come from base models", param="model",
                    code="unsupported_for_adapter")
 
@@ -120,9 +122,9 @@ async def run_embeddings(body: EmbeddingRequest, state: ServerState, engine: Asy
     if body.dimensions is not None:
         if not 1 <= body.dimensions <= hidden:
             raise APIError(400, f"dimensions must be between 1 and {hidden}", param="dimensions")
-        if not how.matryoshka and body.dimensions != hidden:
-            raise APIError(400, f"`{model_name}` was not trained for shorter vectors: dimensions must be {hidden} "
-                           "or left out", param="dimensions", code="unsupported_parameter")
+        why = how.matryoshka.refusal(body.dimensions, hidden)
+        if why is not None:
+            raise APIError(400, f"`{model_name}` {why}", param="dimensions", code="unsupported_parameter")
     pooling = PoolingParams(how.pooling, normalize=how.normalize, dimensions=body.dimensions)  # type: ignore[arg-type]
     vectors, tokens = await embed_inputs(items, pooling, state, engine, request, body.priority)
     data = [Embedding(index=i, embedding=_encode(v, body.encoding_format)) for i, v in enumerate(vectors)]
