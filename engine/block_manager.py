@@ -8,8 +8,12 @@ reused, and are reused least-recently-freed first, which makes the free list an 
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from engine.state_snapshots import StateSnapshots
 
 
 @dataclass(eq=False)
@@ -31,6 +35,8 @@ class BlockManager:
         self.pending_copies: list[tuple[int, int]] = []  # copy-on-write work for the next forward pass
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
         self.prefix_hits = 0  # of those, found
+        # Hybrid models: a prefix is usable only up to a kept recurrent state (engine/state_snapshots.py).
+        self.state_cache: StateSnapshots | None = None
 
     @property
     def num_blocks(self) -> int:
@@ -49,8 +55,13 @@ class BlockManager:
         for block_id in self.free_ids:
             block = self.blocks[block_id]
             if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
-                del self.hash_to_block[block.hash]
+                self._forget(block.hash)
             block.hash = block.token_ids = None
+
+    def _forget(self, block_hash: int) -> None:
+        del self.hash_to_block[block_hash]
+        if self.state_cache is not None:
+            self.state_cache.forget(block_hash)
 
     def _take(self, block_id: int | None = None) -> int:
         if block_id is None:
@@ -66,7 +77,7 @@ class BlockManager:
         block_id = self._take()
         block = self.blocks[block_id]
         if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
-            del self.hash_to_block[block.hash]
+            self._forget(block.hash)
         block.hash = block.token_ids = None
         return block_id
 
@@ -97,6 +108,7 @@ class BlockManager:
         if not self.enable_prefix_caching or (seq.pooling is not None and seq.pooling.needs_every_row):
             return []
         hits: list[int] = []
+        hashes: list[int] = []
         prev = self._root_hash(seq)
         bs = self.block_size
         for i in range((len(seq) - 1) // bs):
@@ -106,8 +118,20 @@ class BlockManager:
             if block_id is None or self.blocks[block_id].token_ids != tokens:
                 break
             hits.append(block_id)
+            hashes.append(h)
             prev = h
+        if self.state_cache is not None:
+            return hits[: self.state_cache.usable_prefix(hashes)]
         return hits
+
+    def prefix_hash(self, seq: Sequence, num_blocks: int) -> int | None:
+        """The chain hash of the sequence's first `num_blocks` full blocks, registered or not."""
+        known = min(seq.num_hashed_blocks, num_blocks)
+        h = self.blocks[seq.block_table[known - 1]].hash if known else self._root_hash(seq)
+        bs = self.block_size
+        for i in range(known, num_blocks):
+            h = self._chain_hash(h, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
+        return h
 
     def cached_prefix_tokens(self, seq: Sequence) -> int:
         return len(self._cached_prefix(seq)) * self.block_size

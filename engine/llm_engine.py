@@ -22,6 +22,7 @@ from engine.sampler import Sampler
 from engine.sampling_params import SamplingParams
 from engine.scheduler import SampledSeq, Scheduler
 from engine.sequence import Sequence
+from engine.state_snapshots import StateSnapshots, snapshot_capacity
 from engine.step_sampler import StepSampler
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class LLMEngine:
         self.scheduler = Scheduler(self._scheduler_config(config), self.runner.num_blocks)
         self.scheduler.long_rope_from = self.runner.model.long_rope_from
         self.scheduler.recurrent = self.runner.recurrent
+        if self.runner.recurrent is not None and config.enable_prefix_caching:
+            self._keep_state_snapshots()
         self.eos_token_ids = eos_token_ids(self.model_config, self.tokenizer)
         self.sampler = Sampler(self.tokenizer, self.eos_token_ids)
         self.vocab_size = self.runner.model.vocab_size
@@ -82,19 +85,21 @@ class LLMEngine:
         log.info("loaded %s from %s in %.2fs", self.served_model_name, self.model_path, self.load_seconds)
 
     def _scheduler_config(self, config: EngineConfig) -> EngineConfig:
-        """A hybrid model's recurrent state (engine/recurrent_state.py) summarises every token before it: a
-        cached prefix would skip tokens it never saw, so prefix caching is off, and speculative decoding,
-        whose rejected drafts it cannot forget, is refused."""
-        if self.runner.recurrent is None:
-            return config
-        arch = self.model_config.architecture
-        if config.speculative_config:
+        """A hybrid model's recurrent state (engine/recurrent_state.py) cannot forget the rejected drafts of
+        speculative decoding, which is refused."""
+        if self.runner.recurrent is not None and config.speculative_config:
+            arch = self.model_config.architecture
             raise ValueError(f"speculative decoding is not supported for {arch} (linear-attention layers)")
-        if not config.enable_prefix_caching:
-            return config
-        log.info("prefix caching off for %s: its linear-attention layers keep a recurrent state per sequence, "
-                 "which a cached prefix would skip", arch)
-        return dataclasses.replace(config, enable_prefix_caching=False)
+        return config
+
+    def _keep_state_snapshots(self) -> None:
+        """Prefix caching for a hybrid model: a cached prefix serves only up to a kept recurrent state
+        (engine/state_snapshots.py), in a pool of its own beside the KV cache."""
+        states, bm = self.runner.recurrent, self.scheduler.block_manager
+        capacity = snapshot_capacity(states.bytes_per_slot, self.runner.kv_cache_bytes)
+        states.snapshots = bm.state_cache = StateSnapshots(states, bm, capacity)
+        log.info("prefix caching for %s: recurrent states kept every %d prompt tokens, up to %d (%.1f MiB each)",
+                 self.model_config.architecture, states.snapshots.every, capacity, states.bytes_per_slot / 2**20)
 
     @property
     def block_manager(self) -> BlockManager:

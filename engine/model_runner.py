@@ -182,6 +182,9 @@ class ModelRunner:
             all_decode=all_decode,
             state_slots=[self.recurrent.slot(item.seq) for item in sched.scheduled] if self.recurrent else None,
         )
+        if self.recurrent is not None and self.recurrent.snapshots is not None:  # after the slots: restored first
+            meta.state_saves = self.recurrent.snapshots.plan(
+                [(item.seq, item.seq.num_computed_tokens, item.num_new_tokens) for item in sched.scheduled])
         return StepInputs(
             input_ids=torch.tensor(ids, dtype=torch.long, device=dev),
             positions=torch.tensor(rope_rows, dtype=torch.long, device=dev),

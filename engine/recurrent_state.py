@@ -3,10 +3,11 @@ the paged KV cache: one slot per running sequence, holding for every such layer 
 inputs and the delta rule's state matrix.
 
 Unlike KV blocks, a state summarises every token before it and cannot be shared or cut: a sequence gets a zeroed
-slot when its computation starts from its first token (admission, or again after preemption), the scheduler frees
-the slot wherever it frees the sequence's blocks (finish, abort, preemption), and an n > 1 sample forked after the
-prompt copies its parent's slot. Prefix caching, which would skip tokens the state never saw, is turned off for
-such models, and speculative decoding, whose rejected drafts the state cannot forget, is refused."""
+slot when its computation starts from its first token (admission, or again after preemption), a copy of a kept
+snapshot when it starts after a cached prefix (engine/state_snapshots.py: prefix caching for such models), the
+scheduler frees the slot wherever it frees the sequence's blocks (finish, abort, preemption), and an n > 1 sample
+forked after the prompt copies its parent's slot. Speculative decoding, whose rejected drafts the state cannot
+forget, is refused."""
 
 import logging
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.sequence import Sequence
+from engine.state_snapshots import StateSnapshots
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +35,15 @@ class RecurrentStates:
         self.recurrent: list[torch.Tensor] = []  # per layer [slots, H, Dk, Dv], float32 as the rule runs
         self._slots: dict[int, int] = {}  # seq_id -> slot
         self._free: list[int] = []
+        self.snapshots: StateSnapshots | None = None  # with prefix caching (engine/llm_engine.py sets it)
         self._grow(num_slots)
-        per_slot = sum(s.conv[0] * s.conv[1] * self.conv[0].element_size() + 4 * s.recurrent[0] * s.recurrent[1]
-                       * s.recurrent[2] for s in shapes)
         log.info("recurrent state: %d linear-attention layers, %.1f MiB per sequence, %d slots to start",
-                 len(shapes), per_slot / 2**20, num_slots)
+                 len(shapes), self.bytes_per_slot / 2**20, num_slots)
+
+    @property
+    def bytes_per_slot(self) -> int:
+        return sum(s.conv[0] * s.conv[1] * self.conv[0].element_size() + 4 * s.recurrent[0] * s.recurrent[1]
+                   * s.recurrent[2] for s in self.shapes)
 
     def _grow(self, n: int) -> None:
         start = self.conv[0].shape[0] if self.conv else 0
@@ -58,7 +64,8 @@ class RecurrentStates:
         return self._free.pop()
 
     def slot(self, seq: Sequence) -> int:
-        """The sequence's slot for this step; a zeroed one when its computation starts at its first token."""
+        """The sequence's slot for this step; a zeroed one when its computation starts at its first token, a
+        snapshot's copy when it starts after a cached prefix (the block manager cut the hit to a kept state)."""
         if seq.num_computed_tokens == 0:
             self.free(seq)
             slot = self._slots[seq.seq_id] = self._take()
@@ -66,7 +73,11 @@ class RecurrentStates:
                 conv[slot].zero_()
                 rec[slot].zero_()
             return slot
-        assert seq.seq_id in self._slots, f"sequence {seq.seq_id} resumed without its recurrent state"
+        if seq.seq_id not in self._slots:
+            assert self.snapshots is not None, f"sequence {seq.seq_id} resumed without its recurrent state"
+            slot = self._slots[seq.seq_id] = self._take()
+            self.snapshots.restore(seq, slot)
+            return slot
         return self._slots[seq.seq_id]
 
     def free(self, seq: Sequence) -> None:
@@ -84,3 +95,6 @@ class RecurrentStates:
 
     def check_no_leak(self) -> None:
         assert not self._slots, f"recurrent state slots still held by sequences {sorted(self._slots)[:20]}"
+        assert sorted(self._free) == list(range(self.conv[0].shape[0])), "recurrent state slots lost"
+        if self.snapshots is not None:
+            self.snapshots.check_no_leak()

@@ -54,6 +54,9 @@ class AttentionMetadata:
     context_lens: torch.Tensor  # [B] tokens in the cache after this step
     all_decode: bool  # one row per token, row i attending over block_tables[i] up to context_lens[i]
     state_slots: list[int] | None = None  # hybrid models: each sequence's slot in engine/recurrent_state.py
+    # hybrid models with prefix caching: per sequence, (tokens into its part of the step, snapshot entry) pairs
+    # whose state engine/state_snapshots.py keeps
+    state_saves: list[list[tuple[int, int]]] | None = None
 
 
 def rotary_dim(config: ModelConfig, rope: dict[str, Any]) -> int:

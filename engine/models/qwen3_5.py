@@ -204,13 +204,18 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
         mixed = self._linear(h, p + "in_qkv", lora=lora)
         starts = meta.query_start_loc.tolist()
         slots = meta.state_slots
+        # States kept for prefix caching (engine/state_snapshots.py): per sequence, (tokens in, entry).
+        saves = meta.state_saves or [[]] * len(slots)
+        snaps = states.snapshots
         # The causal convolution, each sequence after the last inputs of its previous step.
         keep = self.conv_kernel - 1
         conv_w = w[p + "conv"].unsqueeze(1)
         mixed_out = torch.empty_like(mixed)
-        for s, e, slot in zip(starts[:-1], starts[1:], slots, strict=True):
+        for s, e, slot, kept in zip(starts[:-1], starts[1:], slots, saves, strict=True):
             inputs = torch.cat([conv_states[slot], mixed[s:e].T.to(conv_states.dtype)], dim=-1)
             conv_states[slot] = inputs[:, -keep:]
+            for at, entry in kept:  # the last inputs before token `at` of the step
+                snaps.conv[j][entry] = inputs[:, at : at + keep]
             out = F.conv1d(inputs.unsqueeze(0).to(conv_w.dtype), conv_w, groups=self.conv_channels)[0]
             mixed_out[s:e] = F.silu(out).T.to(mixed.dtype)
         kd, vd = self.k_heads * self.k_dim, self.v_heads * self.v_dim
@@ -229,9 +234,19 @@ class Qwen3_5ForCausalLM(LlamaForCausalLM):
                                                            rec_states[index])
             core[rows] = out
         for n, (s, e) in enumerate(zip(starts[:-1], starts[1:], strict=True)):
-            if e - s > 1:
-                core[s:e], rec_states[slots[n]] = chunked_gated_delta(q[s:e], k[s:e], v[s:e], g[s:e], beta[s:e],
-                                                                      rec_states[slots[n]])
+            if e - s > 1:  # in pieces where a state is kept inside the step
+                state, lo = rec_states[slots[n]], s
+                for hi, entry in [(s + at, entry) for at, entry in saves[n]] + [(e, None)]:
+                    if hi > lo:
+                        core[lo:hi], state = chunked_gated_delta(q[lo:hi], k[lo:hi], v[lo:hi], g[lo:hi],
+                                                                 beta[lo:hi], state)
+                        lo = hi
+                    if entry is not None:
+                        snaps.recurrent[j][entry] = state
+                rec_states[slots[n]] = state
+            else:
+                for _, entry in saves[n]:  # a one-token step ending on a kept boundary
+                    snaps.recurrent[j][entry] = rec_states[slots[n]]
         normed = kernels.rms_norm(core.to(h.dtype).reshape(t * self.v_heads, self.v_dim), w[p + "gated_norm"],
                                   self.eps)
         z = self._linear(h, p + "in_z", lora=lora).reshape(t * self.v_heads, self.v_dim)

@@ -3,8 +3,11 @@ greedy tokens (HF's own torch fallbacks of the delta rule are the reference) fro
 sequences of different lengths at once (a one-token prompt among them, so decode steps batch sequences at
 different places in their recurrence), prompts in chunks (the state carried from chunk to chunk), preemption by
 a tiny KV budget (the state dropped and recomputed with the blocks), n > 1 samples forked after the prompt (the
-state copied), and the multimodal checkpoint's text model. Every recurrent-state slot is returned at the end, and
-prefix caching is off for such models. A GGUF file written by llama.cpp's own converter gives the same tokens."""
+state copied), and the multimodal checkpoint's text model. Every recurrent-state slot is returned at the end. Prefix
+caching (engine/state_snapshots.py): later prompts sharing a prefix, continuing or repeating an earlier one skip
+the prefix up to a kept state, and give the same tokens, on every CPU path, in chunks and under preemption; the
+snapshot pool keeps to its bound and lets its snapshots go with their blocks. A GGUF file written by llama.cpp's
+own converter gives the same tokens."""
 
 import json
 import logging
@@ -19,6 +22,7 @@ import transformers
 from engine import LLM, SamplingParams
 from engine.gguf_file import GGUFFile
 from engine.loader import open_model
+from tests.cpu_paths import cpu_paths
 from tests.engine.test_model_families import TINY, Family, make_tiny, prompts_of
 from tests.gguf_files import llama_cpp_gguf
 
@@ -54,8 +58,8 @@ def test_sequences_of_different_lengths_equal_hf(qwen3_5, caplog, monkeypatch):
     with caplog.at_level(logging.INFO, logger="engine.llm_engine"):
         llm, outs = _ours(qwen3_5, prompts, num_kv_blocks=128, block_size=8)
     assert [o.outputs[0].token_ids for o in outs] == qwen3_5.hf(prompts)
-    assert "prefix caching off" in caplog.text
-    assert not llm.engine.scheduler.block_manager.enable_prefix_caching
+    assert "recurrent states kept every 256 prompt tokens" in caplog.text
+    assert llm.engine.scheduler.block_manager.enable_prefix_caching
     assert len(llm.engine.runner.kv_caches) == 2  # the full-attention layers only
 
 
@@ -70,6 +74,87 @@ def test_preemption_equals_hf(qwen3_5):
     llm, outs = _ours(qwen3_5, prompts, num_kv_blocks=12, block_size=8)
     assert llm.engine.scheduler.num_preemptions > 0
     assert [o.outputs[0].token_ids for o in outs] == qwen3_5.hf(prompts)
+
+
+SHARED = prompts_of(1, seed=11, lo=100, hi=100)[0]
+FIRST = SHARED + prompts_of(1, seed=12, lo=20, hi=20)[0]  # 120 tokens: ends on a block boundary (8)
+
+
+def _check_pools(llm: LLM) -> None:
+    """Every slot and snapshot entry accounted for, and no snapshot outlives its block in the prefix cache."""
+    recurrent, bm = llm.engine.runner.recurrent, llm.engine.block_manager
+    bm.check_no_leak()
+    recurrent.check_no_leak()
+    assert set(recurrent.snapshots.block_hashes) <= set(bm.hash_to_block)
+
+
+@pytest.mark.parametrize("cpu_path", cpu_paths(16), indirect=True)
+def test_continued_and_repeated_prompts_skip_their_prefix(qwen3_5, cpu_path):
+    """With the default spacing (every 256 tokens, beyond these prompts), the states kept are the prompt's last
+    full block boundary and the one before: a later prompt continuing the first (a chat's next turn) resumes
+    after all 120 of its tokens, the same prompt again after 112 (its last block is computed for its logits)."""
+    prompts = [FIRST, FIRST + prompts_of(1, seed=13, lo=20, hi=20)[0], FIRST]
+    expected = qwen3_5.hf(prompts)
+    llm = LLM(model=str(qwen3_5.folder), num_kv_blocks=128, block_size=8)
+    first = llm.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True),
+                         use_tqdm=False)
+    assert len(llm.engine.runner.recurrent.snapshots) == 2
+    rest = llm.generate(prompts[1:], SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True),
+                        use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in first + rest] == expected
+    assert llm.engine.block_manager.prefix_hits == 120 + 112
+    assert [o.metrics.cached_tokens for o in rest] == [120, 112]
+    _check_pools(llm)
+
+
+SCENARIOS = {
+    "whole": {"num_kv_blocks": 128},
+    "chunked": {"num_kv_blocks": 128, "max_num_batched_tokens": 7},  # chunk ends off the kept boundaries
+    "preempted": {"num_kv_blocks": 20},  # 160 tokens of KV for three prompts of 80-140 at once
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_shared_prefixes_resume_from_kept_states(qwen3_5, monkeypatch, scenario):
+    """States kept every 32 tokens: the second and third prompts share 100 and 70 tokens with the first, so their
+    hits are cut back to the kept boundaries at 96 and 64 (of 96 and 64 cached KV tokens); a fourth continues
+    the first. Their tokens are HF's whether the prompts run whole, in chunks of 7 or preempting each other."""
+    monkeypatch.setattr("engine.state_snapshots.SNAPSHOT_EVERY_TOKENS", 32)
+    tails = prompts_of(3, seed=14, lo=10, hi=25)
+    prompts = [FIRST, SHARED + tails[0], SHARED[:70] + tails[1], FIRST + tails[2]]
+    expected = qwen3_5.hf(prompts)
+    llm = LLM(model=str(qwen3_5.folder), block_size=8, **SCENARIOS[scenario])
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
+    outs = llm.generate(prompts[:1], params, use_tqdm=False) + llm.generate(prompts[1:], params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in outs] == expected
+    bm = llm.engine.block_manager
+    if scenario == "preempted":
+        assert llm.engine.scheduler.num_preemptions > 0
+        assert bm.prefix_hits > 0
+    else:
+        assert [o.metrics.cached_tokens for o in outs] == [0, 96, 64, 120]
+        assert bm.prefix_hits == 96 + 64 + 120
+    _check_pools(llm)
+
+
+def test_snapshot_pool_keeps_to_its_bound(qwen3_5, monkeypatch):
+    """A pool of 4 entries, states kept every 16 tokens: the first prompt's single step keeps the first four of
+    its eight boundaries (a step's own entries never evict one another); the second, diverging at 100, resumes at
+    64 and keeps 80, 96 and 104 in place of the least recently used (16, 32, 48: 64 was just used); the first
+    prompt again resumes at 96, the longest of its prefixes still kept. The tokens stay HF's."""
+    monkeypatch.setattr("engine.state_snapshots.SNAPSHOT_EVERY_TOKENS", 16)
+    monkeypatch.setattr("engine.state_snapshots.MAX_SNAPSHOTS", 4)
+    monkeypatch.setattr("engine.state_snapshots.MIN_SNAPSHOTS", 4)
+    prompts = [FIRST, SHARED + prompts_of(1, seed=15, lo=9, hi=9)[0], FIRST]
+    expected = qwen3_5.hf(prompts)
+    llm = LLM(model=str(qwen3_5.folder), num_kv_blocks=128, block_size=8)
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
+    outs = [llm.generate([p], params, use_tqdm=False)[0] for p in prompts]
+    assert [o.outputs[0].token_ids for o in outs] == expected
+    snapshots = llm.engine.runner.recurrent.snapshots
+    assert snapshots.capacity == 4 and len(snapshots) == 4
+    assert [o.metrics.cached_tokens for o in outs] == [0, 64, 96]
+    _check_pools(llm)
 
 
 def test_forked_samples_continue_the_parents_state(qwen3_5):
