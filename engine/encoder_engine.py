@@ -215,7 +215,8 @@ class EncoderEngine:
                         if not j.future.done():
                             j.future.set_exception(exc)
         for j in self._pending:
-            j.future.set_exception(EngineDeadError("the encoder was shut down"))
+            if j.future.set_running_or_notify_cancel():
+                j.future.set_exception(EngineDeadError("the encoder was shut down"))
 
     def _batches(self, jobs: list[_Job]) -> list[list[_Job]]:
         batches: list[list[_Job]] = []
@@ -231,6 +232,11 @@ class EncoderEngine:
         return batches
 
     def _run(self, batch: list[_Job]) -> None:
+        # A request whose caller went away (its future cancelled) is dropped here; the others can no longer
+        # be cancelled, so setting their results cannot fail.
+        batch = [j for j in batch if j.future.set_running_or_notify_cancel()]
+        if not batch:
+            return
         width = max(len(j.ids) for j in batch)
         ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         types = torch.zeros((len(batch), width), dtype=torch.long)

@@ -97,3 +97,16 @@ def test_shutdown_fails_the_requests_still_waiting(folder):
     outcomes = [f.exception(timeout=10) for f in futures]
     assert any(isinstance(e, EngineDeadError) for e in outcomes)
     assert all(e is None or isinstance(e, EngineDeadError) for e in outcomes)
+
+
+def test_requests_whose_callers_left_are_dropped_without_failing_others(folder):
+    engine = EncoderEngine(folder, max_batch_size=4)
+    params = _params(engine)
+    try:
+        futures = [engine._submit(_Job(engine.check_request(t), None, params)) for t in TEXTS[:400]]
+        gone = [f for i, f in enumerate(futures) if i % 3 == 0 and f.cancel()]
+        kept = [f for f in futures if not f.cancelled()]
+        assert gone and all(f.result(timeout=60).shape == (32,) for f in kept)
+        assert engine.stats()["requests"] == len(kept)  # the cancelled ones took no place in a forward pass
+    finally:
+        engine.shutdown()
