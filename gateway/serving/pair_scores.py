@@ -11,6 +11,7 @@ from fastapi import Request
 
 from engine.pooling import PoolingParams
 from engine.rerank_prompt import RerankPrompt
+from gateway.limits.priority import priority_of
 from gateway.registry import EmbeddedModel, EncoderModel, Served
 from gateway.serving.embeddings import embed_inputs, embedding_source
 from gateway.state import ServerState
@@ -26,7 +27,8 @@ async def score_pairs(served: Served, state: ServerState, queries: list[str], do
         engine = served.encoder()
         pairs = await asyncio.to_thread(lambda: [engine.check_pair(q, d) for q, d in zip(queries, documents,
                                                                                           strict=True)])
-        scores = await asyncio.gather(*[engine.score(ids, types) for ids, types in pairs])
+        rank = priority_of(state.settings, request, priority)  # as embeddings and chat: jobs below interactive
+        scores = await asyncio.gather(*[engine.score(ids, types, rank) for ids, types in pairs])
         return list(scores), sum(len(ids) for ids, _ in pairs)
     if isinstance(served, EmbeddedModel) and served.reranker:
         engine = served.ready()
