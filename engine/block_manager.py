@@ -8,12 +8,18 @@ reused, and are reused least-recently-freed first, which makes the free list an 
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from engine.sequence import Sequence
 
-if TYPE_CHECKING:
-    from engine.state_snapshots import StateSnapshots
+
+class StateCache(Protocol):
+    """What the block manager asks of a hybrid model's kept recurrent states (engine/state_snapshots.py,
+    which imports this module, hence a protocol rather than an import)."""
+
+    def forget(self, block_hash: int) -> None: ...
+
+    def usable_prefix(self, hashes: list[int]) -> int: ...
 
 
 @dataclass(eq=False)
@@ -36,7 +42,7 @@ class BlockManager:
         self.prefix_queries = 0  # prompt tokens looked up in the prefix cache
         self.prefix_hits = 0  # of those, found
         # Hybrid models: a prefix is usable only up to a kept recurrent state (engine/state_snapshots.py).
-        self.state_cache: StateSnapshots | None = None
+        self.state_cache: StateCache | None = None
 
     @property
     def num_blocks(self) -> int:

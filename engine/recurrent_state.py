@@ -11,11 +11,11 @@ forget, is refused."""
 
 import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from engine.sequence import Sequence
-from engine.state_snapshots import StateSnapshots
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,15 @@ class StateShape:
     recurrent: tuple[int, int, int]
 
 
+class Snapshots(Protocol):
+    """What the slots ask of the kept states (engine/state_snapshots.py, which imports this module, hence a
+    protocol rather than an import)."""
+
+    def restore(self, seq: Sequence, slot: int) -> None: ...
+
+    def check_no_leak(self) -> None: ...
+
+
 class RecurrentStates:
     def __init__(self, shapes: list[StateShape], num_slots: int, dtype: torch.dtype, device: torch.device):
         self.shapes, self.dtype, self.device = shapes, dtype, device
@@ -35,7 +44,7 @@ class RecurrentStates:
         self.recurrent: list[torch.Tensor] = []  # per layer [slots, H, Dk, Dv], float32 as the rule runs
         self._slots: dict[int, int] = {}  # seq_id -> slot
         self._free: list[int] = []
-        self.snapshots: StateSnapshots | None = None  # with prefix caching (engine/llm_engine.py sets it)
+        self.snapshots: Snapshots | None = None  # with prefix caching (engine/llm_engine.py sets it)
         self._grow(num_slots)
         log.info("recurrent state: %d linear-attention layers, %.1f MiB per sequence, %d slots to start",
                  len(shapes), self.bytes_per_slot / 2**20, num_slots)
