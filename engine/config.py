@@ -19,6 +19,10 @@ class EngineConfig:
     model: str = "default"  # "default", an HF folder, or a .gguf file
     served_model_name: str | None = None
     dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    # The KV cache's element type (vLLM's --kv-cache-dtype; llama.cpp's --cache-type-k/v): auto keeps the
+    # activations' dtype. float16/bfloat16 under float32 activations halve the bytes decode attention reads
+    # at long contexts and many sequences (CPU kernels; keys and values rounded once when stored).
+    kv_cache_dtype: str = "auto"
     quantization: Quantization = "auto"
     activations: Activations = "float"  # process-wide on the CPU kernels (kernels/quantized.py)
     device: str = "auto"

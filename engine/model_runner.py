@@ -81,6 +81,7 @@ class ModelRunner:
         self.config = config
         self.device = resolve_device(config.device)
         self.dtype = resolve_dtype(config.dtype, self.device)
+        self.kv_dtype = self._kv_dtype(config.kv_cache_dtype)
         self.block_size = config.block_size
         with _one_thread(self.device):
             self.model = model_class(source.config)(source.config, self.dtype, self.device, max_model_len)
@@ -96,7 +97,7 @@ class ModelRunner:
         # each head's context is then contiguous per block, which the CPU gather and GPU tiles both like.
         def layer_cache(kv_heads: int, head_dim: int) -> torch.Tensor:
             shape = (kv_heads, self.num_blocks, self.block_size, head_dim)
-            return zeros(shape, self.dtype, self.device).permute(1, 2, 0, 3)
+            return zeros(shape, self.kv_dtype, self.device).permute(1, 2, 0, 3)
 
         # One pair per cache the model keeps (engine/models: one per layer, but for Gemma 4's shared ones).
         self.kv_caches = [(layer_cache(h, d), layer_cache(h, d)) for h, d in m.kv_cache_shapes()]
@@ -110,12 +111,24 @@ class ModelRunner:
             cpu_kernels_available()
         log.info(
             "KV cache: %d blocks of %d tokens (%.0f MiB) on %s, %s",
-            self.num_blocks, self.block_size, self.kv_cache_bytes / 2**20, self.device, self.dtype,
+            self.num_blocks, self.block_size, self.kv_cache_bytes / 2**20, self.device, self.kv_dtype,
         )
+
+    def _kv_dtype(self, name: str) -> torch.dtype:
+        if name == "auto":
+            return self.dtype
+        if name not in ("float32", "float16", "bfloat16"):
+            raise ValueError(f"kv_cache_dtype must be auto, float32, float16 or bfloat16, not {name!r}")
+        kv = resolve_dtype(name, self.device)
+        if kv != self.dtype and self.device.type != "cpu":
+            # The Triton kernels read the cache in the activations' dtype.
+            raise ValueError(f"kv_cache_dtype {name} differs from the model's {self.dtype} on {self.device}: "
+                             "a cache of another type is a CPU option")
+        return kv
 
     @property
     def bytes_per_block(self) -> int:
-        return self.model.kv_bytes_per_block(self.block_size, self.dtype)
+        return self.model.kv_bytes_per_block(self.block_size, self.kv_dtype)
 
     @property
     def kv_cache_bytes(self) -> int:

@@ -115,6 +115,7 @@ class ModelEntry(_LoRAModules):
     num_kv_blocks: int | None = None
     kv_cache_bytes: int | None = None
     dtype: DType | None = None
+    kv_cache_dtype: DType | None = None
     quantization: Quantization | None = None
     speculative_config: dict | None = None
     # LoRA adapters of this model (engine/lora.py): NAME -> PEFT folder; each is served as a model.
@@ -197,6 +198,7 @@ class Settings(BaseSettings, _LoRAModules):
     db: str = Field(default_factory=default_db_path)
     log_level: str = "info"
     dtype: DType = EngineConfig.dtype  # auto: float32 on CPU; bfloat16 runs much faster on CPUs with AMX or AVX512-BF16
+    kv_cache_dtype: DType = EngineConfig.kv_cache_dtype  # as EngineConfig.kv_cache_dtype
     quantization: Quantization = EngineConfig.quantization  # as EngineConfig.quantization
     activations: Activations = EngineConfig.activations  # as EngineConfig.activations (process-wide)
     # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
@@ -373,6 +375,7 @@ class Settings(BaseSettings, _LoRAModules):
             num_kv_blocks=pick("num_kv_blocks"),
             kv_cache_bytes=e.kv_cache_bytes,
             dtype=pick("dtype"),
+            kv_cache_dtype=pick("kv_cache_dtype"),
             quantization=pick("quantization"),
             activations=self.activations,
             speculative_config=pick("speculative_config"),

@@ -23,6 +23,10 @@ def store_kv_ref(
 
 
 def store_kv(k, v, k_cache, v_cache, slot_mapping):
+    if use_cpu_kernels(k) and k_cache.dtype != k.dtype:
+        # A 16-bit cache under float32 activations (`--kv-cache-dtype`): torch rounds the new rows once,
+        # vectorized, and the C++ store copies them; decode_layers.cpp rounds its rows the same way.
+        k, v = k.to(k_cache.dtype), v.to(v_cache.dtype)
     if use_triton(k):
         from kernels.triton.cache import store_kv_triton
 

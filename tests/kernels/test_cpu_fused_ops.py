@@ -92,8 +92,9 @@ def test_rotary_position_outside_the_cache_is_an_error():
         kernels.rotary_embedding(torch.tensor([16]), q, k, cache)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_store_kv_into_the_head_major_cache(dtype):
+@pytest.mark.parametrize(("dtype", "cache_dtype"), [(d, d) for d in DTYPES] + [
+    (torch.float32, torch.float16), (torch.float32, torch.bfloat16)])  # --kv-cache-dtype under fp32 activations
+def test_store_kv_into_the_head_major_cache(dtype, cache_dtype):
     gen = torch.Generator().manual_seed(5)
     num_tokens, num_kv_heads, head_dim, num_blocks, block_size = 11, 3, 64, 6, 16
     qkv = torch.randn(num_tokens, (4 + 2 * num_kv_heads) * head_dim, generator=gen).to(dtype)
@@ -104,19 +105,19 @@ def test_store_kv_into_the_head_major_cache(dtype):
     slots[0] = num_blocks * block_size - 1
     # The engine's layout: [Hkv, blocks, block_size, D] storage under the logical view.
     shape = (num_kv_heads, num_blocks, block_size, head_dim)
-    k_cache = torch.randn(shape, generator=gen).to(dtype).permute(1, 2, 0, 3)
-    v_cache = torch.randn(shape, generator=gen).to(dtype).permute(1, 2, 0, 3)
+    k_cache = torch.randn(shape, generator=gen).to(cache_dtype).permute(1, 2, 0, 3)
+    v_cache = torch.randn(shape, generator=gen).to(cache_dtype).permute(1, 2, 0, 3)
     k_ref, v_ref = k_cache.clone(), v_cache.clone()
     kernels.store_kv(k, v, k_cache, v_cache, slots)
     store_kv_ref(k, v, k_ref, v_ref, slots)
     assert torch.equal(k_cache, k_ref) and torch.equal(v_cache, v_ref)
 
 
-def test_store_kv_slot_outside_the_cache_is_an_error_and_other_dtypes_use_the_reference():
+def test_store_kv_slot_outside_the_cache_is_an_error_and_rows_are_rounded_to_the_cache_type():
     k = v = torch.randn(1, 2, 64)
     k_cache, v_cache = torch.zeros(2, 16, 2, 64), torch.zeros(2, 16, 2, 64)
     with pytest.raises(RuntimeError, match="outside the KV cache"):
         kernels.store_kv(k, v, k_cache, v_cache, torch.tensor([32]))
     half_cache = torch.zeros(2, 16, 2, 64, dtype=torch.float16)
-    kernels.store_kv(k, v, half_cache, half_cache.clone(), torch.tensor([17]))  # fp32 into fp16: reference path
+    kernels.store_kv(k, v, half_cache, half_cache.clone(), torch.tensor([17]))  # fp32 into fp16
     assert torch.equal(half_cache[1, 1], k[0].half())

@@ -112,11 +112,27 @@ struct Layer {
   const float* post_norm;
   Matrix qkv, o, gate_up, down;
   DecodeProblem attention;
-  float* k_cache;
-  float* v_cache;
+  void* k_cache;  // of attention.kv_type
+  void* v_cache;
   // Per-row LoRA deltas of qkv, o, gate_up and down (null: no row has one on that projection).
   const LoraRows* lora[4] = {};
 };
+
+// One head's new key or value into its cache slot, rounded to a 16-bit cache's type as torch's `.to`
+// rounds (to nearest, ties to even), so this path and the per-op one (kernels/cache.py) store the same bits.
+void store_head(const float* v, void* cache, KvType type, int64_t off, int64_t n) {
+  switch (type) {
+    case KvType::F32:
+      std::copy(v, v + n, static_cast<float*>(cache) + off);
+      return;
+    case KvType::BF16:
+      for (int64_t i = 0; i < n; ++i) static_cast<c10::BFloat16*>(cache)[off + i] = c10::BFloat16(v[i]);
+      return;
+    case KvType::F16:
+      for (int64_t i = 0; i < n; ++i) static_cast<c10::Half*>(cache)[off + i] = c10::Half(v[i]);
+      return;
+  }
+}
 
 // Thread `tid`'s share [begin, end) of n items split over `team` threads in whole units of `unit` items.
 std::pair<int64_t, int64_t> share(int64_t n, int64_t unit, int tid, int team) {
@@ -230,15 +246,14 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
     Layer& l = layers[i];
     const at::Tensor& kc = k_caches[i];
     const at::Tensor& vc = v_caches[i];
-    TORCH_CHECK(kc.scalar_type() == at::kFloat && vc.scalar_type() == at::kFloat && kc.dim() == 4 &&
-                    kc.size(2) == num_kv_heads,
-                "sllm_cpu: decode_layers needs float32 caches [num_blocks, block_size, Hkv, D]");
+    TORCH_CHECK(kc.dim() == 4 && kc.size(2) == num_kv_heads,
+                "sllm_cpu: decode_layers needs caches [num_blocks, block_size, Hkv, D]");
     l.attention = decode_problem(kc, vc, tables, lens, num_heads, head_dim);
     for (int64_t r = 0; r < t; ++r) {
       TORCH_CHECK(slot[r] < kc.size(0) * kc.size(1), "sllm_cpu: slot ", slot[r], " outside the KV cache");
     }
-    l.k_cache = kc.data_ptr<float>();
-    l.v_cache = vc.data_ptr<float>();
+    l.k_cache = kc.data_ptr();  // float32, bfloat16 or float16: decode_problem checked the type
+    l.v_cache = vc.data_ptr();
     l.in_norm = norm_weight(in_norm[i], hidden);
     l.post_norm = norm_weight(post_norm[i], hidden);
     const int64_t* type = types.data() + 4 * i;
@@ -336,11 +351,11 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
           } else if (hd < num_heads + num_kv_heads) {
             rotate_head(v, half, row);
             const int64_t off = kv_slot_offset(slot[r], hd - num_heads, plan.block_size, l.attention.k_strides);
-            if (slot[r] >= 0) std::copy(v, v + head_dim, l.k_cache + off);
+            if (slot[r] >= 0) store_head(v, l.k_cache, l.attention.kv_type, off, head_dim);
           } else if (slot[r] >= 0) {
             const int64_t off = kv_slot_offset(slot[r], hd - num_heads - num_kv_heads, plan.block_size,
                                                l.attention.v_strides);
-            std::copy(v, v + head_dim, l.v_cache + off);
+            store_head(v, l.v_cache, l.attention.kv_type, off, head_dim);
           }
         }
       }
