@@ -43,6 +43,9 @@ def bench_serve(
     activations: str = typer.Option(
         "float", "--activations", help="Our server's activation modes to run with each weight mode, comma-separated "
                                        "(float, int8: llama.cpp's int8 dot products)"),
+    kv_cache_dtype: str = typer.Option(
+        "auto", "--kv-cache-dtype", help="Our server's KV cache types to run with each mode, comma-separated "
+                                         "(auto, float16, bfloat16: llama.cpp's cache is f16)"),
     speculative_config: str | None = typer.Option(
         None, "--speculative-config",
         help='Also run our server with this speculative_config JSON, e.g. \'{"method": "ngram", '
@@ -136,8 +139,10 @@ def bench_serve(
 
     modes = [m.strip() for m in quantization.split(",") if m.strip()]
     acts = [a.strip() for a in activations.split(",") if a.strip()]
-    runs = [(f"sllm q={m}" + ("" if a == "float" else f" a={a}"), {"SLLM_QUANTIZATION": m, "SLLM_ACTIVATIONS": a})
-            for m in modes for a in acts]
+    kvs = [k.strip() for k in kv_cache_dtype.split(",") if k.strip()]
+    runs = [(f"sllm q={m}" + ("" if a == "float" else f" a={a}") + ("" if kv == "auto" else f" kv={kv}"),
+             {"SLLM_QUANTIZATION": m, "SLLM_ACTIVATIONS": a, "SLLM_KV_CACHE_DTYPE": kv})
+            for m in modes for a in acts for kv in kvs]
     if speculative_config:
         runs.append((f"sllm q={modes[0]} +spec", {"SLLM_QUANTIZATION": modes[0],
                                                   "SLLM_SPECULATIVE_CONFIG": speculative_config}))
