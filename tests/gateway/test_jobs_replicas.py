@@ -50,8 +50,10 @@ class Replica:
         self.url = f"http://127.0.0.1:{self.port}"
         serves = serves or ["--model", str(model), "--served-model-name", "tiny", "--max-num-seqs", "8",
                             "--job-concurrency", "4", "--job-lease-s", str(LEASE_S), "--job-scan-s", str(SCAN_S)]
+        # No bundled embedding model (nothing here embeds): it loads after /health, which the start waits
+        # for, and competes with the other replica's start for the cores.
         cmd = [sys.executable, "-c", "from engine.cli import main; main()", "serve", "--port", str(self.port),
-               "--db", db_url, "--log-level", "info", *serves]
+               "--db", db_url, "--log-level", "info", "--embedding-model", "none", *serves]
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLLM_")} | {"OMP_NUM_THREADS": "1"}
         self.log = log
         with open(log, "ab") as out:

@@ -35,7 +35,9 @@ HELLO = [{"role": "user", "content": "Say hello."}]
 
 def _serve(port: int, log: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-c", "from engine.cli import main; main()", "serve", "--port", str(port),
-           "--db", str(log.with_suffix(".db")), "--api-key", KEY, "--log-level", "warning"]
+           "--db", str(log.with_suffix(".db")), "--api-key", KEY, "--log-level", "warning",
+           # No bundled embedding model (nothing here embeds; A, run_server's, has none either).
+           "--embedding-model", "none"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLLM_")}
     with open(log, "ab") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
