@@ -28,7 +28,9 @@ def _serve(db: Path, port: int, log: Path) -> subprocess.Popen:
            "--job-lease-s", "3",
            # No bundled embedding model: it loads after /health, competing with the batch for the cores.
            "--embedding-model", "none"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLLM_")}
+    # One thread, as the replicas tests' servers: two threads on two cores another test worker uses spin at
+    # each decode step's barrier while the OS runs the other job.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLLM_")} | {"OMP_NUM_THREADS": "1"}
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
