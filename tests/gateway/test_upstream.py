@@ -38,7 +38,8 @@ def _serve(port: int, log: Path) -> subprocess.Popen:
            "--db", str(log.with_suffix(".db")), "--api-key", KEY, "--log-level", "warning",
            # No bundled embedding model (nothing here embeds; A, run_server's, has none either).
            "--embedding-model", "none"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLLM_")}
+    # One thread: two on two cores another test worker uses spin at each decode step's barrier.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLLM_")} | {"OMP_NUM_THREADS": "1"}
     with open(log, "ab") as out:
         return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
 
