@@ -121,8 +121,8 @@ class StateSnapshots:
         return [self._saves(seq, start, n) for seq, start, n in steps]
 
     def _saves(self, seq: Sequence, start: int, num_tokens: int) -> list[tuple[int, int]]:
-        if seq.pooling is not None:
-            return []  # an embedding request's prompt is not continued by others
+        if seq.pooling is not None or start >= seq.num_prompt_tokens:
+            return []  # an embedding request's prompt is not continued by others; decode steps keep nothing
         out = []
         for p in self._points(seq, start, start + num_tokens):
             h = self.bm.prefix_hash(seq, p // self.bm.block_size)
