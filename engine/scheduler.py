@@ -429,10 +429,13 @@ class Scheduler:
         self.running.append(child)
 
     def finish(self, seq: Sequence) -> None:
-        """Removes a finished or aborted sequence and returns its blocks."""
+        """Removes a finished or aborted sequence and returns its blocks, its full ones to the prefix cache: the
+        step that finishes it may be the one that filled them (a request ending in its prefill step, a last
+        generated token completing a block), and a repeat or a chat's next turn should find them."""
         if seq in self.running:
             self.running.remove(seq)
         elif seq in self.waiting:
             self.waiting.remove(seq)
+        self.bm.register_full_blocks(seq)
         self._free(seq)
         seq.status = SequenceStatus.FINISHED

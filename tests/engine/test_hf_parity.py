@@ -97,6 +97,37 @@ def test_prefix_cache_hits(tiny, cpu_path):
     assert again[0].outputs[0].token_ids == expected[1]
 
 
+@per_path
+def test_requests_ending_in_their_prefill_step_are_cached(tiny, cpu_path):
+    """A request finished by the step that computes its prompt (max_tokens=1) leaves its full blocks in the prefix
+    cache: the same prompt again skips all but the block holding its last token."""
+    folder, hf = tiny
+    prompt = prompts_of(1, seed=16, lo=40, hi=40)[0]
+    llm = LLM(model=str(folder), num_kv_blocks=64, block_size=8)
+    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    outs = [llm.generate([prompt], params, use_tqdm=False)[0] for _ in range(2)]
+    assert [o.metrics.cached_tokens for o in outs] == [0, 32]
+    assert llm.engine.block_manager.prefix_hits == 32
+    assert [o.outputs[0].token_ids for o in outs] == hf([prompt], 1) * 2
+    llm.engine.block_manager.check_no_leak()
+
+
+@per_path
+def test_next_turn_resumes_at_the_last_full_block(tiny, cpu_path):
+    """29 prompt tokens and 12 generated: the last step computes the 40th token, filling the fifth block as the
+    sequence finishes. A next turn (prompt, answer, new text) skips all 40."""
+    folder, hf = tiny
+    prompt = prompts_of(1, seed=17, lo=29, hi=29)[0]
+    llm = LLM(model=str(folder), num_kv_blocks=64, block_size=8)
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
+    first = llm.generate([prompt], params, use_tqdm=False)[0]
+    turn = prompt + first.outputs[0].token_ids + prompts_of(1, seed=18, lo=5, hi=5)[0]
+    second = llm.generate([turn], params, use_tqdm=False)[0]
+    assert second.metrics.cached_tokens == 40
+    assert [first.outputs[0].token_ids, second.outputs[0].token_ids] == hf([prompt, turn])
+    llm.engine.block_manager.check_no_leak()
+
+
 @pytest.mark.parametrize("scheduling", ["static", "dynamic"])
 def test_static_and_dynamic_policies_agree(tiny, scheduling):
     folder, hf = tiny

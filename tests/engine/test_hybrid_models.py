@@ -81,11 +81,16 @@ FIRST = SHARED + prompts_of(1, seed=12, lo=20, hi=20)[0]  # 120 tokens: ends on 
 
 
 def _check_pools(llm: LLM) -> None:
-    """Every slot and snapshot entry accounted for, and no snapshot outlives its block in the prefix cache."""
+    """Every slot and snapshot entry accounted for, no snapshot outlives its block in the prefix cache, and a reset
+    of the cache lets every snapshot go."""
     recurrent, bm = llm.engine.runner.recurrent, llm.engine.block_manager
     bm.check_no_leak()
     recurrent.check_no_leak()
     assert set(recurrent.snapshots.block_hashes) <= set(bm.hash_to_block)
+    bm.reset_prefix_cache()
+    assert len(recurrent.snapshots) == 0 and not bm.hash_to_block
+    bm.check_no_leak()
+    recurrent.check_no_leak()
 
 
 @pytest.mark.parametrize("cpu_path", cpu_paths(16), indirect=True)
@@ -104,6 +109,18 @@ def test_continued_and_repeated_prompts_skip_their_prefix(qwen3_5, cpu_path):
     assert [o.outputs[0].token_ids for o in first + rest] == expected
     assert llm.engine.block_manager.prefix_hits == 120 + 112
     assert [o.metrics.cached_tokens for o in rest] == [120, 112]
+    _check_pools(llm)
+
+
+@pytest.mark.parametrize("cpu_path", cpu_paths(16), indirect=True)
+def test_requests_ending_in_their_prefill_step_are_cached(qwen3_5, cpu_path):
+    """max_tokens=1: the step that computes the prompt finishes the request. Its blocks and the states kept at its
+    last two block boundaries stay cached, so the same prompt again resumes after 112 of its 120 tokens."""
+    llm = LLM(model=str(qwen3_5.folder), num_kv_blocks=128, block_size=8)
+    params = SamplingParams(temperature=0, max_tokens=1, ignore_eos=True)
+    outs = [llm.generate([FIRST], params, use_tqdm=False)[0] for _ in range(2)]
+    assert [o.metrics.cached_tokens for o in outs] == [0, 112]
+    assert [o.outputs[0].token_ids for o in outs] == [qwen3_5.hf([FIRST])[0][:1]] * 2
     _check_pools(llm)
 
 
