@@ -19,6 +19,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -74,7 +75,10 @@ class EncoderEngine:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.error: BaseException | None = None
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self._pending: list[_Job] = []  # taken off the queue by the worker, not run yet
+        self._pending: list[_Job] = []  # taken off the queue by the worker, in no round yet
+        self._round: deque[list[_Job]] = deque()  # the round in progress: its batches not run yet
+        self._round_left = 0  # the requests in them
+        self._round_priority = 0  # the effective priority the round was formed at
         self._closed = False  # the worker took shutdown's None
         self._counts = {"requests": 0, "batches": 0, "tokens": 0}
         built: Future = Future()
@@ -101,7 +105,9 @@ class EncoderEngine:
         return self._thread.is_alive() and self.error is None
 
     def stats(self) -> dict[str, Any]:
-        return {**self._counts, "num_waiting": self._jobs.qsize() + len(self._pending)}
+        # A round's requests wait too until their batch runs: left out, the count fell to 0 as soon as a
+        # round took the whole backlog (the /metrics gauge with it) while thousands still waited.
+        return {**self._counts, "num_waiting": self._jobs.qsize() + len(self._pending) + self._round_left}
 
     def list_loras(self) -> list:
         return []
@@ -176,44 +182,67 @@ class EncoderEngine:
             return job.priority
         return job.priority - int((now - job.arrived) // self.priority_aging_s)
 
-    def _take_waiting(self, block: bool) -> None:
-        """Moves the queued requests to `_pending` (waiting for one when `block`); notes a shutdown."""
+    def _take_waiting(self, block: bool) -> list[_Job]:
+        """Moves the queued requests to `_pending` (waiting for one when `block`) and returns them; notes
+        a shutdown."""
+        taken: list[_Job] = []
         try:
             job = self._jobs.get() if block else self._jobs.get_nowait()
             while job is not None:
+                taken.append(job)
                 self._pending.append(job)
                 job = self._jobs.get_nowait()
             self._closed = True
         except queue.Empty:
             pass
+        return taken
+
+    def _start_round(self) -> None:
+        now = time.monotonic()
+        waiting = [(self._effective(j, now), j) for j in self._pending]
+        best = min(e for e, _ in waiting)
+        round_ = [j for e, j in waiting if e == best]
+        self._round, self._round_left, self._round_priority = deque(self._batches(round_)), len(round_), best
+        self._pending = [j for e, j in waiting if e != best]
+
+    def _end_round(self) -> None:
+        """The round's requests not run yet wait again (keeping their age)."""
+        self._pending.extend(j for batch in self._round for j in batch)
+        self._round.clear()
+        self._round_left = 0
+
+    def _overtakes(self, arrived: list[_Job]) -> bool:
+        """Whether a request that arrived during the round has a strictly better effective priority than
+        every request the round has left. Arrivals are looked at once, as they come: a request waiting when
+        the round began was worse than all of it and ages no faster, so it never gets ahead. Every request
+        of the round stays at or better than the priority the round began at, so the round is scanned only
+        for an arrival better than that (an interactive request), not before every batch: that scan made
+        a round of n requests O(n^2), seconds of the GIL for a batch job's backlog."""
+        now = time.monotonic()
+        best = min(self._effective(j, now) for j in arrived)
+        return best < self._round_priority and best < min(self._effective(j, now)
+                                                           for batch in self._round for j in batch)
 
     def _loop(self) -> None:
         while True:
             if not self._closed:
-                self._take_waiting(block=not self._pending)
+                arrived = self._take_waiting(block=not (self._pending or self._round))
+                if arrived and self._round and self._overtakes(arrived):
+                    self._end_round()  # the better request runs first, in a round of its own
             if self._closed:
                 break
-            now = time.monotonic()
-            best = min(self._effective(j, now) for j in self._pending)
-            round_ = [j for j in self._pending if self._effective(j, now) == best]
-            self._pending = [j for j in self._pending if self._effective(j, now) != best]
-            batches = self._batches(round_)
-            for i, batch in enumerate(batches):
-                if i:
-                    self._take_waiting(block=False)
-                    left = [j for b in batches[i:] for j in b]
-                    now = time.monotonic()
-                    if self._closed or (self._pending and min(self._effective(j, now) for j in self._pending)
-                                        < min(self._effective(j, now) for j in left)):
-                        self._pending.extend(left)  # a better request came (it runs before these), or shutdown
-                        break
-                try:
-                    self._run(batch)
-                except BaseException as exc:  # a bug: fail these requests, keep serving the next ones
-                    log.exception("encoder batch failed")
-                    for j in batch:
-                        if not j.future.done():
-                            j.future.set_exception(exc)
+            if not self._round:
+                self._start_round()
+            batch = self._round.popleft()
+            self._round_left -= len(batch)
+            try:
+                self._run(batch)
+            except BaseException as exc:  # a bug: fail these requests, keep serving the next ones
+                log.exception("encoder batch failed")
+                for j in batch:
+                    if not j.future.done():
+                        j.future.set_exception(exc)
+        self._end_round()
         for j in self._pending:
             if j.future.set_running_or_notify_cancel():
                 j.future.set_exception(EngineDeadError("the encoder was shut down"))

@@ -4,6 +4,7 @@ the backlog's vectors are those it gives alone, and an aged low-priority request
 ones; shutdown fails what still waits instead of leaving it hanging."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -65,6 +66,39 @@ def test_a_better_priority_request_overtakes_a_running_backlog(engine):
     torch.testing.assert_close(interactive, vectors[7])
     alone = asyncio.run(one("alone", TEXTS[1000], 10))
     torch.testing.assert_close(vectors[1000], alone, atol=1e-5, rtol=1e-5)
+
+
+def test_the_requests_of_the_round_in_progress_count_as_waiting(engine):
+    # A round takes every request waiting at its priority off the pending list; they still wait until their
+    # own batch runs (the /metrics gauge and tests/gateway/test_embedding_priority.py read this count). The
+    # worker is held in its 1st forward pass while the backlog queues, so the 2nd begins a round of all of
+    # it, and held again in its 3rd, so the count is read while nothing moves.
+    params = _params(engine)
+    ids = [engine.check_request(t) for t in TEXTS]
+    reached = {1: threading.Event(), 3: threading.Event()}
+    go = {1: threading.Event(), 3: threading.Event()}
+    passes = 0
+    forward = engine._run
+
+    def held_run(batch):
+        nonlocal passes
+        passes += 1
+        if passes in reached:
+            reached[passes].set()
+            assert go[passes].wait(30)
+        forward(batch)
+
+    engine._run = held_run
+    first = engine._submit(_Job(ids[0], None, params, 10))
+    assert reached[1].wait(30)
+    futures = [engine._submit(_Job(x, None, params, 10)) for x in ids]
+    go[1].set()
+    assert reached[3].wait(30)
+    assert engine.stats()["num_waiting"] == len(TEXTS) - 2 * BATCH  # less the batch run and the one running
+    go[3].set()
+    for f in [first, *futures]:
+        f.result(timeout=60)
+    assert engine.stats()["num_waiting"] == 0
 
 
 def test_an_aged_request_outranks_fresh_better_ones(folder):
