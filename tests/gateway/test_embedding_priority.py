@@ -48,15 +48,7 @@ def _engine_stats(server, model: str):
     return engine.stats
 
 
-# Open defect, found in a clean-clone CI run: on an idle machine the encoder case answers the interactive
-# request only after the whole backlog (3/3 runs here, with the encoder paced to 2 ms a pass too), though
-# the encoder engine itself lets it overtake (tests/engine/test_encoder_priority.py); under a loaded host it
-# passes. Where the gateway holds the request is not yet found, so the case runs and reports, not gating.
-BERT_ON_IDLE = pytest.mark.xfail(reason="interactive request held behind an encoder batch on an idle host; "
-                                        "under investigation", strict=False)
-
-
-@pytest.mark.parametrize("model", [pytest.param("tiny-bert", marks=BERT_ON_IDLE), "tiny-llama-embed"])
+@pytest.mark.parametrize("model", ["tiny-bert", "tiny-llama-embed"])
 def test_an_interactive_embedding_is_not_stuck_behind_a_batch(server, client, model):
     stats = _engine_stats(server, model)
     lines = [{"custom_id": f"line-{n}", "method": "POST", "url": "/v1/embeddings",
