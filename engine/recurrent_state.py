@@ -34,6 +34,8 @@ class Snapshots(Protocol):
 
     def restore(self, seq: Sequence, slot: int) -> None: ...
 
+    def release(self, seq: Sequence) -> None: ...
+
     def check_no_leak(self) -> None: ...
 
 
@@ -93,6 +95,8 @@ class RecurrentStates:
         slot = self._slots.pop(seq.seq_id, None)
         if slot is not None:
             self._free.append(slot)
+        if self.snapshots is not None:
+            self.snapshots.release(seq)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """The child continues from the parent's state (both have computed the same tokens)."""

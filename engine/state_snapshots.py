@@ -8,7 +8,11 @@ boundaries of the prompt, under the hash of the block that ends there; a prefix 
 prefix with a snapshot (the block manager asks `usable_prefix`), and the sequence's slot starts as a copy of
 it. Which boundaries: every `every` tokens (a multiple of the block size) and the prompt's last full block
 (and the one before it when the prompt ends on a boundary: an identical prompt reuses every block but the one
-holding its last token). Not every block: a state is far larger than a block of KV (Qwen3.5-0.8B keeps about
+holding its last token). Past the prompt, a sequence keeps one state, at the last block boundary it reached
+(decode steps, or a recomputed chunk after preemption): a chat's next turn (the prompt, the answer, new text)
+resumes there, after the answer's last full block, which the block manager registers when the sequence finishes.
+Each newer boundary takes the entry of the one before, as vLLM's Mamba prefix caching keeps only a request's
+latest aligned state. Not every block: a state is far larger than a block of KV (Qwen3.5-0.8B keeps about
 18 MiB per sequence against 192 KiB per 16-token block), and a pool flooded by one long prompt's boundaries
 would evict the shared prefixes that other requests hit.
 
@@ -45,6 +49,7 @@ class StateSnapshots:
         self._by_hash: OrderedDict[int, int] = OrderedDict()  # block hash -> entry, least recently used first
         self._free: list[int] = []
         self._step: set[int] = set()  # entries the step being prepared writes: never evicted for one another
+        self._latest: dict[int, int] = {}  # seq_id -> hash of the state it kept past its prompt, while it runs
 
     def __len__(self) -> int:
         return len(self._by_hash)
@@ -96,6 +101,12 @@ class StateSnapshots:
         if entry is not None:
             self._free.append(entry)
 
+    # -- the slots' side -----------------------------------------------------------------------------------
+    def release(self, seq: Sequence) -> None:
+        """The sequence stopped running (finished or preempted): the state it kept past its prompt stays, for a
+        next turn, but is no longer its to move on."""
+        self._latest.pop(seq.seq_id, None)
+
     # -- the model runner's side --------------------------------------------------------------------------
     def restore(self, seq: Sequence, slot: int) -> None:
         """Fills `slot` with the state after the sequence's cached prefix (num_computed_tokens, a boundary)."""
@@ -121,10 +132,38 @@ class StateSnapshots:
         return [self._saves(seq, start, n) for seq, start, n in steps]
 
     def _saves(self, seq: Sequence, start: int, num_tokens: int) -> list[tuple[int, int]]:
-        if seq.pooling is not None or start >= seq.num_prompt_tokens:
-            return []  # an embedding request's prompt is not continued by others; decode steps keep nothing
-        out = []
-        for p in self._points(seq, start, start + num_tokens):
+        if seq.pooling is not None:
+            return []  # an embedding request's prompt is not continued by others
+        out: list[tuple[int, int]] = []
+        end = start + num_tokens
+        if start < seq.num_prompt_tokens:
+            self._prompt_saves(seq, start, end, out)
+        last = end // self.bm.block_size * self.bm.block_size
+        if last > max(start, seq.num_prompt_tokens):
+            self._latest_save(seq, start, last, out)
+        return out
+
+    def _latest_save(self, seq: Sequence, start: int, point: int, out: list[tuple[int, int]]) -> None:
+        """Keeps the state at `point`, a boundary past the prompt, in place of the one the sequence kept before."""
+        h = self.bm.prefix_hash(seq, point // self.bm.block_size)
+        old = self._latest.pop(seq.seq_id, None)
+        if old is not None and old != h and self._by_hash.get(old, -1) not in self._step:
+            self.forget(old)  # its entry is the next one taken
+        if h in self._by_hash:  # kept already: the same tokens' state (a greedy sibling's), or its own
+            self._by_hash.move_to_end(h)
+            if old == h:
+                self._latest[seq.seq_id] = h
+            return
+        entry = self._take()
+        if entry is None:
+            return
+        self._by_hash[h] = entry
+        self._step.add(entry)
+        self._latest[seq.seq_id] = h
+        out.append((point - start, entry))
+
+    def _prompt_saves(self, seq: Sequence, start: int, end: int, out: list[tuple[int, int]]) -> None:
+        for p in self._points(seq, start, end):
             h = self.bm.prefix_hash(seq, p // self.bm.block_size)
             if h in self._by_hash:
                 self._by_hash.move_to_end(h)
@@ -135,7 +174,6 @@ class StateSnapshots:
             self._by_hash[h] = entry
             self._step.add(entry)
             out.append((p - start, entry))
-        return out
 
     def check_no_leak(self) -> None:
         """Every entry is free or holds one snapshot, and the pool keeps to its bound."""
@@ -143,6 +181,7 @@ class StateSnapshots:
         held = sorted(self._by_hash.values())
         assert total <= self.capacity and len(set(held)) == len(held), "snapshot entries over the bound or shared"
         assert sorted(held + self._free) == list(range(total)), "snapshot entries lost"
+        assert not self._latest, f"sequences {sorted(self._latest)[:20]} still move a kept state"
 
 
 def snapshot_capacity(per_state_bytes: int, kv_cache_bytes: int) -> int:

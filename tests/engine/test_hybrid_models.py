@@ -96,14 +96,15 @@ def _check_pools(llm: LLM) -> None:
 @pytest.mark.parametrize("cpu_path", cpu_paths(16), indirect=True)
 def test_continued_and_repeated_prompts_skip_their_prefix(qwen3_5, cpu_path):
     """With the default spacing (every 256 tokens, beyond these prompts), the states kept are the prompt's last
-    full block boundary and the one before: a later prompt continuing the first (a chat's next turn) resumes
-    after all 120 of its tokens, the same prompt again after 112 (its last block is computed for its logits)."""
+    full block boundary and the one before, and the answer's last (128): a later prompt continuing the first
+    resumes after all 120 of its tokens, the same prompt again after 112 (its last block is computed for its
+    logits)."""
     prompts = [FIRST, FIRST + prompts_of(1, seed=13, lo=20, hi=20)[0], FIRST]
     expected = qwen3_5.hf(prompts)
     llm = LLM(model=str(qwen3_5.folder), num_kv_blocks=128, block_size=8)
     first = llm.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True),
                          use_tqdm=False)
-    assert len(llm.engine.runner.recurrent.snapshots) == 2
+    assert len(llm.engine.runner.recurrent.snapshots) == 3
     rest = llm.generate(prompts[1:], SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True),
                         use_tqdm=False)
     assert [o.outputs[0].token_ids for o in first + rest] == expected
@@ -132,6 +133,38 @@ SCENARIOS = {
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
+def test_next_turn_resumes_after_the_generated_answer(qwen3_5, scenario):
+    """A chat's next turn (the prompt, the answer, new text) resumes at the answer's last full block: the state kept
+    at the last boundary a sequence reaches, 128 after 120 + 10 tokens, 104 after 100 + 10 (a prompt ending off a
+    boundary). Only that one is kept past the prompt: a 40-token answer leaves one state, not five. HF's tokens,
+    whole, in chunks of 7 and under preemption: with 29 blocks the second prompt is preempted after 8 tokens, when
+    the first needs its 17th block, and resumes after the 104 it had computed."""
+    firsts = [FIRST, SHARED]
+    config = {"num_kv_blocks": 29} if scenario == "preempted" else SCENARIOS[scenario]
+    llm = LLM(model=str(qwen3_5.folder), block_size=8, **config)
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
+    first = llm.generate(firsts, params, use_tqdm=False)
+    snapshots = llm.engine.runner.recurrent.snapshots
+    assert len(snapshots) == 2 + 1 + 2  # FIRST's 112 and 120, SHARED's 96, and each answer's last boundary
+    if scenario == "preempted":
+        assert llm.engine.scheduler.num_preemptions == 1
+        assert [o.metrics.cached_tokens for o in first] == [0, 104]
+    tails = prompts_of(2, seed=16, lo=5, hi=12)
+    turns = [p + o.outputs[0].token_ids + t for p, o, t in zip(firsts, first, tails, strict=True)]
+    second = llm.generate(turns, params, use_tqdm=False)
+    assert [o.outputs[0].token_ids for o in first + second] == qwen3_5.hf(firsts + turns)
+    assert [o.metrics.cached_tokens for o in second] == [128, 104]
+    _check_pools(llm)
+    long = llm.generate([SHARED], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True), use_tqdm=False)
+    assert len(snapshots) == 2  # 96, the prompt's last boundary, and 136, the answer's last
+    turn = SHARED + long[0].outputs[0].token_ids
+    again = llm.generate([turn], params, use_tqdm=False)
+    assert again[0].outputs[0].token_ids == qwen3_5.hf([turn])[0]
+    assert again[0].metrics.cached_tokens == 136
+    _check_pools(llm)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
 def test_shared_prefixes_resume_from_kept_states(qwen3_5, monkeypatch, scenario):
     """States kept every 32 tokens: the second and third prompts share 100 and 70 tokens with the first, so their
     hits are cut back to the kept boundaries at 96 and 64 (of 96 and 64 cached KV tokens); a fourth continues
@@ -156,9 +189,10 @@ def test_shared_prefixes_resume_from_kept_states(qwen3_5, monkeypatch, scenario)
 
 def test_snapshot_pool_keeps_to_its_bound(qwen3_5, monkeypatch):
     """A pool of 4 entries, states kept every 16 tokens: the first prompt's single step keeps the first four of
-    its eight boundaries (a step's own entries never evict one another); the second, diverging at 100, resumes at
-    64 and keeps 80, 96 and 104 in place of the least recently used (16, 32, 48: 64 was just used); the first
-    prompt again resumes at 96, the longest of its prefixes still kept. The tokens stay HF's."""
+    its eight boundaries (a step's own entries never evict one another), and its answer's last boundary (128)
+    takes the place of 16; the second, diverging at 100, resumes at 64 and keeps 80, 96 and 104 in place of the
+    least recently used (32, 48, 128: 64 was just used), then its answer's 112 in place of 64; the first prompt
+    again resumes at 96, the longest of its prefixes still kept. The tokens stay HF's."""
     monkeypatch.setattr("engine.state_snapshots.SNAPSHOT_EVERY_TOKENS", 16)
     monkeypatch.setattr("engine.state_snapshots.MAX_SNAPSHOTS", 4)
     monkeypatch.setattr("engine.state_snapshots.MIN_SNAPSHOTS", 4)
