@@ -139,11 +139,11 @@ def paged_attention_ref(
 
 def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes=None,
                            sliding_window=None):
-    # The Triton kernels have no window yet: windowed layers on CUDA take the reference (correct, slower).
-    if use_triton(q) and sliding_window is None:
+    if use_triton(q):
         from kernels.triton.attention import paged_decode_attention_triton
 
-        return paged_decode_attention_triton(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes)
+        return paged_decode_attention_triton(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes,
+                                             sliding_window)
     if use_cpu_kernels(q):
         return paged_decode_attention_cpu(q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes,
                                           sliding_window=sliding_window)
@@ -153,11 +153,11 @@ def paged_decode_attention(q, k_cache, v_cache, block_tables, context_lens, scal
 
 def paged_attention(q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes=None,
                     sliding_window=None):
-    if use_triton(q) and sliding_window is None:
+    if use_triton(q):
         from kernels.triton.attention import paged_attention_triton
 
         return paged_attention_triton(
-            q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes
+            q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, alibi_slopes, sliding_window
         )
     if use_cpu_kernels(q) and isa.resolve(q.shape[-1]) != "generic":
         # On the portable path the C++ kernel run once per query token is slower than the reference's

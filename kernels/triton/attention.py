@@ -12,6 +12,11 @@ Three kernels:
   query heads and sequences, online softmax over key tiles). K/V always come through the block table,
   so a cached prefix (prefix caching, chunked prefill) is attended to like any other key.
 
+A sliding window W (`USE_WINDOW`) is honoured by where the key loops start, not only by a mask: a decode
+program starts at its sequence's window (`ctx - W`), split-K partitions tile the window rather than the
+whole context, and a prefill query tile starts at the window of its first query. Blocks wholly before
+the window are never read, so a long prompt of a windowed layer costs O(q_len * W), not O(q_len * ctx).
+
 Scores are kept in the log2 domain (`scale * log2(e)`, `exp2`); ALiBi slopes are scaled to match.
 Padding query heads up to 16 rows keeps `tl.dot` shapes legal on the GPU."""
 
@@ -83,12 +88,14 @@ def _decode_kernel(
     stride_lp,
     num_q_per_kv,
     partition_size,
+    window,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_G: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     USE_ALIBI: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
     SPLIT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
@@ -97,11 +104,14 @@ def _decode_kernel(
     part = tl.program_id(2)
 
     ctx = tl.load(context_lens_ptr + seq).to(tl.int32)
+    # The query sits at ctx - 1 and sees keys from ctx - W on; partitions are laid from there, so every
+    # program of a windowed layer works inside the window and none reads a block before it.
+    first = tl.maximum(ctx - window, 0) if USE_WINDOW else 0
     if SPLIT:
-        start = part * partition_size
+        start = first + part * partition_size
         end = tl.minimum(ctx, start + partition_size)
     else:
-        start = 0
+        start = first
         end = ctx
 
     offs_g = tl.arange(0, BLOCK_G)
@@ -172,15 +182,17 @@ def _decode_reduce_kernel(
     stride_lh,
     stride_lp,
     partition_size,
+    window,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_P: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
 ):
     # Combine partitions: out = sum_p 2^(lse_p - max) * out_p / sum_p 2^(lse_p - max).
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     ctx = tl.load(context_lens_ptr + seq).to(tl.int32)
-    num_parts = tl.cdiv(ctx, partition_size)
+    num_parts = tl.cdiv(tl.minimum(ctx, window) if USE_WINDOW else ctx, partition_size)
     offs_p = tl.arange(0, BLOCK_P)
     offs_d = tl.arange(0, BLOCK_D)
     p_mask = offs_p < num_parts
@@ -232,12 +244,14 @@ def _prefill_kernel(
     stride_oh,
     stride_od,
     num_q_per_kv,
+    window,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     PAGE_SIZE: tl.constexpr,
     USE_ALIBI: tl.constexpr,
+    USE_WINDOW: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     tile = tl.program_id(0)
@@ -268,12 +282,15 @@ def _prefill_kernel(
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
-        # Causal: the last query of this tile sees keys [0, prefix + (tile + 1) * BLOCK_M).
+        # Causal: the last query of this tile sees keys [0, prefix + (tile + 1) * BLOCK_M). With a window
+        # the tile's first query, at prefix + tile * BLOCK_M, sees nothing before its position - W + 1, and
+        # the later queries even less: the loop starts there, so keys behind the window are never loaded.
         kv_end = tl.minimum(ctx, prefix + (tile + 1) * BLOCK_M)
+        kv_start = tl.maximum(prefix + tile * BLOCK_M - window + 1, 0) if USE_WINDOW else 0
         bt_row = block_tables_ptr + seq * stride_btb
         k_base = k_cache_ptr + kv_head * stride_kh
         v_base = v_cache_ptr + kv_head * stride_vh
-        for n0 in range(0, kv_end, BLOCK_N):
+        for n0 in range(kv_start, kv_end, BLOCK_N):
             pos = n0 + offs_n
             valid = pos < kv_end
             page = tl.load(bt_row + (pos // PAGE_SIZE) * stride_btn, mask=valid, other=0).to(tl.int64)
@@ -284,12 +301,21 @@ def _prefill_kernel(
             s = tl.dot(q, tl.trans(k.to(q.dtype)), input_precision=DOT_PRECISION) * scale_log2  # [M, N]
             if USE_ALIBI:
                 s += slope * (pos[None, :] - q_pos[:, None]).to(tl.float32)
-            s = tl.where(valid[None, :] & (pos[None, :] <= q_pos[:, None]), s, float("-inf"))
+            visible = valid[None, :] & (pos[None, :] <= q_pos[:, None])
+            if USE_WINDOW:
+                visible &= pos[None, :] > q_pos[:, None] - window
+            s = tl.where(visible, s, float("-inf"))
 
-            # Key 0 is visible to every row, so m_new is finite from the first tile on.
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
+            m_ref = m_new
+            if USE_WINDOW:
+                # A row whose window starts past this whole key tile has no visible key yet, and
+                # exp2(-inf - -inf) is NaN; any finite reference gives alpha = p = 0 instead. With BLOCK_M <=
+                # BLOCK_N only padding rows (never stored) get there, but a tuning with BLOCK_M > BLOCK_N
+                # would reach real ones. Without a window key 0 is visible to every row from the first tile.
+                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp2(m_i - m_ref)
+            p = tl.exp2(s - m_ref[:, None])
             l_i = l_i * alpha + tl.sum(p, axis=1)
             v = tl.load(v_base + v_tok[:, None] + offs_d[None, :] * stride_vd, mask=kv_mask, other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype), input_precision=DOT_PRECISION)
@@ -310,6 +336,15 @@ def _check_cache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) 
     return num_kv_heads, num_q_heads // num_kv_heads
 
 
+def _effective_window(window: int | None, block_tables: torch.Tensor, page_size: int) -> int | None:
+    """The window, or None when it cannot cut anything: no context is longer than the block table holds,
+    so a window at least that wide compiles and runs the plain kernels."""
+    if window is None:
+        return None
+    assert window >= 1, f"sliding_window must be positive, got {window}"
+    return None if window >= block_tables.shape[1] * page_size else int(window)
+
+
 def paged_decode_attention_triton(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -318,6 +353,7 @@ def paged_decode_attention_triton(
     context_lens: torch.Tensor,
     scale: float,
     alibi_slopes: torch.Tensor | None = None,
+    sliding_window: int | None = None,
     *,
     split_k: bool | None = None,
     partition_size: int | None = None,
@@ -328,14 +364,17 @@ def paged_decode_attention_triton(
     GPU, cutting the context into just enough partitions (of >= DECODE_MIN_PARTITION tokens) to reach
     about SPLIT_TARGET_WAVES programs per SM; True/False force it (tests, benchmarks), and
     `partition_size` (a multiple of 16) overrides the size. No host sync: partitions are planned from
-    the block table width, an upper bound of max(context_lens), never from the lengths themselves."""
+    the block table width, an upper bound of max(context_lens), never from the lengths themselves, or
+    from the window when it is shorter: a windowed layer's partitions cover the window only."""
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads, group = _check_cache(q, k_cache, v_cache)
     page_size = k_cache.shape[1]
     out = torch.empty((batch, num_q_heads, head_dim), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
-    max_len = block_tables.shape[1] * page_size
+    sliding_window = _effective_window(sliding_window, block_tables, page_size)
+    # What one query can see: every partition lies inside it.
+    max_len = block_tables.shape[1] * page_size if sliding_window is None else sliding_window
     if split_k is None:
         wanted = triton.cdiv(SPLIT_TARGET_WAVES * _device_sms(q.device), batch * num_kv_heads)
         parts = min(wanted, max_len // DECODE_MIN_PARTITION)
@@ -360,6 +399,7 @@ def paged_decode_attention_triton(
         BLOCK_N=block_n,
         PAGE_SIZE=page_size,
         USE_ALIBI=alibi_slopes is not None,
+        USE_WINDOW=sliding_window is not None,
         SPLIT=split_k,
         DOT_PRECISION=_dot_precision(q.dtype),
         num_warps=4,
@@ -392,6 +432,7 @@ def paged_decode_attention_triton(
             0,
             group,
             partition_size,
+            sliding_window or 0,
             **common,
         )
         return out
@@ -399,7 +440,8 @@ def paged_decode_attention_triton(
     part_out = torch.empty((batch, num_q_heads, num_parts, head_dim), dtype=torch.float32, device=q.device)
     lse = torch.empty((batch, num_q_heads, num_parts), dtype=torch.float32, device=q.device)
     _decode_kernel[(batch, num_kv_heads, num_parts)](
-        part_out, lse, *args, *part_out.stride(), *lse.stride(), group, partition_size, **common
+        part_out, lse, *args, *part_out.stride(), *lse.stride(), group, partition_size, sliding_window or 0,
+        **common,
     )
     _decode_reduce_kernel[(batch, num_q_heads)](
         out,
@@ -410,9 +452,11 @@ def paged_decode_attention_triton(
         *part_out.stride(),
         *lse.stride(),
         partition_size,
+        sliding_window or 0,
         HEAD_DIM=head_dim,
         BLOCK_D=block_d,
         BLOCK_P=triton.next_power_of_2(num_parts),
+        USE_WINDOW=sliding_window is not None,
         num_warps=4,
     )
     return out
@@ -427,11 +471,13 @@ def paged_attention_triton(
     context_lens: torch.Tensor,
     scale: float,
     alibi_slopes: torch.Tensor | None = None,
+    sliding_window: int | None = None,
 ) -> torch.Tensor:
     """Packed varlen causal attention: q [T, Hq, D], query_start_loc [B+1], context_lens [B] -> [T, Hq, D].
 
     Decode-only batches (every q_len == 1) go to the decode kernel; anything else, including mixed
-    batches, runs the prefill kernel, which is exact for q_len == 1 too."""
+    batches, runs the prefill kernel, which is exact for q_len == 1 too. `sliding_window` as in
+    `kernels.attention`."""
     num_tokens, num_q_heads, head_dim = q.shape
     num_kv_heads, group = _check_cache(q, k_cache, v_cache)
     batch = query_start_loc.shape[0] - 1
@@ -441,8 +487,9 @@ def paged_attention_triton(
     max_q_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())  # the one host sync
     if max_q_len == 1 and num_tokens == batch:
         return paged_decode_attention_triton(
-            q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes
+            q, k_cache, v_cache, block_tables, context_lens, scale, alibi_slopes, sliding_window
         )
+    sliding_window = _effective_window(sliding_window, block_tables, k_cache.shape[1])
 
     wide = q.element_size() >= 4  # float32 tiles take twice the shared memory
     block_m = 32 if wide else 64
@@ -464,12 +511,14 @@ def paged_attention_triton(
         *block_tables.stride(),
         *out.stride(),
         group,
+        sliding_window or 0,
         HEAD_DIM=head_dim,
         BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         PAGE_SIZE=k_cache.shape[1],
         USE_ALIBI=alibi_slopes is not None,
+        USE_WINDOW=sliding_window is not None,
         DOT_PRECISION=_dot_precision(q.dtype),
         num_warps=4,
         num_stages=2,
