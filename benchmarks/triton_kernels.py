@@ -8,7 +8,9 @@ device-to-device copy bandwidth measured first (the practical ceiling; HBM peak 
 Paged decode attention is also compared with torch SDPA on a contiguous copy of the context and with
 `flash_attn` when importable; the target is >= 70% of copy bandwidth at batch 64, context 2048.
 A short pass over float16 / bfloat16 / float32 at small shapes checks dtypes the CPU interpreter
-cannot (bfloat16 `tl.dot`, round-to-nearest bfloat16 casts).
+cannot (bfloat16 `tl.dot`, round-to-nearest bfloat16 casts). Sliding-window cases (Mistral, Gemma's
+local layers) are checked there too, and timed on a context four times the window, where the kernels
+should take about the time of a context as long as the window (they skip the blocks behind it).
 
 Everything that builds inputs and checks results takes a device, so the tests run it on the CPU
 under the Triton interpreter; only timing needs CUDA."""
@@ -57,6 +59,8 @@ def decode_case(
     split_k: bool | None = None,
     alibi: bool = False,
     seed: int = 0,
+    window: int | None = None,
+    partition_size: int | None = None,
 ) -> Case:
     from kernels.triton.attention import paged_decode_attention_triton
 
@@ -74,25 +78,28 @@ def decode_case(
 
     def run():
         return paged_decode_attention_triton(
-            q, k_cache, v_cache, block_tables, context_lens, scale, slopes, split_k=split_k
+            q, k_cache, v_cache, block_tables, context_lens, scale, slopes, window, split_k=split_k,
+            partition_size=partition_size,
         )
 
     def ref():
-        return paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale, slopes)
+        return paged_decode_attention_ref(q, k_cache, v_cache, block_tables, context_lens, scale, slopes, window)
 
+    # A windowed query needs only its window's keys: the bandwidth is counted on those.
+    seen = sum(lens) if window is None else sum(min(n, window) for n in lens)
     elt = k_cache.element_size()
-    kv_bytes = 2 * sum(lens) * num_kv_heads * head_dim * elt
+    kv_bytes = 2 * seen * num_kv_heads * head_dim * elt
     io_bytes = 2 * q.numel() * q.element_size() + block_tables.numel() * 4 + batch * 4
     label = {None: "auto", True: "split-K", False: "single"}[split_k]
     return Case(
-        name=f"paged_decode_attention [{label}]" + (" alibi" if alibi else ""),
+        name=f"paged_decode_attention [{label}]" + (" alibi" if alibi else "") + _window_tag(window),
         shape=f"B={batch} ctx={context} Hq={num_q_heads} Hkv={num_kv_heads} D={head_dim} bs={block_size}",
         run=run,
         ref=ref,
         check=lambda: rel_err(run(), ref()),
         tol=TOL[dtype],
         bytes=kv_bytes + io_bytes,
-        flops=4 * sum(lens) * num_q_heads * head_dim,
+        flops=4 * seen * num_q_heads * head_dim,
         extra=dict(
             q=q, k_cache=k_cache, v_cache=v_cache, block_tables=block_tables, context_lens=context_lens
         ),
@@ -110,6 +117,7 @@ def prefill_case(
     device,
     alibi: bool = False,
     seed: int = 0,
+    window: int | None = None,
 ) -> Case:
     from kernels.triton.attention import paged_attention_triton
 
@@ -125,7 +133,7 @@ def prefill_case(
         if alibi
         else None
     )
-    args = (q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, slopes)
+    args = (q, k_cache, v_cache, block_tables, query_start_loc, context_lens, scale, slopes, window)
 
     def run():
         return paged_attention_triton(*args)
@@ -133,10 +141,11 @@ def prefill_case(
     def ref():
         return paged_attention_ref(*args)
 
-    # Causal work: query i of a sequence with prefix p sees p + i + 1 keys.
-    pairs = sum(n * p + n * (n + 1) // 2 for n, p in zip(q_lens, prefix_lens, strict=True))
+    # Causal work: query i of a sequence with prefix p sees p + i + 1 keys, at most the window's.
+    pairs = sum(min(p + i + 1, window or p + i + 1) for n, p in zip(q_lens, prefix_lens, strict=True)
+                for i in range(n))
     return Case(
-        name="paged_attention (prefill)" + (" alibi" if alibi else ""),
+        name="paged_attention (prefill)" + (" alibi" if alibi else "") + _window_tag(window),
         shape=f"q_lens={short(q_lens)} prefix={short(prefix_lens)} Hq={num_q_heads} Hkv={num_kv_heads} "
         f"D={head_dim} bs={block_size}",
         run=run,
@@ -145,6 +154,10 @@ def prefill_case(
         tol=TOL[dtype],
         flops=4 * pairs * num_q_heads * head_dim,
     )
+
+
+def _window_tag(window: int | None) -> str:
+    return "" if window is None else f" window={window}"
 
 
 def silu_case(num_tokens: int, inter: int, dtype, device) -> Case:
@@ -175,6 +188,11 @@ def small_cases(dtype: torch.dtype, device) -> list[Case]:
         decode_case(2, 40, 24, 3, 64, 32, dtype, device, split_k=None, alibi=False, seed=7),
         prefill_case([1, 33, 70], [19, 0, 50], 8, 2, 128, 16, dtype, device, seed=8),
         prefill_case([17, 64], [16, 5], 6, 2, 64, 8, dtype, device, alibi=True, seed=9),
+        # Windows starting inside a block and at a block edge, shorter than some contexts and longer than
+        # others; split-K partitions laid over the window; a chunk that starts after its window.
+        decode_case(3, 77, 8, 2, 128, 16, dtype, device, split_k=False, seed=10, window=21),
+        decode_case(3, 600, 8, 2, 128, 16, dtype, device, split_k=True, seed=11, window=320, partition_size=128),
+        prefill_case([1, 33, 70, 40], [19, 0, 50, 200], 8, 2, 128, 16, dtype, device, seed=12, window=32),
         store_kv_case(37, 2, 128, 16, dtype, device, store_kv_triton),
         rms_norm_case(5, 1000, dtype, device, rms_norm_triton, residual=True),
         rms_norm_case(5, 256, dtype, device, rms_norm_triton, residual=False),
@@ -359,9 +377,14 @@ def run_all(
         del case
         _empty_cache(device)
     timed.append(time_case(decode_case(batch, context, *heads, alibi=True), copy_gbps))
+    # A window a quarter of the context: the bandwidth is counted on the window's keys only, so a kernel
+    # that reads the whole context and masks shows up as a quarter of the unwindowed row's.
+    timed.append(time_case(decode_case(batch, context, *heads, window=context // 4), copy_gbps))
+    timed.append(time_case(decode_case(4, long_context, *heads, window=long_context // 4), copy_gbps))
     timed.append(time_case(prefill_case([prefill_len] * 4, [0] * 4, *heads), copy_gbps))
     half = prefill_len // 2
     timed.append(time_case(prefill_case([half] * 4, [3 * half] * 4, *heads), copy_gbps))
+    timed.append(time_case(prefill_case([prefill_len] * 4, [0] * 4, *heads, window=prefill_len // 4), copy_gbps))
     from kernels.triton.cache import store_kv_triton
     from kernels.triton.norm import rms_norm_triton
     from kernels.triton.rotary import rotary_embedding_triton

@@ -20,7 +20,8 @@ def test_main_without_cuda_exits_with_a_message(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_small_cases_pass_their_checks_on_the_interpreter(dtype):
     rows = bench.check_cases(bench.small_cases(dtype, "cpu"))
-    assert len(rows) == 10
+    assert len(rows) == 13
+    assert sum("window=" in r.name for r in rows) == 3
     bad = [(r.name, r.shape, r.err, r.note) for r in rows if r.note or not r.err <= r.tol]
     assert not bad, bad
 
@@ -50,6 +51,16 @@ def test_prefill_flops_count_causal_pairs():
     case = bench.prefill_case([3], [2], 2, 1, 64, 8, torch.float32, "cpu")
     # Queries at positions 2, 3, 4 see 3 + 4 + 5 keys.
     assert case.flops == 4 * 12 * 2 * 64 and case.bytes == 0
+    case = bench.prefill_case([3], [2], 2, 1, 64, 8, torch.float32, "cpu", window=4)
+    assert case.flops == 4 * (3 + 4 + 4) * 2 * 64 and case.name.endswith("window=4")
+
+
+def test_windowed_decode_counts_only_the_window_bytes():
+    full = bench.decode_case(2, 40, 4, 2, 64, 16, torch.float32, "cpu", split_k=False)
+    windowed = bench.decode_case(2, 40, 4, 2, 64, 16, torch.float32, "cpu", split_k=False, window=10)
+    assert full.bytes - windowed.bytes == 2 * (80 - 20) * 2 * 64 * 4
+    assert windowed.flops * 4 == full.flops
+    assert windowed.check() < 1e-4
 
 
 def test_format_table():
@@ -77,7 +88,7 @@ def test_run_all_dry_run_on_cpu(monkeypatch):
     assert "device-to-device copy bandwidth" in text and "of copy bandwidth" in text
     assert "correctness failure" not in text, text
     ours = [r for r in rows if not r.baseline]
-    assert len(ours) == 13 and all(r.err is not None and r.err <= r.tol for r in ours)
+    assert len(ours) == 16 and all(r.err is not None and r.err <= r.tol for r in ours)
     sdpa = [r for r in rows if r.name.startswith("torch SDPA")]
     assert len(sdpa) == 2 and all(r.err < 1e-4 for r in sdpa)
     decode = [r for r in ours if r.name.startswith("paged_decode") and r.ms is not None]
