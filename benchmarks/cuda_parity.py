@@ -4,7 +4,9 @@ For tiny random checkpoints of every family the engine serves (built from a `tra
 a fixed seed, so no weights travel to the GPU machine), our engine's greedy tokens on the GPU against
 HF transformers' `generate` on the same GPU: float32 must be equal (mixed batch, chunked prefill,
 prefix-cache hits, preemption), bfloat16 reports the share of prompts whose tokens agree (two bf16
-implementations may round a near-tie apart). `--model` adds a real folder (the default model).
+implementations may round a near-tie apart). The sliding-window families (gemma3, mistral_window, gemma4:
+a 13-token window, prompts of up to 80 tokens, 7-token chunks that start past it) run their local layers
+through the Triton kernels' windows. `--model` adds a real folder (the default model).
 The reference is the transformers installed where it runs: the GPU image's 5.17 recomputes a Phi-3
 sequence that crosses its original context during generation otherwise than the 5.24 this project pins
 (the same DIFFER appears on the CPU with 5.17 and not with 5.24), so Phi-3's prefix-hit row (whose
