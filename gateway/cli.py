@@ -275,8 +275,9 @@ def serve(
     from gateway.app import create_app
 
     # Our access log replaces uvicorn's: one line per request with tokens and timings.
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=False)
+    # This process is this one server, so it may take the collector's start-up objects (create_app's freeze_gc).
+    app = create_app(settings, freeze_gc=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=False)
 
 
 serve.context_settings = {"allow_extra_args": True}  # type: ignore[attr-defined]

@@ -92,14 +92,15 @@ class RunningServer:
 
 
 @contextmanager
-def run_server(tmp_dir: Path, wait_loaded: bool = True, **settings) -> Iterator[RunningServer]:
-    """`wait_loaded`: yield once every model has loaded, else as soon as /health is 200."""
+def run_server(tmp_dir: Path, wait_loaded: bool = True, freeze_gc: bool = False, **settings) -> Iterator[RunningServer]:
+    """`wait_loaded`: yield once every model has loaded, else as soon as /health is 200. `freeze_gc`: as
+    `sllm serve` runs (create_app's), for the test of it; the collector is the whole test process's."""
     port = free_port()
     settings.setdefault("db", str(tmp_dir / "sllm.db"))  # or a PostgreSQL URL
     # The bundled embedding model only where a test asks for it: it lists one more model and loads 90 MB.
     settings.setdefault("embedding_model", "none")
     config = Settings(port=port, **settings)
-    app = create_app(config)
+    app = create_app(config, freeze_gc=freeze_gc)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            access_log=False, lifespan="on"))
     thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
