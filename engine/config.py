@@ -33,6 +33,12 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None  # default: the model's context, capped at 8192
     enable_prefix_caching: bool = True
+    # Prefix caching for hybrid models (engine/state_snapshots.py): a prompt keeps its recurrent state every
+    # mamba_block_size tokens (vLLM's name for the spacing of cached Mamba states; rounded up to whole KV blocks),
+    # besides its last full blocks, in a pool of max_state_snapshots states (None: what a quarter of the KV
+    # cache's bytes holds, 4 to 256).
+    mamba_block_size: int = 256
+    max_state_snapshots: int | None = None
     enable_chunked_prefill: bool = True
     scheduling: Scheduling = "continuous"
     batch_wait_ms: float = 20.0  # dynamic batching: how long to collect requests before starting a batch
@@ -85,6 +91,11 @@ class EngineConfig:
             raise ValueError("max_num_seqs must be at least 1")
         if self.max_num_batched_tokens < 1:
             raise ValueError("max_num_batched_tokens must be at least 1")
+        if self.mamba_block_size < 1:
+            raise ValueError(f"mamba_block_size must be at least 1, got {self.mamba_block_size}")
+        if self.max_state_snapshots is not None and self.max_state_snapshots < 1:
+            raise ValueError(f"max_state_snapshots must be at least 1 (None: sized by the KV cache), got "
+                             f"{self.max_state_snapshots}")
         if self.guided_loop_repeats < 0 or self.guided_loop_repeats == 1:
             raise ValueError(f"guided_loop_repeats must be 0 (off) or at least 2, got {self.guided_loop_repeats}")
         if self.quantization not in ("auto", "none", "gguf", "int8"):

@@ -96,8 +96,8 @@ class LLMEngine:
         """Prefix caching for a hybrid model: a cached prefix serves only up to a kept recurrent state
         (engine/state_snapshots.py), in a pool of its own beside the KV cache."""
         states, bm = self.runner.recurrent, self.scheduler.block_manager
-        capacity = snapshot_capacity(states.bytes_per_slot, self.runner.kv_cache_bytes)
-        states.snapshots = bm.state_cache = StateSnapshots(states, bm, capacity)
+        capacity = snapshot_capacity(states.bytes_per_slot, self.runner.kv_cache_bytes, self.config.max_state_snapshots)
+        states.snapshots = bm.state_cache = StateSnapshots(states, bm, capacity, self.config.mamba_block_size)
         log.info("prefix caching for %s: recurrent states kept every %d prompt tokens, up to %d (%.1f MiB each)",
                  self.model_config.architecture, states.snapshots.every, capacity, states.bytes_per_slot / 2**20)
 

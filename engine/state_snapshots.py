@@ -6,20 +6,21 @@ point where computation resumes, so a sequence may skip a prefix only if the sta
 was kept. As vLLM does for its Mamba-style layers, a prefill step copies the state out at chosen block
 boundaries of the prompt, under the hash of the block that ends there; a prefix hit is cut back to the longest
 prefix with a snapshot (the block manager asks `usable_prefix`), and the sequence's slot starts as a copy of
-it. Which boundaries: every `every` tokens (a multiple of the block size) and the prompt's last full block
-(and the one before it when the prompt ends on a boundary: an identical prompt reuses every block but the one
-holding its last token). Past the prompt, a sequence keeps one state, at the last block boundary it reached
-(decode steps, or a recomputed chunk after preemption): a chat's next turn (the prompt, the answer, new text)
-resumes there, after the answer's last full block, which the block manager registers when the sequence finishes.
-Each newer boundary takes the entry of the one before, as vLLM's Mamba prefix caching keeps only a request's
-latest aligned state. Not every block: a state is far larger than a block of KV (Qwen3.5-0.8B keeps about
-18 MiB per sequence against 192 KiB per 16-token block), and a pool flooded by one long prompt's boundaries
-would evict the shared prefixes that other requests hit.
+it. Which boundaries: every `every` tokens (EngineConfig.mamba_block_size rounded up to whole blocks) and the
+prompt's last full block (and the one before it when the prompt ends on a boundary: an identical prompt reuses
+every block but the one holding its last token). Past the prompt, a sequence keeps one state, at the last block
+boundary it reached (decode steps, or a recomputed chunk after preemption): a chat's next turn (the prompt, the
+answer, new text) resumes there, after the answer's last full block, which the block manager registers when the
+sequence finishes. Each newer boundary takes the entry of the one before, so a long answer holds one entry, not
+one per block. Not every block: a state is far larger than a block of KV (Qwen3.5-0.8B keeps about 18 MiB per
+sequence against 192 KiB per 16-token block), and a pool flooded by one long prompt's boundaries would evict the
+shared prefixes that other requests hit.
 
-The pool is bounded (`capacity` snapshots, tensors grown on demand up to it) and least-recently-used first to
-go; a snapshot also goes with its block, when the block manager forgets the block's hash (`forget`), since no
-lookup can reach it after that. A step takes the states it saves inside a prefill chunk (the model splits the
-chunk's delta rule there, engine/models/qwen3_5.py); `saves` plans them before the forward pass."""
+The pool is bounded (`capacity` snapshots: EngineConfig.max_state_snapshots, or a share of the KV cache's bytes;
+tensors grown on demand up to it) and least-recently-used first to go; a snapshot also goes with its block, when
+the block manager forgets the block's hash (`forget`), since no lookup can reach it after that. A step takes the
+states it saves inside a prefill chunk (the model splits the chunk's delta rule there, engine/models/qwen3_5.py);
+`plan` chooses them before the forward pass."""
 
 from collections import OrderedDict
 from typing import TYPE_CHECKING
@@ -32,17 +33,15 @@ if TYPE_CHECKING:
     from engine.block_manager import BlockManager
     from engine.recurrent_state import RecurrentStates
 
-SNAPSHOT_EVERY_TOKENS = 256  # spacing of the snapshots inside a prompt, rounded up to a whole number of blocks
 MAX_SNAPSHOTS = 256
 MIN_SNAPSHOTS = 4
 KV_SHARE = 4  # the pool may take up to 1 / KV_SHARE of the KV cache's bytes
 
 
 class StateSnapshots:
-    def __init__(self, states: "RecurrentStates", bm: "BlockManager", capacity: int, every: int | None = None):
+    def __init__(self, states: "RecurrentStates", bm: "BlockManager", capacity: int, every: int):
         self.states, self.bm, self.capacity = states, bm, capacity
         bs = bm.block_size
-        every = every or SNAPSHOT_EVERY_TOKENS
         self.every = -(-every // bs) * bs
         self.conv: list[torch.Tensor] = []  # per layer [entries, channels, kernel - 1], as RecurrentStates.conv
         self.recurrent: list[torch.Tensor] = []  # per layer [entries, H, Dk, Dv]
@@ -184,6 +183,9 @@ class StateSnapshots:
         assert not self._latest, f"sequences {sorted(self._latest)[:20]} still move a kept state"
 
 
-def snapshot_capacity(per_state_bytes: int, kv_cache_bytes: int) -> int:
-    """Snapshots the pool may hold: a share of the KV cache's bytes, within [MIN_SNAPSHOTS, MAX_SNAPSHOTS]."""
+def snapshot_capacity(per_state_bytes: int, kv_cache_bytes: int, limit: int | None = None) -> int:
+    """Snapshots the pool may hold: `limit` when set, else a share of the KV cache's bytes, within [MIN_SNAPSHOTS,
+    MAX_SNAPSHOTS]."""
+    if limit is not None:
+        return limit
     return max(MIN_SNAPSHOTS, min(MAX_SNAPSHOTS, kv_cache_bytes // KV_SHARE // max(1, per_state_bytes)))

@@ -19,7 +19,7 @@ import pytest
 import torch
 import transformers
 
-from engine import LLM, SamplingParams
+from engine import LLM, EngineConfig, SamplingParams
 from engine.gguf_file import GGUFFile
 from engine.loader import open_model
 from tests.cpu_paths import cpu_paths
@@ -165,15 +165,16 @@ def test_next_turn_resumes_after_the_generated_answer(qwen3_5, scenario):
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_shared_prefixes_resume_from_kept_states(qwen3_5, monkeypatch, scenario):
-    """States kept every 32 tokens: the second and third prompts share 100 and 70 tokens with the first, so their
-    hits are cut back to the kept boundaries at 96 and 64 (of 96 and 64 cached KV tokens); a fourth continues
-    the first. Their tokens are HF's whether the prompts run whole, in chunks of 7 or preempting each other."""
-    monkeypatch.setattr("engine.state_snapshots.SNAPSHOT_EVERY_TOKENS", 32)
+def test_shared_prefixes_resume_from_kept_states(qwen3_5, scenario):
+    """States kept every 32 tokens (mamba_block_size 28, rounded up to whole blocks): the second and third prompts
+    share 100 and 70 tokens with the first, so their hits are cut back to the kept boundaries at 96 and 64 (of 96
+    and 64 cached KV tokens); a fourth continues the first. Their tokens are HF's whether the prompts run whole, in
+    chunks of 7 or preempting each other."""
     tails = prompts_of(3, seed=14, lo=10, hi=25)
     prompts = [FIRST, SHARED + tails[0], SHARED[:70] + tails[1], FIRST + tails[2]]
     expected = qwen3_5.hf(prompts)
-    llm = LLM(model=str(qwen3_5.folder), block_size=8, **SCENARIOS[scenario])
+    llm = LLM(model=str(qwen3_5.folder), block_size=8, mamba_block_size=28, **SCENARIOS[scenario])
+    assert llm.engine.runner.recurrent.snapshots.every == 32
     params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
     outs = llm.generate(prompts[:1], params, use_tqdm=False) + llm.generate(prompts[1:], params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in outs] == expected
@@ -187,18 +188,15 @@ def test_shared_prefixes_resume_from_kept_states(qwen3_5, monkeypatch, scenario)
     _check_pools(llm)
 
 
-def test_snapshot_pool_keeps_to_its_bound(qwen3_5, monkeypatch):
+def test_snapshot_pool_keeps_to_its_bound(qwen3_5):
     """A pool of 4 entries, states kept every 16 tokens: the first prompt's single step keeps the first four of
     its eight boundaries (a step's own entries never evict one another), and its answer's last boundary (128)
     takes the place of 16; the second, diverging at 100, resumes at 64 and keeps 80, 96 and 104 in place of the
     least recently used (32, 48, 128: 64 was just used), then its answer's 112 in place of 64; the first prompt
     again resumes at 96, the longest of its prefixes still kept. The tokens stay HF's."""
-    monkeypatch.setattr("engine.state_snapshots.SNAPSHOT_EVERY_TOKENS", 16)
-    monkeypatch.setattr("engine.state_snapshots.MAX_SNAPSHOTS", 4)
-    monkeypatch.setattr("engine.state_snapshots.MIN_SNAPSHOTS", 4)
     prompts = [FIRST, SHARED + prompts_of(1, seed=15, lo=9, hi=9)[0], FIRST]
     expected = qwen3_5.hf(prompts)
-    llm = LLM(model=str(qwen3_5.folder), num_kv_blocks=128, block_size=8)
+    llm = LLM(model=str(qwen3_5.folder), num_kv_blocks=128, block_size=8, mamba_block_size=16, max_state_snapshots=4)
     params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
     outs = [llm.generate([p], params, use_tqdm=False)[0] for p in prompts]
     assert [o.outputs[0].token_ids for o in outs] == expected
@@ -206,6 +204,13 @@ def test_snapshot_pool_keeps_to_its_bound(qwen3_5, monkeypatch):
     assert snapshots.capacity == 4 and len(snapshots) == 4
     assert [o.metrics.cached_tokens for o in outs] == [0, 64, 96]
     _check_pools(llm)
+
+
+def test_snapshot_settings_are_checked():
+    with pytest.raises(ValueError, match="mamba_block_size"):
+        EngineConfig(mamba_block_size=0)
+    with pytest.raises(ValueError, match="max_state_snapshots"):
+        EngineConfig(max_state_snapshots=0)
 
 
 def test_forked_samples_continue_the_parents_state(qwen3_5):
