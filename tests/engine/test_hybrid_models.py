@@ -98,18 +98,21 @@ def test_continued_and_repeated_prompts_skip_their_prefix(qwen3_5, cpu_path):
     """With the default spacing (every 256 tokens, beyond these prompts), the states kept are the prompt's last
     full block boundary and the one before, and the answer's last (128): a later prompt continuing the first
     resumes after all 120 of its tokens, the same prompt again after 112 (its last block is computed for its
-    logits)."""
+    logits), a next turn (the prompt, its answer, new text) after 128."""
     prompts = [FIRST, FIRST + prompts_of(1, seed=13, lo=20, hi=20)[0], FIRST]
     expected = qwen3_5.hf(prompts)
     llm = LLM(model=str(qwen3_5.folder), num_kv_blocks=128, block_size=8)
-    first = llm.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True),
-                         use_tqdm=False)
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
+    first = llm.generate(prompts[:1], params, use_tqdm=False)
     assert len(llm.engine.runner.recurrent.snapshots) == 3
-    rest = llm.generate(prompts[1:], SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True),
-                        use_tqdm=False)
+    rest = llm.generate(prompts[1:], params, use_tqdm=False)
     assert [o.outputs[0].token_ids for o in first + rest] == expected
     assert llm.engine.block_manager.prefix_hits == 120 + 112
     assert [o.metrics.cached_tokens for o in rest] == [120, 112]
+    turn = FIRST + expected[0] + prompts_of(1, seed=17, lo=6, hi=6)[0]
+    after = llm.generate([turn], params, use_tqdm=False)[0]
+    assert after.metrics.cached_tokens == 128
+    assert after.outputs[0].token_ids == qwen3_5.hf([turn])[0]
     _check_pools(llm)
 
 
