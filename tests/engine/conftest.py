@@ -57,3 +57,13 @@ def hf_greedy_with(model, prompt_ids: list[int], max_new_tokens: int, eos: bool 
             eos_token_id=model.config.eos_token_id if eos else None, pad_token_id=0,
         )
     return out[0, len(prompt_ids):].tolist()
+
+
+def hf_greedy_choices(model, prompt_ids: list[int], tokens: list[int]) -> list[int]:
+    """HF's greedy choice after the prompt and after each prefix of `tokens`, from one forward pass over
+    prompt + tokens[:-1]: it equals `tokens` exactly when HF's greedy decoding of the prompt gives `tokens`
+    (each choice is the argmax given the ones before it), without a `generate` step per token, each of
+    which reads all the weights of a real-size model once."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + tokens[:-1]])).logits[0, len(prompt_ids) - 1:]
+    return logits.argmax(-1).tolist()
