@@ -55,6 +55,14 @@ def serve(
         None, "--kv-cache-dtype",
         help="auto (the --dtype), float32, float16 or bfloat16: a 16-bit cache under float32 activations "
              "halves the KV bytes decode reads (llama.cpp's default f16 cache); CPU only"),
+    mamba_block_size: int | None = typer.Option(
+        None, "--mamba-block-size",
+        help="Hybrid models (Qwen3.5) with prefix caching: a prompt keeps its recurrent state every this many "
+             "tokens (rounded up to whole blocks; default 256), besides its last full blocks"),
+    max_state_snapshots: int | None = typer.Option(
+        None, "--max-state-snapshots",
+        help="Hybrid models: recurrent states kept for prefix caching at most (default: what a quarter of the "
+             "KV cache's bytes holds, 4 to 256)"),
     quantization: str | None = typer.Option(
         None, "--quantization", "-q",
         help="auto (a GGUF model keeps its quantized blocks on the CPU), none (GGUF dequantized to "
@@ -231,7 +239,7 @@ def serve(
         host=host, port=port, api_keys=list(api_key),
         max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,
         num_kv_blocks=num_kv_blocks, dtype=dtype, quantization=quantization, activations=activations,
-        kv_cache_dtype=kv_cache_dtype,
+        kv_cache_dtype=kv_cache_dtype, mamba_block_size=mamba_block_size, max_state_snapshots=max_state_snapshots,
         max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=_json_flag("--speculative-config", speculative_config),

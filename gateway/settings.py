@@ -116,6 +116,8 @@ class ModelEntry(_LoRAModules):
     kv_cache_bytes: int | None = None
     dtype: DType | None = None
     kv_cache_dtype: DType | None = None
+    mamba_block_size: int | None = Field(None, ge=1)
+    max_state_snapshots: int | None = Field(None, ge=1)
     quantization: Quantization | None = None
     speculative_config: dict | None = None
     # LoRA adapters of this model (engine/lora.py): NAME -> PEFT folder; each is served as a model.
@@ -199,6 +201,10 @@ class Settings(BaseSettings, _LoRAModules):
     log_level: str = "info"
     dtype: DType = EngineConfig.dtype  # auto: float32 on CPU; bfloat16 runs much faster on CPUs with AMX or AVX512-BF16
     kv_cache_dtype: DType = EngineConfig.kv_cache_dtype  # as EngineConfig.kv_cache_dtype
+    # Hybrid models' prefix caching, as EngineConfig's: the spacing of the recurrent states a prompt keeps, and
+    # their pool's bound (None: sized by the KV cache).
+    mamba_block_size: int = Field(EngineConfig.mamba_block_size, ge=1)
+    max_state_snapshots: int | None = Field(EngineConfig.max_state_snapshots, ge=1)
     quantization: Quantization = EngineConfig.quantization  # as EngineConfig.quantization
     activations: Activations = EngineConfig.activations  # as EngineConfig.activations (process-wide)
     # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
@@ -376,6 +382,8 @@ class Settings(BaseSettings, _LoRAModules):
             kv_cache_bytes=e.kv_cache_bytes,
             dtype=pick("dtype"),
             kv_cache_dtype=pick("kv_cache_dtype"),
+            mamba_block_size=pick("mamba_block_size"),
+            max_state_snapshots=pick("max_state_snapshots"),
             quantization=pick("quantization"),
             activations=self.activations,
             speculative_config=pick("speculative_config"),

@@ -97,3 +97,19 @@ def test_serve_refuses_a_bad_configuration_before_starting(tmp_path):
     assert result.exit_code != 0 and "exactly one of" in result.output
     result = CliRunner().invoke(app, ["serve", "--upstream", "nourl"])
     assert result.exit_code != 0 and "NAME=URL" in result.output
+
+
+def test_hybrid_prefix_caching_settings_reach_the_engine(tmp_path):
+    """--mamba-block-size and --max-state-snapshots, server-wide or per models entry (EngineConfig's names)."""
+    f = tmp_path / "sllm.toml"
+    f.write_text('mamba_block_size = 64\n[[models]]\nmodel = "default"\n[[models]]\nname = "q"\nmodel = "/m/qwen3.5"\n'
+                 'mamba_block_size = 32\nmax_state_snapshots = 8\n')
+    settings = Settings(**load_config(f))
+    first, qwen = (settings.engine_config(e) for e in settings.model_entries())
+    assert (first.mamba_block_size, first.max_state_snapshots) == (64, None)
+    assert (qwen.mamba_block_size, qwen.max_state_snapshots) == (32, 8)
+    assert Settings().engine_config().mamba_block_size == EngineConfig.mamba_block_size
+    with pytest.raises(ValueError, match="max_state_snapshots"):
+        Settings(max_state_snapshots=0)
+    result = CliRunner().invoke(app, ["serve", "--max-state-snapshots", "0"])
+    assert result.exit_code != 0 and "max_state_snapshots" in result.output
