@@ -8,7 +8,7 @@ from transformers import LlamaForCausalLM
 
 from engine import LLM, SamplingParams
 from tests.cpu_paths import cpu_paths
-from tests.engine.conftest import hf_greedy_with
+from tests.engine.conftest import hf_greedy_choices, hf_greedy_with
 
 MAX_NEW = 12
 # The tiny models' head size is 16, the default model's 64: every path divides both.
@@ -27,12 +27,21 @@ class Reference:
     def __init__(self, folder):
         self.model = LlamaForCausalLM.from_pretrained(folder).eval()
         self.answers: dict[tuple, list[int]] = {}
+        self.choices_cache: dict[tuple, list[int]] = {}
 
     def __call__(self, prompts: list[list[int]], max_new: int = MAX_NEW) -> list[list[int]]:
         for p in prompts:
             if (key := (tuple(p), max_new)) not in self.answers:
                 self.answers[key] = hf_greedy_with(self.model, p, max_new)
         return [self.answers[tuple(p), max_new] for p in prompts]
+
+    def choices(self, prompts: list[list[int]], answers: list[list[int]]) -> list[list[int]]:
+        """HF's greedy choices along each answer, one forward pass each (hf_greedy_choices): equal to the
+        answers exactly when they are HF's greedy tokens. Cached, as each path gives the same answers."""
+        for p, a in zip(prompts, answers, strict=True):
+            if (key := (tuple(p), tuple(a))) not in self.choices_cache:
+                self.choices_cache[key] = hf_greedy_choices(self.model, p, a)
+        return [self.choices_cache[tuple(p), tuple(a)] for p, a in zip(prompts, answers, strict=True)]
 
 
 @pytest.fixture(scope="module", params=["gqa", "mha_tied"])
@@ -154,7 +163,10 @@ def test_default_model_matches_hf(default_reference, cpu_path):
         llm.apply_chat_template([{"role": "user", "content": "List three colors."}]),
     ]
     prompts = [tok.encode(t, add_special_tokens=False) for t in texts]
-    expected = default_reference(prompts, 24)
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True), use_tqdm=False)
-    assert [o.outputs[0].token_ids for o in outs] == expected
+    got = [o.outputs[0].token_ids for o in outs]
+    assert all(len(t) == 24 for t in got)
+    # HF's greedy choice after each prefix (one forward pass per answer, not 24 generate steps, each a pass
+    # over the 135M weights): equal to `got` exactly when `got` is HF's greedy decoding.
+    assert default_reference.choices(prompts, got) == got
     llm.engine.block_manager.check_no_leak()
