@@ -1,0 +1,96 @@
+"""A batch line's result is written as JSON off the event loop and in pieces (gateway/db.py's json_in_pieces),
+so requests keep being served while a line of 1,024 embedding vectors is recorded: one json.dumps of such a
+body holds the GIL, and so the loop, for over half a second, whichever thread runs it."""
+
+import asyncio
+import json
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from gateway.db import Database, json_in_pieces
+from gateway.jobs.batches import _dump, record_result
+from gateway.protocol.embeddings import Embedding, EmbeddingResponse, EmbeddingUsage
+from gateway.tables.batches import Batch, BatchLine, BatchResult
+
+
+def embedding_body(n: int, dim: int) -> dict:
+    rng = np.random.default_rng(0)
+    data = [{"object": "embedding", "embedding": rng.random(dim, dtype=np.float32).tolist(), "index": i}
+            for i in range(n)]
+    return {"object": "list", "data": data, "model": "m", "usage": {"prompt_tokens": 7, "total_tokens": 7}}
+
+
+@pytest.mark.parametrize("value", [
+    embedding_body(3, 4), {"a": [], "b": {}, "c": [[1, 2], [3]], "d": "é\"\\\n\x00", "e": None, "f": True},
+    [{"x": 1}], [], {}, "text", 1.5, [[]], {1: "int key"}, {"nested": [{"a": [{"b": [1.25e-7, -3e300]}]}, {}]},
+])
+def test_json_in_pieces_reads_back_as_json_dumps(value):
+    assert json.loads(json_in_pieces(value)) == json.loads(json.dumps(value))
+
+
+def test_json_in_pieces_writes_nan_and_infinities_as_null():
+    assert json.loads(json_in_pieces({"v": [1.0, float("nan"), float("inf")], "w": float("-inf")})) == {
+        "v": [1.0, None, None], "w": None}
+
+
+class LongerEmbedding(Embedding):
+    note: str = "a field the declared item class does not have"
+
+
+@pytest.mark.parametrize("kind, n", [(Embedding, 40), (Embedding, 3), (LongerEmbedding, 40)])
+def test_dump_item_by_item_equals_model_dump(kind, n):
+    answer = EmbeddingResponse(data=[kind(index=i, embedding=[i / 3, -0.5]) for i in range(n)], model="m",
+                               usage=EmbeddingUsage(prompt_tokens=1, total_tokens=1))
+    whole = answer.model_dump(mode="json")
+    assert _dump(answer) == whole and list(_dump(answer)) == list(whole)
+
+
+async def _max_gap_while(work) -> tuple[float, float, object]:
+    """(longest the loop went without running a task, seconds `work` took, its result) while it is awaited."""
+    gaps, done = [0.0], False
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not done:
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last - 0.001)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0.01)
+    started = time.perf_counter()
+    result = await work
+    took = time.perf_counter() - started
+    done = True
+    await tick
+    return max(gaps), took, result
+
+
+def test_recording_a_large_line_keeps_the_loop_running(tmp_path):
+    body = embedding_body(2048, 384)  # two lines' worth of a 384-float encoder's vectors, 16 MB of JSON
+
+    async def main():
+        db = Database(str(tmp_path / "sllm.db"))
+        await db.create_all()
+        async with db.sessions() as session:
+            session.add(Batch(id="batch_1", endpoint="/v1/embeddings", input_file_id="file_1",
+                              completion_window="24h", status="in_progress", total=1))
+            session.add(BatchLine(batch_id="batch_1", line=1, custom_id="c1", url="/v1/embeddings", body={}))
+            await session.commit()
+        line = SimpleNamespace(line=1, custom_id="c1", url="/v1/embeddings")
+        gap, took, recorded = await _max_gap_while(record_result(SimpleNamespace(db=db), "batch_1", line, 200, body))
+        async with db.sessions() as session:
+            stored = await session.scalar(select(BatchResult.body))
+            batch = await session.get(Batch, "batch_1")
+        await db.dispose()
+        return gap, took, recorded, stored, batch
+
+    gap, took, recorded, stored, batch = asyncio.run(main())
+    assert recorded and stored == body and batch.completed == 1 and batch.input_tokens == 7
+    # Serialized in one call, the loop would wait all of `took`; in pieces it runs between them.
+    assert gap < took / 3, f"the loop stalled {gap * 1000:.0f} ms of the {took * 1000:.0f} ms the record took"
