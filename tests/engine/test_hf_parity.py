@@ -151,7 +151,7 @@ def default_reference(default_model_dir):
 
 
 @pytest.mark.default_model
-@per_path
+@pytest.mark.parametrize("cpu_path", cpu_paths(16, best_unless_slow=True), indirect=True)
 def test_default_model_matches_hf(default_reference, cpu_path):
     llm = LLM(model="default", num_kv_blocks=256)
     tok = llm.tokenizer

@@ -60,7 +60,7 @@ def _agreement(got, reference, label: str) -> tuple[int, int]:
     return same, whole
 
 
-@pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
+@pytest.mark.parametrize("cpu_path", cpu_paths(32, best_unless_slow=True), indirect=True)
 def test_quantized_default_model_agrees_with_its_dequantized_reference(prompts, cpu_path):
     ids, reference = prompts
     got = _quantized_greedy(LLM(model="default", quantization="gguf", num_kv_blocks=256), ids)
@@ -88,7 +88,7 @@ def int8_reference(prompts, tmp_path_factory):
     return _greedy(LLM(model=str(folder), quantization="none", num_kv_blocks=256), prompts[0])
 
 
-@pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
+@pytest.mark.parametrize("cpu_path", cpu_paths(32, best_unless_slow=True), indirect=True)
 def test_int8_default_model_agrees_with_its_dequantized_reference(prompts, int8_reference, cpu_path):
     """Against the int8 weights dequantized to float (the oracle for quantized weights), and, for the
     record, against the model's plain float weights: those are its Q4_1 blocks dequantized, which int8
