@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import insert, select, update
+from sqlalchemy import Text, cast, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -352,8 +352,35 @@ async def _unrecorded(session: AsyncSession, batch_id: str, held_by_others_than:
     return (await session.scalar(query.limit(1))) is not None
 
 
-def _jsonl(lines: list[BatchOutputLine]) -> bytes:
-    return "".join(line.model_dump_json() + "\n" for line in lines).encode()
+_EMPTY_BODY_END = '{}},"error":null}'  # how a result line with an empty body ends (BatchOutputLine's JSON)
+
+
+def _result_line(r: Any) -> str:
+    """A result's output line, its body spliced in as stored: parsing and dumping again megabytes of an
+    embedding line's floats would hold the GIL (and so the event loop) for the whole call. A body with
+    NaN or Infinity (json.dumps wrote them before json_in_pieces) is read and dumped, which writes null."""
+    if "NaN" in r.body or "Infinity" in r.body:
+        return BatchOutputLine(id=r.id, custom_id=r.custom_id, response=BatchLineResponse(
+            status_code=r.status_code, request_id=r.request_id, body=json.loads(r.body))).model_dump_json()
+    head = BatchOutputLine(id=r.id, custom_id=r.custom_id, response=BatchLineResponse(
+        status_code=r.status_code, request_id=r.request_id, body={})).model_dump_json()
+    assert head.endswith(_EMPTY_BODY_END), head
+    return head[:-len(_EMPTY_BODY_END)] + r.body + _EMPTY_BODY_END[2:]
+
+
+def _output_files(lines: list[Any], results: dict[int, Any], missing: list[tuple[int, str]],
+                  reason: tuple[str, str] | None) -> tuple[bytes, bytes, int, int]:
+    """(output file, error file, their line counts), in line order; for a worker thread, a line a call."""
+    out, err = [], []
+    for n, _ in lines:
+        r = results.get(n)
+        if r is not None:
+            (out if r.status_code == 200 else err).append(_result_line(r) + "\n")
+    for _, custom_id in missing:
+        assert reason is not None
+        err.append(BatchOutputLine(id=f"batch_req_{uuid.uuid4().hex}", custom_id=custom_id,
+                                   error=BatchLineError(code=reason[0], message=reason[1])).model_dump_json() + "\n")
+    return "".join(out).encode(), "".join(err).encode(), len(out), len(err)
 
 
 async def finalize(state: ServerState, batch_id: str, owner: str | None = None,
@@ -385,8 +412,11 @@ async def finalize(state: ServerState, batch_id: str, owner: str | None = None,
         if failure is None and await _unrecorded(session, batch_id, held_by_others_than=owner or "", now=now):
             await session.rollback()
             return None
-        results = {r.line: r for r in (await session.scalars(
-            select(BatchResult).where(BatchResult.batch_id == batch_id))).all()}
+        # Each body as the text stored, not parsed: output_files splices it into its line off the loop.
+        results = {r.line: r for r in (await session.execute(
+            select(BatchResult.line, BatchResult.id, BatchResult.custom_id, BatchResult.status_code,
+                   BatchResult.request_id, cast(BatchResult.body, Text).label("body"))
+            .where(BatchResult.batch_id == batch_id))).all()}
         lines = (await session.execute(select(BatchLine.line, BatchLine.custom_id)
                                        .where(BatchLine.batch_id == batch_id).order_by(BatchLine.line))).all()
         missing = [(n, c) for n, c in lines if n not in results]
@@ -404,30 +434,19 @@ async def finalize(state: ServerState, batch_id: str, owner: str | None = None,
         else:
             final, reason = "completed", None
 
-        out, err = [], []
-        for n, _ in lines:
-            r = results.get(n)
-            if r is None:
-                continue
-            line = BatchOutputLine(id=r.id, custom_id=r.custom_id, response=BatchLineResponse(
-                status_code=r.status_code, request_id=r.request_id, body=r.body))
-            (out if r.status_code == 200 else err).append(line)
-        for _, custom_id in missing:
-            assert reason is not None
-            err.append(BatchOutputLine(id=f"batch_req_{uuid.uuid4().hex}", custom_id=custom_id,
-                                       error=BatchLineError(code=reason[0], message=reason[1])))
+        out, err, n_out, n_err = await asyncio.to_thread(_output_files, lines, results, missing, reason)
         if out:
             name = f"{batch_id}_output.jsonl"
-            batch.output_file_id = (await add_file(session, new_file_id(), name, "batch_output", _jsonl(out),
+            batch.output_file_id = (await add_file(session, new_file_id(), name, "batch_output", out,
                                                    created_by=batch.created_by)).id
         if err:
             name = f"{batch_id}_error.jsonl"
-            batch.error_file_id = (await add_file(session, new_file_id(), name, "batch_output", _jsonl(err),
+            batch.error_file_id = (await add_file(session, new_file_id(), name, "batch_output", err,
                                                   created_by=batch.created_by)).id
         batch.status, batch.finalizing_at = final, now
         setattr(batch, f"{final}_at", time.time())
         webhooks.enqueue(session, (batch.metadata_ or {}).get(webhooks.WEBHOOK_URL_KEY), f"batch.{final}", batch_id)
         await session.commit()
-    log.info("batch %s %s: %d succeeded, %d failed, %d not run", batch_id, final, len(out), len(err) - len(missing),
+    log.info("batch %s %s: %d succeeded, %d failed, %d not run", batch_id, final, n_out, n_err - len(missing),
              len(missing))
     return final

@@ -12,9 +12,11 @@ import pytest
 from sqlalchemy import select
 
 from gateway.db import Database, json_in_pieces
-from gateway.jobs.batches import _dump, record_result
+from gateway.jobs.batches import _dump, _output_files, finalize, record_result
+from gateway.protocol.batches import BatchLineResponse, BatchOutputLine
 from gateway.protocol.embeddings import Embedding, EmbeddingResponse, EmbeddingUsage
 from gateway.tables.batches import Batch, BatchLine, BatchResult
+from gateway.tables.files import read_content
 
 
 def embedding_body(n: int, dim: int) -> dict:
@@ -49,6 +51,34 @@ def test_dump_item_by_item_equals_model_dump(kind, n):
     assert _dump(answer) == whole and list(_dump(answer)) == list(whole)
 
 
+def _row(line: int, body: str, status: int = 200) -> SimpleNamespace:
+    return SimpleNamespace(line=line, id=f"batch_req_{line}", custom_id=f'c"{line}', status_code=status,
+                           request_id=f"req_{line}", body=body)
+
+
+def test_output_files_splice_stored_bodies_as_the_parsed_ones_would_dump():
+    bodies = [embedding_body(3, 4), {"error": {"message": "bad", "type": "invalid_request_error"}},
+              {"content": "caf\u00e9 \"q\"", "n": [1.5e-07]}]
+    rows = {1: _row(1, json_in_pieces(bodies[0])), 2: _row(2, json.dumps(bodies[1]), 400),  # as json.dumps wrote it
+            3: _row(3, json_in_pieces(bodies[2])), 4: _row(4, '{"v": [NaN, 1.0, Infinity]}')}
+    lines = [(1, "c1"), (2, "c2"), (3, "c3"), (4, "c4"), (5, "c5")]
+    out, err, n_out, n_err = _output_files(lines, rows, [(5, "c5")], ("batch_expired", "not run"))
+
+    def parsed(n: int, body: dict, status: int = 200) -> BatchOutputLine:
+        return BatchOutputLine(id=f"batch_req_{n}", custom_id=f'c"{n}', response=BatchLineResponse(
+            status_code=status, request_id=f"req_{n}", body=body))
+
+    out_lines = out.decode().splitlines()
+    # A body json_in_pieces wrote comes out byte for byte as the parsed body's dump did.
+    assert out_lines[0] == parsed(1, bodies[0]).model_dump_json()
+    assert out_lines[1] == parsed(3, bodies[2]).model_dump_json()
+    assert json.loads(out_lines[2]) == json.loads(parsed(4, {"v": [None, 1.0, None]}).model_dump_json())
+    err_lines = [json.loads(x) for x in err.decode().splitlines()]
+    assert err_lines[0] == json.loads(parsed(2, bodies[1], 400).model_dump_json())
+    assert err_lines[1]["custom_id"] == "c5" and err_lines[1]["error"]["code"] == "batch_expired"
+    assert (n_out, n_err) == (3, 2)
+
+
 async def _max_gap_while(work) -> tuple[float, float, object]:
     """(longest the loop went without running a task, seconds `work` took, its result) while it is awaited."""
     gaps, done = [0.0], False
@@ -71,7 +101,7 @@ async def _max_gap_while(work) -> tuple[float, float, object]:
     return max(gaps), took, result
 
 
-def test_recording_a_large_line_keeps_the_loop_running(tmp_path):
+def test_recording_and_finalizing_large_lines_keep_the_loop_running(tmp_path):
     body = embedding_body(2048, 384)  # two lines' worth of a 384-float encoder's vectors, 16 MB of JSON
 
     async def main():
@@ -79,18 +109,27 @@ def test_recording_a_large_line_keeps_the_loop_running(tmp_path):
         await db.create_all()
         async with db.sessions() as session:
             session.add(Batch(id="batch_1", endpoint="/v1/embeddings", input_file_id="file_1",
-                              completion_window="24h", status="in_progress", total=1))
-            session.add(BatchLine(batch_id="batch_1", line=1, custom_id="c1", url="/v1/embeddings", body={}))
+                              completion_window="24h", status="in_progress", total=2))
+            for n in (1, 2):
+                session.add(BatchLine(batch_id="batch_1", line=n, custom_id=f"c{n}", url="/v1/embeddings", body={}))
             await session.commit()
+        state = SimpleNamespace(db=db)
         line = SimpleNamespace(line=1, custom_id="c1", url="/v1/embeddings")
-        gap, took, recorded = await _max_gap_while(record_result(SimpleNamespace(db=db), "batch_1", line, 200, body))
+        record = await _max_gap_while(record_result(state, "batch_1", line, 200, body))
         async with db.sessions() as session:
             stored = await session.scalar(select(BatchResult.body))
+        line = SimpleNamespace(line=2, custom_id="c2", url="/v1/embeddings")
+        assert await record_result(state, "batch_1", line, 200, body)
+        final = await _max_gap_while(finalize(state, "batch_1"))
+        async with db.sessions() as session:
             batch = await session.get(Batch, "batch_1")
+            output = await read_content(session, batch.output_file_id)
         await db.dispose()
-        return gap, took, recorded, stored, batch
+        return record, stored, final, batch, output
 
-    gap, took, recorded, stored, batch = asyncio.run(main())
-    assert recorded and stored == body and batch.completed == 1 and batch.input_tokens == 7
+    (gap, took, recorded), stored, (final_gap, final_took, status), batch, output = asyncio.run(main())
+    assert recorded and stored == body and batch.completed == 2 and batch.input_tokens == 14
+    assert status == "completed" and [json.loads(x)["response"]["body"] for x in output.splitlines()] == [body, body]
     # Serialized in one call, the loop would wait all of `took`; in pieces it runs between them.
     assert gap < took / 3, f"the loop stalled {gap * 1000:.0f} ms of the {took * 1000:.0f} ms the record took"
+    assert final_gap < final_took / 3, f"the loop stalled {final_gap * 1000:.0f} of {final_took * 1000:.0f} ms"
