@@ -2,19 +2,19 @@
 at block boundaries of prompts, keyed by the block manager's hash chain (engine/block_manager.py).
 
 A cached KV prefix alone is of no use to a linear-attention layer: its state summarises every token before the
-point where computation resumes, so a sequence may skip a prefix only if the state after exactly that prefix
-was kept. As vLLM does for its Mamba-style layers, a prefill step copies the state out at chosen block
-boundaries of the prompt, under the hash of the block that ends there; a prefix hit is cut back to the longest
-prefix with a snapshot (the block manager asks `usable_prefix`), and the sequence's slot starts as a copy of
-it. Which boundaries: every `every` tokens (EngineConfig.mamba_block_size rounded up to whole blocks) and the
-prompt's last full block (and the one before it when the prompt ends on a boundary: an identical prompt reuses
-every block but the one holding its last token). Past the prompt, a sequence keeps one state, at the last block
-boundary it reached (decode steps, or a recomputed chunk after preemption): a chat's next turn (the prompt, the
-answer, new text) resumes there, after the answer's last full block, which the block manager registers when the
-sequence finishes. Each newer boundary takes the entry of the one before, so a long answer holds one entry, not
-one per block. Not every block: a state is far larger than a block of KV (Qwen3.5-0.8B keeps about 18 MiB per
-sequence against 192 KiB per 16-token block), and a pool flooded by one long prompt's boundaries would evict the
-shared prefixes that other requests hit.
+point where computation resumes, so a sequence may skip a prefix only if the state after exactly that prefix was
+kept. As vLLM does for its Mamba-style layers, a prefill step copies the state out at chosen block boundaries of
+the prompt, under the hash of the block that ends there; a prefix hit is cut back to the longest prefix with a
+snapshot (the block manager asks `usable_prefix`), and the sequence's slot starts as a copy of it. Which
+boundaries: every `every` tokens (EngineConfig.mamba_block_size rounded up to whole blocks) and the prompt's last
+full block (and the one before it when the prompt ends on a boundary: an identical prompt reuses every block but
+the one holding its last token). Past the prompt, a sequence keeps one state, at the last block boundary it reached
+(decode steps, or a recomputed chunk after preemption): a chat's next turn (the prompt, the answer, new text)
+resumes there, after the answer's last full block, which the block manager registers when the sequence finishes.
+Each newer boundary takes the entry of the one before, so a long answer holds one entry, not one per block, and
+running sequences hold at most half the pool. Not every block: a state is far larger than a block of KV
+(Qwen3.5-0.8B keeps about 18 MiB per sequence against 192 KiB per 16-token block), and a pool flooded by one long
+prompt's boundaries would evict the shared prefixes that other requests hit.
 
 The pool is bounded (`capacity` snapshots: EngineConfig.max_state_snapshots, or a share of the KV cache's bytes;
 tensors grown on demand up to it) and least-recently-used first to go; a snapshot also goes with its block, when
@@ -148,6 +148,8 @@ class StateSnapshots:
         old = self._latest.pop(seq.seq_id, None)
         if old is not None and old != h and self._by_hash.get(old, -1) not in self._step:
             self.forget(old)  # its entry is the next one taken
+        elif old is None and len(self._latest) >= max(1, self.capacity // 2):
+            return  # running sequences' states would crowd out the prompts' shared prefixes
         if h in self._by_hash:  # kept already: the same tokens' state (a greedy sibling's), or its own
             self._by_hash.move_to_end(h)
             if old == h:

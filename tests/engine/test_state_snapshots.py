@@ -48,3 +48,17 @@ def test_a_sibling_on_the_same_tokens_keeps_one_state():
         snapshots.release(s)
     snapshots.check_no_leak()
     assert snapshots.block_hashes == [bm.prefix_hash(a, 3)]
+
+
+def test_running_sequences_hold_at_most_half_the_pool():
+    """A pool of 4: two running sequences keep their latest states, a third keeps none rather than evict the
+    prompts' states; the first two move theirs on."""
+    snapshots, _ = _pool(capacity=4)
+    seqs = [Sequence(f"r{i}", [i + 3] * 30, 20, SamplingParams()) for i in range(3)]
+    plans = snapshots.plan([(s, 23, 1) for s in seqs])
+    assert [len(p) for p in plans] == [1, 1, 0]
+    assert [len(p) for p in snapshots.plan([(s, 31, 1) for s in seqs[:2]])] == [1, 1]
+    assert len(snapshots) == 2
+    for s in seqs:
+        snapshots.release(s)
+    snapshots.check_no_leak()
