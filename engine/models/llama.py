@@ -287,26 +287,33 @@ class LlamaForCausalLM:
 
     def _decode_layer_lists(self) -> dict[str, list[torch.Tensor]] | None:
         """Per-layer weight lists for the one-call C++ decode path (`decode_layers_cpu`), or None where
-        it does not apply: it takes plain Llama layers (one RoPE, no q/k norms, windows or residual
-        multiplier) whose matrices are fp32 CPU weights that the few-row C++ matmul can read, or GGUF
-        blocks (the quantized C++ matmul)."""
+        it does not apply. It takes Llama-style layers with Qwen3's per-head q/k norms, SmolLM3's layers
+        without RoPE, sliding windows (Mistral, Phi-3) and Granite's residual multiplier; not Gemma's
+        branch norms and activation, per-layer RoPE settings or Llama 4's attention temperature. Its
+        matrices are fp32 CPU weights that the few-row C++ matmul can read, or GGUF blocks."""
         w = self.weights
-        plain = (
-            "model.layers.0.q_norm" not in w and "model.layers.0.attn_out_norm" not in w
-            and all(x is self.cos_sin_cache for x in self.rope_caches) and self.cos_sin_cache is not None
-            and not any(self.windows) and self.config.residual_multiplier == 1.0 and self.attn_temperature is None
-            and self.act_and_mul is kernels.silu_and_mul
+        takes = (
+            "model.layers.0.attn_out_norm" not in w and "model.layers.0.mlp_out_norm" not in w
+            and all(x is None or x is self.cos_sin_cache for x in self.rope_caches) and self.cos_sin_cache is not None
+            and self.attn_temperature is None and self.act_and_mul is kernels.silu_and_mul
         )
-        if not plain:
+        if not takes:
             return None
         names = ("in_norm", "qkv", "o", "post_norm", "gate_up", "down")
         lists = {n: [w[f"model.layers.{i}.{n}"] for i in range(self.num_layers)] for n in names}
         lists["qkv_bias"] = [w[f"model.layers.{i}.qkv_bias"] for i in range(self.num_layers)
                              if f"model.layers.{i}.qkv_bias" in w]
+        if "model.layers.0.q_norm" in w:
+            lists["q_norm"] = [w[f"model.layers.{i}.q_norm"] for i in range(self.num_layers)]
+            lists["k_norm"] = [w[f"model.layers.{i}.k_norm"] for i in range(self.num_layers)]
         matrices = lists["qkv"] + lists["o"] + lists["gate_up"] + lists["down"]
         if not all(small_linear_takes(m) or isinstance(m, QuantizedWeight) for m in matrices):
             return None
-        return decode_layer_weights(lists)
+        out = decode_layer_weights(lists)
+        out["rotary"] = [int(x is not None) for x in self.rope_caches]
+        out["windows"] = [int(x or 0) for x in self.windows]
+        out["residual_scale"] = float(self.config.residual_multiplier)
+        return out
 
     def _linear(self, x: torch.Tensor, name: str, bias: torch.Tensor | None = None,
                 lora: LoRABatch | None = None) -> torch.Tensor:

@@ -77,12 +77,15 @@ def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list], fina
     the reference is the model's own layer loop. Each row attends over its own block table up to its own
     context length, after every row's keys and values are stored. `layers` comes from
     `decode_layer_weights`: in_norm, qkv, qkv_bias (empty without biases), o, post_norm, gate_up, down,
-    types. `lora`: the step's per-row adapters as `engine.lora.LoRABatch.decode_args` gives them (A's, B's
-    per layer, projection and adapter slot; each row's slot, -1 for none)."""
+    types, and optionally q_norm / k_norm (per-head norms before RoPE), rotary (per layer, 0 where a
+    layer has no RoPE), windows (per layer, 0 for the whole context) and residual_scale (each branch's
+    factor before the residual). `lora`: the step's per-row adapters as `engine.lora.LoRABatch.decode_args`
+    gives them (A's, B's per layer, projection and adapter slot; each row's slot, -1 for none)."""
     lora_a, lora_b, slots = lora if lora is not None else ([], [], [])
     return torch.ops.sllm_cpu.decode_layers(
         x, positions, cos_sin_cache, layers["in_norm"], layers["qkv"], layers["qkv_bias"], layers["o"],
         layers["post_norm"], layers["gate_up"], layers["down"], layers["types"], final_norm, k_caches, v_caches,
         slot_mapping, block_tables, context_lens, float(eps), float(scale), num_heads, num_kv_heads, head_dim,
-        lora_a, lora_b, slots,
+        lora_a, lora_b, slots, layers.get("q_norm", []), layers.get("k_norm", []), layers.get("rotary", []),
+        layers.get("windows", []), float(layers.get("residual_scale", 1.0)),
     )

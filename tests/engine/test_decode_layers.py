@@ -1,7 +1,9 @@
 """The one-call C++ decode path (kernels/cpu/csrc/decode_layers.cpp) against its reference, the model's
 Python layer loop: the same logits, step after step, for 1 to 4 sequences and for speculative verify steps
 (a sequence's last token and its drafts as decode rows), with and without q/k/v biases, on every
-instruction-set path this CPU runs, with one thread or a team that splits every op."""
+instruction-set path this CPU runs, with one thread or a team that splits every op; and for the families
+whose layers it also takes (Qwen3's q/k norms, Granite's multipliers, SmolLM3's layers without RoPE,
+Phi-3's partial rotary and LongRoPE, Mistral's sliding window over prompts longer than it)."""
 
 import pytest
 import torch
@@ -11,9 +13,15 @@ import engine.models.llama as llama_module
 import engine.speculative as speculative
 from engine import LLM, SamplingParams
 from engine.model_runner import ModelRunner
+from kernels.cpu.build import cpu_kernels_available
 from kernels.cpu.fused_ops import FLOAT_DECODE_MAX_ROWS
 from tests.cpu_paths import cpu_paths
 from tests.engine.conftest import TOKENIZER_FILES, make_tiny_llama
+from tests.engine.test_model_families import FAMILIES, make_tiny
+
+# Families the one-call op takes besides plain Llama / Qwen2, and those it leaves to the layer loop.
+OP_FAMILIES = ["qwen3", "granite", "smollm3", "phi3", "mistral_window"]
+LOOP_FAMILIES = ["gemma3", "gemma4", "ministral3"]
 
 
 def _qwen2_with_biases(folder, tokenizer_from):
@@ -39,6 +47,20 @@ def llm(request, tmp_path_factory, default_model_dir):
     llm = LLM(model=str(folder), num_kv_blocks=64)
     if llm.engine.runner.model.decode_layers is None:
         pytest.skip("the one-call decode path needs the C++ kernels")
+    return llm
+
+
+@pytest.fixture(scope="module", params=OP_FAMILIES)
+def family_llm(request, tmp_path_factory, default_model_dir):
+    config = FAMILIES[request.param]()
+    config.max_position_embeddings = 1024  # the 681-token prompt of the threads test
+    if request.param == "phi3":  # short factors for the short prompts, the long ones for the long prompt
+        config.original_max_position_embeddings = config.rope_parameters["original_max_position_embeddings"] = 256
+    folder = make_tiny(tmp_path_factory.mktemp(request.param), config, default_model_dir, seed=len(request.param))
+    if not cpu_kernels_available():
+        pytest.skip("the one-call decode path needs the C++ kernels")
+    llm = LLM(model=str(folder), num_kv_blocks=64)
+    assert llm.engine.runner.model.decode_layers is not None, f"{request.param} decodes through its layer loop"
     return llm
 
 
@@ -83,19 +105,32 @@ def test_one_call_decode_equals_the_layer_loop(llm, batch, cpu_path):
 def test_one_call_decode_splits_its_work_across_threads(llm, threads, cpu_path):
     """A team of threads (3: shares of unequal size) each taking its share of every op, over a context
     long enough that attention is split into partitions that each thread merges."""
+    _long_prompt_in_a_team(llm, threads)
+
+
+def _long_prompt_in_a_team(llm, threads: int, prompts: tuple[str, ...] = ()) -> None:
     prompt = "SELECT name, price FROM products WHERE price > 10 ORDER BY price; " * 40
     assert len(llm.tokenizer.encode(prompt)) > 512  # four 128-token partitions per (sequence, KV head)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        fused = _logits_per_step(llm, [prompt], fused=True)
-        loop = _logits_per_step(llm, [prompt], fused=False)
+        fused = _logits_per_step(llm, [prompt, *prompts], fused=True)
+        loop = _logits_per_step(llm, [prompt, *prompts], fused=False)
     finally:
         torch.set_num_threads(before)
     assert len(fused) == len(loop) >= 11
     for a, b in zip(fused, loop, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     llm.engine.block_manager.check_no_leak()
+
+
+@pytest.mark.parametrize("cpu_path", cpu_paths(16), indirect=True)
+def test_one_call_decode_takes_the_newer_families(family_llm, cpu_path):
+    """Qwen3's q/k norms, Granite's residual multiplier, SmolLM3's layer without RoPE, Phi-3's partial
+    rotary and LongRoPE (the long prompt is past its original context) and Mistral's 13-token window
+    (every prompt here but the first is longer): the op's logits are the layer loop's, step after step,
+    for a long prompt split into partitions by a team of 3 threads beside three short ones."""
+    _long_prompt_in_a_team(family_llm, 3, ("The capital of France is", "SELECT name FROM products", "1, 2, 3, 4, 5, 6"))
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +170,12 @@ def test_more_sequences_than_one_call_takes_the_layer_loop(llm):
     prompts = [chr(ord("a") + i) for i in range(FLOAT_DECODE_MAX_ROWS + 1)]
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True), use_tqdm=False)
     assert all(len(o.outputs[0].token_ids) == 4 for o in outs)
+
+
+@pytest.mark.parametrize("name", LOOP_FAMILIES)
+def test_families_the_op_leaves_to_the_layer_loop(name, tmp_path, default_model_dir):
+    """Gemma's branch norms and GELU, per-layer RoPE settings and Llama 4's attention temperature are not
+    in the op: these models decode through their layer loop (their HF parity is test_model_families')."""
+    folder = make_tiny(tmp_path, FAMILIES[name](), default_model_dir, seed=len(name))
+    model = LLM(model=str(folder), num_kv_blocks=16).engine.runner.model
+    assert getattr(model, "decode_layers", None) is None

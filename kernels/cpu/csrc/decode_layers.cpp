@@ -1,4 +1,5 @@
-// The op `torch.ops.sllm_cpu.decode_layers`: every decoder layer of a Llama-family model and the final
+// The op `torch.ops.sllm_cpu.decode_layers`: every decoder layer of a Llama-family model (Qwen3's q/k
+// norms, Granite's residual multiplier, layers without RoPE and sliding windows included) and the final
 // norm for a decode step of 1 to kDecodeMaxRows float32 rows, in one call that opens one OpenMP parallel
 // region. A row is one token whose attention reads its own block table up to its own context length, so
 // a speculative verify step (a sequence's last token and its drafts, each row seeing the rows before it,
@@ -110,6 +111,9 @@ const float* norm_weight(const at::Tensor& w, int64_t hidden) {
 struct Layer {
   const float* in_norm;
   const float* post_norm;
+  const float* q_norm = nullptr;  // per-head RMSNorm of q and k before RoPE (Qwen3), or none
+  const float* k_norm = nullptr;
+  bool rotate = true;  // false: a layer without RoPE (SmolLM3)
   Matrix qkv, o, gate_up, down;
   DecodeProblem attention;
   void* k_cache;  // of attention.kv_type
@@ -203,6 +207,9 @@ std::vector<LoraRows> step_loras(at::TensorList lora_a, at::TensorList lora_b, a
 // Returns the hidden states after the final norm, [T, hidden]. Weights come per layer in lists; q, k and
 // v share one projection (qkv) and gate and up another (gate_up), as the model stores them. `types` holds
 // each layer's qkv, o, gate_up and down weight types in that order (0: float32, else GGUF blocks).
+// The families past plain Llama: q_norm / k_norm per layer (empty lists: none), `rotary` per layer (0: no
+// RoPE there; empty: every layer), `windows` per layer (a sliding window's keys, 0: the whole context;
+// empty: none) and `residual_scale`, the factor of each branch before it joins the residual (Granite).
 at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in, const at::Tensor& cos_sin_cache,
                          at::TensorList in_norm, at::TensorList qkv, at::TensorList qkv_bias, at::TensorList o,
                          at::TensorList post_norm, at::TensorList gate_up, at::TensorList down,
@@ -210,12 +217,15 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
                          at::TensorList v_caches, const at::Tensor& slot_mapping, const at::Tensor& block_tables,
                          const at::Tensor& context_lens, double eps, double scale, int64_t num_heads,
                          int64_t num_kv_heads, int64_t head_dim, at::TensorList lora_a, at::TensorList lora_b,
-                         at::IntArrayRef lora_slots) {
+                         at::IntArrayRef lora_slots, at::TensorList q_norm, at::TensorList k_norm,
+                         at::IntArrayRef rotary, at::IntArrayRef windows, double residual_scale) {
   const size_t num_layers = qkv.size();
   TORCH_CHECK(num_layers >= 1 && in_norm.size() == num_layers && o.size() == num_layers &&
                   post_norm.size() == num_layers && gate_up.size() == num_layers && down.size() == num_layers &&
                   k_caches.size() == num_layers && v_caches.size() == num_layers &&
-                  (qkv_bias.empty() || qkv_bias.size() == num_layers) && types.size() == 4 * num_layers,
+                  (qkv_bias.empty() || qkv_bias.size() == num_layers) && types.size() == 4 * num_layers &&
+                  q_norm.size() == k_norm.size() && (q_norm.empty() || q_norm.size() == num_layers) &&
+                  (rotary.empty() || rotary.size() == num_layers) && (windows.empty() || windows.size() == num_layers),
               "sllm_cpu: decode_layers needs one of each weight and cache per layer");
   const int64_t t = x_in.size(0);
   TORCH_CHECK(x_in.dim() == 2 && t >= 1 && t <= kDecodeMaxRows, "sllm_cpu: decode_layers takes 1 to ",
@@ -256,6 +266,15 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
     l.v_cache = vc.data_ptr();
     l.in_norm = norm_weight(in_norm[i], hidden);
     l.post_norm = norm_weight(post_norm[i], hidden);
+    if (!q_norm.empty()) {
+      l.q_norm = norm_weight(q_norm[i], head_dim);
+      l.k_norm = norm_weight(k_norm[i], head_dim);
+    }
+    l.rotate = rotary.empty() || rotary[i] != 0;
+    if (!windows.empty()) {
+      TORCH_CHECK(windows[i] >= 0, "sllm_cpu: a sliding window must be >= 0");
+      l.attention.sliding_window = windows[i];
+    }
     const int64_t* type = types.data() + 4 * i;
     l.qkv = matrix(qkv[i], type[0], qkv_n, hidden, "qkv", qkv_bias.empty() ? at::Tensor() : qkv_bias[i]);
     l.o = matrix(o[i], type[1], hidden, q_size, "o", at::Tensor());
@@ -309,6 +328,7 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   const int64_t tasks = num_decode_tasks(plan, t), heads = num_heads + 2 * num_kv_heads, half = head_dim / 2;
   const float* cs = cos_sin.data_ptr<float>();
   const float eps_f = static_cast<float>(eps), scale_f = static_cast<float>(scale);
+  const float branch_f = static_cast<float>(residual_scale);
   float* out_p = out.data_ptr<float>();
 
   SpinBarrier barrier;
@@ -334,7 +354,11 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
     std::tie(a0, a1) = share(tasks, 1, tid, team);
     const auto add_residual = [&] {
       for (int64_t r = 0; r < t; ++r)
-        for (int64_t j = c0; j < c1; ++j) residual[r * hidden + j] = y[r * hidden + j] + residual[r * hidden + j];
+        for (int64_t j = c0; j < c1; ++j) {
+          // Scaled, rounded, then added: the layer loop's `x * scale` before its fused residual add.
+          const float branch = branch_f == 1.0f ? y[r * hidden + j] : y[r * hidden + j] * branch_f;
+          residual[r * hidden + j] = branch + residual[r * hidden + j];
+        }
     };
     for (const Layer& l : layers) {
       for (int64_t r = 0; r < t; ++r) rms_norm_row(residual + r * hidden, l.in_norm, h + r * hidden, hidden, eps_f);
@@ -345,11 +369,13 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
         for (int64_t hd = hd0; hd < hd1; ++hd) {
           float* v = qkv_out + r * qkv_n + hd * head_dim;
           if (hd < num_heads) {  // q, pre-scaled for the scores as paged_decode_attention scales it
-            rotate_head(v, half, row);
+            if (l.q_norm != nullptr) rms_norm_row(v, l.q_norm, v, head_dim, eps_f);
+            if (l.rotate) rotate_head(v, half, row);
             float* qh = q + r * q_size + hd * head_dim;
             for (int64_t i = 0; i < head_dim; ++i) qh[i] = v[i] * scale_f;
           } else if (hd < num_heads + num_kv_heads) {
-            rotate_head(v, half, row);
+            if (l.k_norm != nullptr) rms_norm_row(v, l.k_norm, v, head_dim, eps_f);
+            if (l.rotate) rotate_head(v, half, row);
             const int64_t off = kv_slot_offset(slot[r], hd - num_heads, plan.block_size, l.attention.k_strides);
             if (slot[r] >= 0) store_head(v, l.k_cache, l.attention.kv_type, off, head_dim);
           } else if (slot[r] >= 0) {
@@ -406,7 +432,8 @@ TORCH_LIBRARY_FRAGMENT(sllm_cpu, m) {
       "Tensor final_norm, "
       "Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, Tensor slot_mapping, Tensor block_tables, "
       "Tensor context_lens, float eps, float scale, int num_heads, int num_kv_heads, int head_dim, "
-      "Tensor[] lora_a, Tensor[] lora_b, int[] lora_slots) -> Tensor");
+      "Tensor[] lora_a, Tensor[] lora_b, int[] lora_slots, Tensor[] q_norm, Tensor[] k_norm, "
+      "int[] rotary, int[] windows, float residual_scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sllm_cpu, CPU, m) { m.impl("decode_layers", &sllm_cpu::decode_layers); }
