@@ -192,7 +192,7 @@ def test_serve_takes_lora_modules_as_vllm_lists_them(monkeypatch):
     from engine.cli import app
 
     started = []
-    monkeypatch.setattr(gateway.app, "create_app", lambda settings: started.append(settings) or "app")
+    monkeypatch.setattr(gateway.app, "create_app", lambda settings, **_: started.append(settings) or "app")
     monkeypatch.setattr(uvicorn, "run", lambda *a, **kw: None)
     for argv in (["--lora-modules", "a=/x", "b=/y", "--max-loras", "2"],
                  ["--lora-modules", "a=/x", "--lora-modules", "b=/y", "--max-loras", "2"]):
