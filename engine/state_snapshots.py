@@ -155,13 +155,8 @@ class StateSnapshots:
             if old == h:
                 self._latest[seq.seq_id] = h
             return
-        entry = self._take()
-        if entry is None:
-            return
-        self._by_hash[h] = entry
-        self._step.add(entry)
-        self._latest[seq.seq_id] = h
-        out.append((point - start, entry))
+        if self._keep(h, point - start, out):
+            self._latest[seq.seq_id] = h
 
     def _prompt_saves(self, seq: Sequence, start: int, end: int, out: list[tuple[int, int]]) -> None:
         for p in self._points(seq, start, end):
@@ -169,12 +164,19 @@ class StateSnapshots:
             if h in self._by_hash:
                 self._by_hash.move_to_end(h)
                 continue
-            entry = self._take()
-            if entry is None:
+            if not self._keep(h, p - start, out):
                 break
-            self._by_hash[h] = entry
-            self._step.add(entry)
-            out.append((p - start, entry))
+
+    def _keep(self, h: int, offset: int, out: list[tuple[int, int]]) -> bool:
+        """A new entry for the state under hash `h`, which the step writes at `offset` of the sequence's chunk;
+        False when the pool has none to give."""
+        entry = self._take()
+        if entry is None:
+            return False
+        self._by_hash[h] = entry
+        self._step.add(entry)
+        out.append((offset, entry))
+        return True
 
     def check_no_leak(self) -> None:
         """Every entry is free or holds one snapshot, and the pool keeps to its bound."""
