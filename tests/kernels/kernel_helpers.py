@@ -63,3 +63,17 @@ def paged_cache(
 def alibi_slopes(num_heads: int) -> torch.Tensor:
     # The geometric sequence of the ALiBi paper (for a power-of-two head count; good enough here).
     return torch.tensor([2.0 ** (-8.0 * (i + 1) / num_heads) for i in range(num_heads)])
+
+
+def launch_grids(monkeypatch, module, kernel: str) -> list[tuple]:
+    """Records the grid of every launch of `module.<kernel>` (a Triton kernel) while it still runs."""
+    grids: list[tuple] = []
+    real = getattr(module, kernel)
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(module, kernel, Spy())
+    return grids

@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 import torch
-from kernel_helpers import alibi_slopes, assert_close, paged_cache
+from kernel_helpers import alibi_slopes, assert_close, launch_grids, paged_cache
 
 from kernels.attention import paged_attention_ref, paged_decode_attention_ref
 from kernels.cache import store_kv_ref
@@ -92,15 +92,7 @@ def test_decode_split_k_chosen_automatically_and_strided_query(monkeypatch):
     """split_k=None on one sequence x one KV head with a long block table picks flash-decoding."""
     from kernels.triton import attention
 
-    grids = []
-    real = attention._decode_reduce_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            grids.append(grid)
-            return real[grid]
-
-    monkeypatch.setattr(attention, "_decode_reduce_kernel", Spy())
+    grids = launch_grids(monkeypatch, attention, "_decode_reduce_kernel")
     gen = torch.Generator().manual_seed(7)
     lens = [700]
     k_cache, v_cache, k_dirty, v_dirty, block_tables = paged_cache(lens, 16, 1, 64, torch.float32, gen)

@@ -8,7 +8,7 @@ prompts."""
 
 import pytest
 import torch
-from kernel_helpers import TOL, alibi_slopes, assert_close, paged_cache, rel_err
+from kernel_helpers import TOL, alibi_slopes, assert_close, launch_grids, paged_cache, rel_err
 
 from kernels.attention import paged_attention_ref, paged_decode_attention_ref
 
@@ -78,15 +78,7 @@ def test_windowed_decode_with_alibi_and_automatic_split_k(monkeypatch):
     """split_k=None plans its partitions over the window, not the block table: a 1,500-token context
     under a 600-token window takes two partitions (of at least DECODE_MIN_PARTITION tokens), where the
     whole context would take five."""
-    grids = []
-    real = tri._decode_kernel
-
-    class Spy:
-        def __getitem__(self, grid):
-            grids.append(grid)
-            return real[grid]
-
-    monkeypatch.setattr(tri, "_decode_kernel", Spy())
+    grids = launch_grids(monkeypatch, tri, "_decode_kernel")
     monkeypatch.setattr(tri, "_device_sms", lambda device: 8)  # enough programs wanted to split
     lens, window = [1500], 600
     q, k_cache, v_cache, k_dirty, v_dirty, block_tables, context_lens = _decode_inputs(
