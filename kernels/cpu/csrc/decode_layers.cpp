@@ -355,8 +355,9 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
     const auto add_residual = [&] {
       for (int64_t r = 0; r < t; ++r)
         for (int64_t j = c0; j < c1; ++j) {
-          // Scaled, rounded, then added: the layer loop's `x * scale` before its fused residual add.
-          const float branch = branch_f == 1.0f ? y[r * hidden + j] : y[r * hidden + j] * branch_f;
+          // Scaled, rounded, then added: the layer loop's `x * scale` before its fused residual add (a
+          // factor of 1 leaves y exact).
+          const float branch = y[r * hidden + j] * branch_f;
           residual[r * hidden + j] = branch + residual[r * hidden + j];
         }
     };
