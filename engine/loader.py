@@ -68,10 +68,16 @@ def default_embedding_model_path() -> Path | None:
 
 
 def _gguf_cache_folder(gguf: Path) -> Path:
-    st = gguf.stat()
-    # v2: the tokenizer is ours (engine/gguf_tokenizer.py), the one serving uses, not transformers' reading.
-    key = hashlib.sha256(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}:v2".encode()).hexdigest()[:12]
-    return cache_dir() / "models" / f"{gguf.stem}-{key}"
+    # Keyed by the file's content, not its path or mtime: every virtual environment (each clean-clone CI run)
+    # installs its own copy of the default model, and one 0.5 GB conversion per copy filled the disk. The
+    # size and the first and last MiB (the metadata, the tensor index and the last tensors) tell files apart.
+    # v3: v2 (our tokenizer, engine/gguf_tokenizer.py) keyed by content.
+    digest = hashlib.sha256(f"{gguf.stat().st_size}:v3".encode())
+    with gguf.open("rb") as f:
+        digest.update(f.read(1 << 20))
+        f.seek(max(0, gguf.stat().st_size - (1 << 20)))
+        digest.update(f.read())
+    return cache_dir() / "models" / f"{gguf.stem}-{digest.hexdigest()[:12]}"
 
 
 def convert_gguf(gguf: Path) -> Path:
