@@ -14,29 +14,6 @@
 
 namespace sllm_cpu {
 
-int64_t quant_block_bytes(int64_t qtype) {
-  switch (qtype) {
-    case kQ4_0: return 18;
-    case kQ4_1: return 20;
-    case kQ5_0: return 22;
-    case kQ5_1: return 24;
-    case kQ8_0: return 34;
-    case kQ4_K: return 144;
-    case kQ5_K: return 176;
-    case kQ6_K: return 210;
-    default: return 0;
-  }
-}
-
-int64_t quant_block_weights(int64_t qtype) {
-  switch (qtype) {
-    case kQ4_K:
-    case kQ5_K:
-    case kQ6_K: return kMaxQuantBlock;
-    default: return quant_block_bytes(qtype) ? kQuantBlock : 0;
-  }
-}
-
 namespace {
 
 // Weight rows per thread at the least: 128 rows of 576 Q4 weights is ~40 KB, above the fork cost.

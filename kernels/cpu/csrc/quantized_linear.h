@@ -24,9 +24,26 @@ constexpr int64_t kQ4_K = 12, kQ5_K = 13, kQ6_K = 14;
 // Rows of x one pass over the weight serves; more rows take more passes.
 constexpr int64_t kQuantMaxRows = 8;
 
-// Bytes and weights of one block of `qtype`, or 0 for a type without a kernel.
-int64_t quant_block_bytes(int64_t qtype);
-int64_t quant_block_weights(int64_t qtype);
+// Bytes and weights of one block of `qtype`, or 0 for a type without a kernel. Inline and constexpr: a
+// kernel templated on the type asks once per block, and an out-of-line call there (the int8 path did)
+// spilled every accumulator to the stack around it and halved the legacy types' speed.
+constexpr int64_t quant_block_bytes(int64_t qtype) {
+  switch (qtype) {
+    case kQ4_0: return 18;
+    case kQ4_1: return 20;
+    case kQ5_0: return 22;
+    case kQ5_1: return 24;
+    case kQ8_0: return 34;
+    case kQ4_K: return 144;
+    case kQ5_K: return 176;
+    case kQ6_K: return 210;
+    default: return 0;
+  }
+}
+constexpr int64_t quant_block_weights(int64_t qtype) {
+  return qtype == kQ4_K || qtype == kQ5_K || qtype == kQ6_K ? kMaxQuantBlock
+                                                            : (quant_block_bytes(qtype) ? kQuantBlock : 0);
+}
 
 // Output columns [n0, n1) of y [M, N] (row stride ldy) from M <= kQuantMaxRows rows of x [M, K] (row
 // stride ldx); weight row n starts at w + n * row_bytes.
