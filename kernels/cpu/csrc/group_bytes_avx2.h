@@ -20,10 +20,10 @@ inline float half_bits(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// One 32-weight group's integers (its floats come from the block: each path decodes those).
+// One 32-weight group's integers (its floats, Q6_K's two 16-weight sub-scales among them, come from the
+// block: each path decodes those).
 struct Group {
-  __m256i q;    // the weights as bytes (unsigned, or signed where the type is)
-  __m256i mul;  // int16 multipliers of maddubs' pair sums (all 1 but for Q6_K's two sub-scales)
+  __m256i q;  // the weights as bytes (unsigned, or signed where the type is)
 };
 
 constexpr bool bytes_is_k(int Q) { return Q == kQ4_K || Q == kQ5_K || Q == kQ6_K; }
@@ -53,19 +53,18 @@ inline __m256i bit_bytes(const uint8_t* qh) {
 // Group c (0 for the 32-weight types, 0-7 for the K-quants) of the block at blk.
 template <int Q>
 inline Group group(const uint8_t* blk, int c) {
-  const __m256i ones = _mm256_set1_epi16(1);
   if constexpr (Q == kQ8_0) {
-    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2)), ones};
+    return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2))};
   } else if constexpr (Q == kQ4_0) {
-    return {_mm256_sub_epi8(split_nibbles(blk + 2), _mm256_set1_epi8(8)), ones};
+    return {_mm256_sub_epi8(split_nibbles(blk + 2), _mm256_set1_epi8(8))};
   } else if constexpr (Q == kQ4_1) {
-    return {split_nibbles(blk + 4), ones};
+    return {split_nibbles(blk + 4)};
   } else if constexpr (Q == kQ5_0 || Q == kQ5_1) {
     const int at = Q == kQ5_1 ? 4 : 2;  // qh, then 16 bytes of nibbles
     const __m256i set = bit_bytes(blk + at), low = split_nibbles(blk + at + 4);
-    if constexpr (Q == kQ5_1) return {_mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(16))), ones};
+    if constexpr (Q == kQ5_1) return {_mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(16)))};
     // q - 16 as a signed byte: q itself where the fifth bit is set, else the nibble with 0xF0 over it.
-    return {_mm256_or_si256(low, _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0)))), ones};
+    return {_mm256_or_si256(low, _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0))))};
   } else if constexpr (Q == kQ4_K || Q == kQ5_K) {
     const uint8_t* qs = blk + (Q == kQ5_K ? 48 : 16) + 32 * (c / 2);  // groups 2p and 2p+1 share 32 bytes
     const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs));
@@ -75,16 +74,14 @@ inline Group group(const uint8_t* blk, int c) {
       const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(c)), _mm256_set1_epi8(1));
       q = _mm256_or_si256(q, _mm256_slli_epi16(bit, 4));
     }
-    return {q, ones};
+    return {q};
   } else {  // Q6_K: group c = 32 weights of half c / 4, ql nibbles and two qh bits each, minus 32
     const int h = c / 4, g = c % 4;
     const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (g & 1)));
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
     const __m256i lo = _mm256_and_si256(g >> 1 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
     const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), _mm256_set1_epi8(3));
-    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
-    const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192) + 2 * c;
-    return {q, _mm256_set_m128i(_mm_set1_epi16(sc[1]), _mm_set1_epi16(sc[0]))};
+    return {_mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32))};
   }
 }
 

@@ -9,8 +9,11 @@
 // where xq, d_x and s_x = d_x * sum(xq) are the activations' int8 block (quantize_activations, here
 // vectorized: quantize_rows). Q4_1, Q5_1, Q4_K and Q5_K keep their unsigned integers and add the minimum
 // through s_x; the others are signed (Q4_0's q - 8, Q5_0's q - 16, Q8_0, Q6_K's q - 32) and use maddubs'
-// sign trick (|w| times x with w's sign); Q6_K's two 16-weight sub-scales are the int16 multipliers of
-// the pairwise sum (`mul`). A group's float factor is one scalar per row, broadcast from a register.
+// sign trick (|w| times x with w's sign). Q6_K's sub-scales cover 16 weights, so its group factor is a
+// vector: d times sub-scale 2c in the dot's lanes 0-3 (weights 0-15) and 2c+1 in lanes 4-7, all 16 made
+// once per super-block (building int16 multipliers for the pair sums per group instead cost five
+// shuffles and broadcasts a group, a quarter of Q6_K's time). A legacy group's float factor is one scalar
+// per row, broadcast from a register.
 // Include after the file's `#pragma GCC target(...)` with kVnni saying whether vpdpbusd may be used.
 #pragma once
 
@@ -28,13 +31,13 @@ namespace sllm_cpu {
 namespace {
 
 // 8 int32 sums of the group's products with 32 activations (xq, already sign-adjusted for signed types).
-template <int Q, bool kVnni>
-inline __m256i group_dot(__m256i wq, __m256i mul, __m256i xq) {
+template <bool kVnni>
+inline __m256i group_dot(__m256i wq, __m256i xq) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  if constexpr (kVnni && Q != kQ6_K) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xq);
+  if constexpr (kVnni) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xq);
 #endif
   const __m256i pairs = _mm256_maddubs_epi16(wq, xq);  // |w| <= 128 or w <= 31, |x| <= 127: no saturation
-  return _mm256_madd_epi16(pairs, mul);
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
 
 // Block j of a 32-weight type times every row of x: one FMA per row into accumulator `slot`, the
@@ -51,7 +54,7 @@ __attribute__((always_inline)) inline void legacy_group(const Int8Rows& a, int64
   for (int i = 0; i < M; ++i) {
     __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + j * kQuantBlock));
     if constexpr (bytes_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
-    const __m256i dot = group_dot<Q, kVnni>(wq, g.mul, xq);
+    const __m256i dot = group_dot<kVnni>(wq, xq);
     acc[i][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc * a.d[i * groups + j]), acc[i][slot]);
     if constexpr (bytes_have_min(Q)) mins[i][slot] += mn * a.s[i * groups + j];
   }
@@ -62,17 +65,14 @@ inline __m256 byte_floats(uint64_t bytes) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))));
 }
 
-// The 8 groups' float factors of a K-quant super-block (d times each 6-bit sub-scale; Q6_K's sub-scales
-// are integer multipliers instead, so its factor is d) and their minimums (-dmin times each 6-bit min).
+// The 8 groups' float factors of a Q4_K or Q5_K super-block (d times each 6-bit sub-scale) and their
+// minimums (-dmin times each 6-bit min).
 // Q4_K/Q5_K's 12 scale bytes, as scale_min_k4 reads them, four at a time in general-purpose registers:
 // sub-blocks 0-3 take the low 6 bits of bytes 0-3 (scales) and 4-7 (mins), sub-blocks 4-7 the nibbles of
 // bytes 8-11 with the top 2 bits of bytes 0-3 (scales) or 4-7 (mins) above them.
 template <int Q>
 inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
-  if constexpr (Q == kQ6_K) {
-    scale8 = _mm256_set1_ps(half_bits(blk + 208));
-    min8 = _mm256_setzero_ps();
-  } else {
+  {
     uint32_t lo, mid, hi;
     std::memcpy(&lo, blk + 4, 4);
     std::memcpy(&mid, blk + 8, 4);
@@ -97,7 +97,39 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
     float mins[M][A];  // per slot, like acc: one chain of scalar additions would wait on its latency
     for (int i = 0; i < M; ++i)
       for (int s = 0; s < A; ++s) acc[i][s] = _mm256_setzero_ps(), mins[i][s] = 0.0f;
-    if constexpr (bytes_is_k(Q)) {
+    if constexpr (Q == kQ6_K) {
+      const __m256i lo_pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), hi_pairs = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
+      for (int64_t b = 0; b < groups / kChunk; ++b) {
+        const uint8_t* blk = row + b * quant_block_bytes(Q);
+        // The 16 sub-scales times d (sub-scales 0-7 serve groups 0-3, 8-15 groups 4-7), then per row times
+        // each group's activation scale, which covers two sub-scales.
+        const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
+        const __m256 d = _mm256_set1_ps(half_bits(blk + 208));
+        const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)), d);
+        const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))), d);
+        __m256 half[M][2];
+        for (int i = 0; i < M; ++i) {
+          const __m256 ad = _mm256_loadu_ps(a.d + i * groups + b * kChunk);
+          half[i][0] = _mm256_mul_ps(f0, _mm256_permutevar8x32_ps(ad, lo_pairs));
+          half[i][1] = _mm256_mul_ps(f1, _mm256_permutevar8x32_ps(ad, hi_pairs));
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < kChunk; ++c) {
+          const Group g = group<Q>(blk, c);
+          const __m256i wq = _mm256_abs_epi8(g.q);
+          // lanes 0-3 take factor 2(c % 4), lanes 4-7 factor 2(c % 4) + 1 of the half c / 4 lies in
+          const __m256i pick = _mm256_setr_epi32(2 * (c % 4), 2 * (c % 4), 2 * (c % 4), 2 * (c % 4), 2 * (c % 4) + 1,
+                                                 2 * (c % 4) + 1, 2 * (c % 4) + 1, 2 * (c % 4) + 1);
+          for (int i = 0; i < M; ++i) {
+            __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
+            xq = _mm256_sign_epi8(xq, g.q);
+            const __m256i dot = group_dot<kVnni>(wq, xq);
+            acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(half[i][c / 4], pick),
+                                            acc[i][c % A]);
+          }
+        }
+      }
+    } else if constexpr (bytes_is_k(Q)) {
       for (int64_t b = 0; b < groups / kChunk; ++b) {
         const uint8_t* blk = row + b * quant_block_bytes(Q);
         __m256 scale8, min8;
@@ -117,7 +149,7 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
           for (int i = 0; i < M; ++i) {
             __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
             if constexpr (bytes_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
-            const __m256i dot = group_dot<Q, kVnni>(wq, g.mul, xq);
+            const __m256i dot = group_dot<kVnni>(wq, xq);
             acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(both[i], lane), acc[i][c % A]);
           }
         }
