@@ -75,6 +75,7 @@ def _register_optional_commands() -> None:
         ("benchmarks.kernels", "bench_kernels", bench_app, "kernels"),
         ("benchmarks.lora", "bench_lora", bench_app, "lora"),
         ("benchmarks.embed", "bench_embed", bench_app, "embed"),
+        ("benchmarks.agreement", "bench_agreement", bench_app, "agreement"),
         ("benchmarks.real_shapes", "make_gguf", bench_app, "make-gguf"),
     ):
         try:
