@@ -5,7 +5,7 @@
 // Every type is walked 32 weights at a time (a legacy block, or one sub-block of a K-quant super-block).
 // Each 32 becomes bytes an integer dot product takes, plus the floats that turn the dot into the
 // product with the dequantized weight:
-//   sum_j w_j * x_j  ~  scale * d_x * sum_j mul_j * q_j * xq_j  +  min * s_x
+//   sum_j w_j * x_j  ~  scale * d_x * sum_j q_j * xq_j  +  min * s_x
 // where xq, d_x and s_x = d_x * sum(xq) are the activations' int8 block (quantize_activations, here
 // vectorized: quantize_rows). Q4_1, Q5_1, Q4_K and Q5_K keep their unsigned integers and add the minimum
 // through s_x; the others are signed (Q4_0's q - 8, Q5_0's q - 16, Q8_0, Q6_K's q - 32) and use maddubs'
