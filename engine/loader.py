@@ -72,10 +72,11 @@ def _gguf_cache_folder(gguf: Path) -> Path:
     # installs its own copy of the default model, and one 0.5 GB conversion per copy filled the disk. The
     # size and the first and last MiB (the metadata, the tensor index and the last tensors) tell files apart.
     # v3: v2 (our tokenizer, engine/gguf_tokenizer.py) keyed by content.
-    digest = hashlib.sha256(f"{gguf.stat().st_size}:v3".encode())
+    size = gguf.stat().st_size
+    digest = hashlib.sha256(f"{size}:v3".encode())
     with gguf.open("rb") as f:
         digest.update(f.read(1 << 20))
-        f.seek(max(0, gguf.stat().st_size - (1 << 20)))
+        f.seek(max(0, size - (1 << 20)))
         digest.update(f.read())
     return cache_dir() / "models" / f"{gguf.stem}-{digest.hexdigest()[:12]}"
 

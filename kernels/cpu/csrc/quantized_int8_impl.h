@@ -70,20 +70,17 @@ inline __m256 byte_floats(uint64_t bytes) {
 // Q4_K/Q5_K's 12 scale bytes, as scale_min_k4 reads them, four at a time in general-purpose registers:
 // sub-blocks 0-3 take the low 6 bits of bytes 0-3 (scales) and 4-7 (mins), sub-blocks 4-7 the nibbles of
 // bytes 8-11 with the top 2 bits of bytes 0-3 (scales) or 4-7 (mins) above them.
-template <int Q>
 inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
-  {
-    uint32_t lo, mid, hi;
-    std::memcpy(&lo, blk + 4, 4);
-    std::memcpy(&mid, blk + 8, 4);
-    std::memcpy(&hi, blk + 12, 4);
-    const uint64_t sc = (lo & 0x3F3F3F3Fu) | static_cast<uint64_t>((hi & 0x0F0F0F0Fu) | (((lo >> 6) & 0x03030303u) << 4))
-                                                 << 32;
-    const uint64_t mn = (mid & 0x3F3F3F3Fu) |
-                        static_cast<uint64_t>(((hi >> 4) & 0x0F0F0F0Fu) | (((mid >> 6) & 0x03030303u) << 4)) << 32;
-    scale8 = _mm256_mul_ps(byte_floats(sc), _mm256_set1_ps(half_bits(blk)));
-    min8 = _mm256_mul_ps(byte_floats(mn), _mm256_set1_ps(-half_bits(blk + 2)));
-  }
+  uint32_t lo, mid, hi;
+  std::memcpy(&lo, blk + 4, 4);
+  std::memcpy(&mid, blk + 8, 4);
+  std::memcpy(&hi, blk + 12, 4);
+  const uint64_t sc = (lo & 0x3F3F3F3Fu) | static_cast<uint64_t>((hi & 0x0F0F0F0Fu) | (((lo >> 6) & 0x03030303u) << 4))
+                                               << 32;
+  const uint64_t mn = (mid & 0x3F3F3F3Fu) |
+                      static_cast<uint64_t>(((hi >> 4) & 0x0F0F0F0Fu) | (((mid >> 6) & 0x03030303u) << 4)) << 32;
+  scale8 = _mm256_mul_ps(byte_floats(sc), _mm256_set1_ps(half_bits(blk)));
+  min8 = _mm256_mul_ps(byte_floats(mn), _mm256_set1_ps(-half_bits(blk + 2)));
 }
 
 // A accumulators per row (two for one or two rows, so consecutive groups' FMAs do not wait on each other).
@@ -133,7 +130,7 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
       for (int64_t b = 0; b < groups / kChunk; ++b) {
         const uint8_t* blk = row + b * quant_block_bytes(Q);
         __m256 scale8, min8;
-        k_factors<Q>(blk, scale8, min8);
+        k_factors(blk, scale8, min8);
         // Per row, the 8 groups' factors times the activations' scales, and their minimums' terms at once.
         __m256 both[M];
         for (int i = 0; i < M; ++i) {
