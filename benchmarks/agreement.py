@@ -36,8 +36,9 @@ def _ours(model: str, texts: list[str], max_tokens: int, activations: str) -> tu
     from engine.llm import LLM
     from engine.sampling_params import SamplingParams
 
-    # One sequence at a time: int8 activations serve products of up to 8 rows, so a batched decode step
-    # would take the float path and agree by construction.
+    # One sequence at a time, as one stream of a server: batched, a step's row count picks the kernel (the
+    # few-row loop or the tiled product), whose sums differ in rounding, so an answer would depend on the
+    # prompts batched beside it.
     llm = LLM(model=model, activations=activations, max_num_seqs=1)
     prompts = [llm.tokenizer.encode(t) for t in texts]
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)

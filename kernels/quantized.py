@@ -117,9 +117,9 @@ def quantized_linear_int8_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.T
 
 @contextlib.contextmanager
 def int8_activations() -> Iterator[None]:
-    """Within it, the C++ kernels take int8 activations (quantized_linear.h) for every block type in
-    products of up to 8 rows, the few-row op and the one-call decode step alike: llama.cpp's trade of
-    exactness for speed where reading the weight bounds the time. Longer products keep float activations."""
+    """Within it, the C++ kernels take int8 activations (quantized_linear.h) for every block type and
+    every product, the few-row op, the one-call decode step and (on the AVX2 and AVX-512 paths) the
+    many-row octet product of prefill and batched decode: llama.cpp's trade of exactness for speed."""
     before = torch.ops.sllm_cpu.int8_activations()
     torch.ops.sllm_cpu.set_int8_activations(True)
     try:
@@ -130,8 +130,7 @@ def int8_activations() -> Iterator[None]:
 
 def use_int8_activations(device: torch.device, dtype: torch.dtype) -> None:
     """Switches the C++ kernels to int8 activations for the rest of the process (`--activations int8`):
-    every quantized product of up to 8 rows after this, of every model the process serves, takes the
-    integer path."""
+    every quantized product after this, of every model the process serves, takes the integer path."""
     if not serves_quantized(device, dtype):
         raise ValueError("activations int8 needs quantized weights on the CPU in float32 with the C++ kernels' "
                          "AVX2 or AVX-512 path")
@@ -159,7 +158,8 @@ def _kernel_takes(w: QuantizedWeight, rows: int) -> bool:
 
     if rows <= (QUANT_MAX_ROWS_LARGE if w.shape[0] * w.shape[1] >= LARGE_WEIGHT else QUANT_MAX_ROWS):
         return True
-    return isa.resolve(32) != "generic"
+    # int8 activations promise llama.cpp's arithmetic for every product, so the portable path keeps them too
+    return isa.resolve(32) != "generic" or torch.ops.sllm_cpu.int8_activations()
 
 
 def quantized_linear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -90,7 +90,7 @@ Matrix matrix(const at::Tensor& w, int64_t type, int64_t n, int64_t k, const cha
   } else {
     check_quantized_weight(w, type, n, k);
     m.row_bytes = w.size(1);
-    m.quantized = quantized_linear_kernel(kDecodeMaxRows);  // a decode call never has more rows
+    m.quantized = quantized_linear_kernel();  // a decode call has at most kQuantMaxRows rows
   }
   m.w = w.data_ptr();
   if (bias.defined()) {

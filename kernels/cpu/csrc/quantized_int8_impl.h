@@ -183,8 +183,37 @@ void int8_by_rows(const Int8Rows& a, int64_t m, int64_t k, const uint8_t* w, int
   }
 }
 
-// Rows of x as int8 blocks, the same float operations as the portable quantize_activations (so the same
-// q, d and s) eight lanes at a time, into this thread's buffers.
+// 32 values of x as int8 (half away from zero), their scale d = max|x| / 127 and the sum of the q: the
+// same float operations as the portable quantize_activations (so the same q, d and s), eight lanes at a time.
+inline void quantize_block32(const float* xb, int8_t* qb, float& d, int& sum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  __m256 v[4];
+  for (int t = 0; t < 4; ++t) v[t] = _mm256_loadu_ps(xb + 8 * t);
+  const __m256 amax8 = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                     _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_movehdup_ps(h));
+  const float scale = _mm_cvtss_f32(h) / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  const __m256 inv8 = _mm256_set1_ps(inv);
+  __m256i r[4];
+  for (int t = 0; t < 4; ++t) {  // |v| rounded half up, then v's sign: half away from zero
+    const __m256 s = _mm256_mul_ps(v[t], inv8);
+    const __m256 mag = _mm256_floor_ps(_mm256_add_ps(_mm256_andnot_ps(sign, s), half));
+    r[t] = _mm256_cvttps_epi32(_mm256_or_ps(mag, _mm256_and_ps(sign, s)));
+  }
+  const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), _mm256_permutevar8x32_epi32(packed, order));
+  const __m256i sum8 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+  d = scale;
+  sum = _mm_cvtsi128_si32(s4);
+}
+
+// Rows of x as int8 blocks (quantize_block32 each) into this thread's buffers.
 inline Int8Rows quantize_rows(const float* x, int64_t m, int64_t ldx, int64_t k) {
   thread_local std::vector<int8_t> qbuf;
   thread_local std::vector<float> dbuf, sbuf;
@@ -192,35 +221,13 @@ inline Int8Rows quantize_rows(const float* x, int64_t m, int64_t ldx, int64_t k)
   qbuf.resize(m * k);
   dbuf.resize(m * blocks);
   sbuf.resize(m * blocks);
-  const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t b = 0; b < blocks; ++b) {
-      const float* xb = x + i * ldx + b * kQuantBlock;
-      __m256 v[4];
-      for (int t = 0; t < 4; ++t) v[t] = _mm256_loadu_ps(xb + 8 * t);
-      const __m256 amax8 = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-                                         _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
-      __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
-      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-      h = _mm_max_ss(h, _mm_movehdup_ps(h));
-      const float scale = _mm_cvtss_f32(h) / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-      const __m256 inv8 = _mm256_set1_ps(inv);
-      __m256i r[4];
-      for (int t = 0; t < 4; ++t) {  // |v| rounded half up, then v's sign: half away from zero
-        const __m256 s = _mm256_mul_ps(v[t], inv8);
-        const __m256 mag = _mm256_floor_ps(_mm256_add_ps(_mm256_andnot_ps(sign, s), half));
-        r[t] = _mm256_cvttps_epi32(_mm256_or_ps(mag, _mm256_and_ps(sign, s)));
-      }
-      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qbuf.data() + i * k + b * kQuantBlock),
-                          _mm256_permutevar8x32_epi32(packed, order));
-      const __m256i sum8 = _mm256_add_epi32(_mm256_add_epi32(r[0], r[1]), _mm256_add_epi32(r[2], r[3]));
-      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum8), _mm256_extracti128_si256(sum8, 1));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-      dbuf[i * blocks + b] = scale;
-      sbuf[i * blocks + b] = scale * static_cast<float>(_mm_cvtsi128_si32(s4));
+      float d;
+      int sum;
+      quantize_block32(x + i * ldx + b * kQuantBlock, qbuf.data() + i * k + b * kQuantBlock, d, sum);
+      dbuf[i * blocks + b] = d;
+      sbuf[i * blocks + b] = d * static_cast<float>(sum);
     }
   }
   return {qbuf.data(), dbuf.data(), sbuf.data()};

@@ -19,11 +19,28 @@ namespace {
 // Weight rows per thread at the least: 128 rows of 576 Q4 weights is ~40 KB, above the fork cost.
 constexpr int64_t kMinRowsPerThread = 128;
 
+// Many rows with int8 activations: x quantized into octets once (its rows split over the threads),
+// then the weight rows split over the threads as for the float product.
+void int8_octet_product(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+                        int64_t row_bytes, const float* bias, int64_t n, float* y, bool vnni) {
+  const int64_t octets = int8_octets(k, qtype), lane_bytes = 8 * octet_lane_weights(qtype);
+  std::vector<int8_t> q(m * octets * lane_bytes);
+  std::vector<float> d(m * octets * 8), s(m * octets * 8);
+  const Int8OctetsOut out{q.data(), d.data(), s.data()};
+  at::parallel_for(0, m, 16, [&](int64_t i0, int64_t i1) { octet_activations_avx2(x, i0, i1, ldx, k, qtype, out); });
+  const Int8Octets a{q.data(), d.data(), s.data(), octets};
+  const int64_t threads = at::get_num_threads();
+  const int64_t grain = std::max<int64_t>(kMinRowsPerThread, (n + threads - 1) / threads);
+  at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
+    (vnni ? quantized_gemm_int8_avx512 : quantized_gemm_int8_avx2)(a, m, k, w, qtype, row_bytes, bias, n0, n1, y, n);
+  });
+}
+
 }  // namespace
 
-QuantizedKernel quantized_linear_kernel(int64_t rows) {
+QuantizedKernel quantized_linear_kernel() {
   const Isa isa = pick_isa(isa_ceiling(), kQuantBlock);
-  if (int8_activations() && rows <= kQuantMaxRows) {
+  if (int8_activations()) {
     switch (isa) {
       case Isa::Avx512: return cpu_has_avx512_vnni() ? quantized_linear_int8_avx512 : quantized_linear_int8_avx2;
       case Isa::Avx2: return quantized_linear_int8_avx2;
@@ -61,7 +78,7 @@ at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int6
   }
   at::Tensor y = at::empty({m, n}, x.options());
   if (m == 0) return y;
-  const QuantizedKernel kernel = quantized_linear_kernel(m);
+  const QuantizedKernel kernel = quantized_linear_kernel();
   const int64_t row_bytes = data.size(1), ldx = x.stride(0);
   const float* xp = x.data_ptr<float>();
   const uint8_t* wp = data.data_ptr<uint8_t>();
@@ -69,7 +86,12 @@ at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int6
   float* yp = y.data_ptr<float>();
   const int64_t threads = at::get_num_threads();
   const int64_t grain = std::max<int64_t>(kMinRowsPerThread, (n + threads - 1) / threads);
-  if (m >= kQuantGemmRows && pick_isa(isa_ceiling(), kQuantBlock) != Isa::Generic) {
+  const Isa isa = pick_isa(isa_ceiling(), kQuantBlock);
+  if (m >= kQuantGemmRows && isa != Isa::Generic && int8_activations()) {
+    int8_octet_product(xp, m, ldx, k, wp, qtype, row_bytes, bp, n, yp, isa == Isa::Avx512 && cpu_has_avx512_vnni());
+    return y;
+  }
+  if (m >= kQuantGemmRows && isa != Isa::Generic) {
     at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
       quantized_gemm_avx2(xp, m, ldx, k, wp, qtype, row_bytes, bp, n0, n1, yp, n);
     });

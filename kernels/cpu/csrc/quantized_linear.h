@@ -63,17 +63,17 @@ void quantized_gemm_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, cons
 // Rows of x from which the op takes quantized_gemm_avx2 rather than passes of kQuantMaxRows.
 constexpr int64_t kQuantGemmRows = kQuantMaxRows + 1;
 
-// The path under the ceiling of isa.h for a call of `rows` rows of x (the int8-activation one below while
-// it is switched on and the call has at most kQuantMaxRows rows).
-QuantizedKernel quantized_linear_kernel(int64_t rows);
+// The path under the ceiling of isa.h for calls of up to kQuantMaxRows rows (the int8-activation one
+// below while it is switched on); quantized_linear runs longer calls in passes of it on the portable path.
+QuantizedKernel quantized_linear_kernel();
 
-// Switched on per process, every type, for calls of up to kQuantMaxRows rows (decode steps, where the
-// weight's reading bounds the time; longer calls are bound by arithmetic and take the float paths, the
-// tiled product on AVX2 and AVX-512): x quantized to int8 per 32 values (quantize_activations, as
-// llama.cpp's Q8_1 but with float32 scales), then integer dot products per 32 weights,
-// d_w * d_x * sum(q_w * q_x) + m_w * s_x (quantized_int8_impl.h), with AVX-512 VNNI (vpdpbusd) where the
-// CPU has it, AVX2's maddubs otherwise. Fewer instructions per weight than the float path, at the cost
-// of the activations' rounding (kernels/quantized.py: `quantized_linear_int8_ref` is its exact reference).
+// Switched on per process, every type, every call: x quantized to int8 per 32 values
+// (quantize_activations, as llama.cpp's Q8_1 but with float32 scales), then integer dot products per 32
+// weights, d_w * d_x * sum(q_w * q_x) + m_w * s_x (quantized_int8_impl.h), with AVX-512 VNNI (vpdpbusd)
+// where the CPU has it, AVX2's maddubs otherwise; past kQuantMaxRows rows on those paths, the octet
+// product below (int8_gemm_impl.h) in place of the float tiles. Fewer instructions per weight than the
+// float paths, at the cost of the activations' rounding (kernels/quantized.py: `quantized_linear_int8_ref`
+// is its exact reference).
 void set_int8_activations(bool on);
 bool int8_activations();
 void quantized_linear_int8_generic(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w,
@@ -97,6 +97,31 @@ struct Int8Rows {
   const float* s;
 };
 Int8Rows quantize_activations_here(const float* x, int64_t m, int64_t ldx, int64_t k);
+
+// Calls of more rows with int8 activations (AVX2 and AVX-512 VNNI; int8_gemm_impl.h): x quantized as
+// above, once per call, into "octets": 8 lanes of 32 weights (16 for Q6_K, whose sub-scales cover 16)
+// interleaved 4 bytes at a time, so one integer vector sums 8 groups' products in 8 lanes.
+constexpr int octet_lane_weights(int64_t qtype) { return qtype == kQ6_K ? 16 : 32; }
+constexpr int64_t int8_octets(int64_t k, int64_t qtype) { return (k / octet_lane_weights(qtype) + 7) / 8; }
+struct Int8Octets {
+  const int8_t* q;  // [m][octets][8 * lane weights]
+  const float* d;   // [m][octets][8]: each lane's scale d_x
+  const float* s;   // [m][octets][8]: d_x times the sum of the lane's q
+  int64_t octets;
+};
+struct Int8OctetsOut {
+  int8_t* q;
+  float* d;
+  float* s;
+};
+// Rows [i0, i1) of x into `out` (rows indexed from x's first), for a product with a `qtype` weight.
+void octet_activations_avx2(const float* x, int64_t i0, int64_t i1, int64_t ldx, int64_t k, int64_t qtype,
+                            const Int8OctetsOut& out);
+// Output columns [n0, n1) of y [m, N] from those rows.
+void quantized_gemm_int8_avx2(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int64_t qtype,
+                              int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
+void quantized_gemm_int8_avx512(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int64_t qtype,
+                                int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy);
 
 // IEEE half to float, for the blocks' scales (portable; the vector paths use F16C).
 float half_to_float(uint16_t h);

@@ -7,6 +7,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 
+#include "int8_gemm_impl.h"
 #include "quantized_int8_impl.h"
 
 namespace sllm_cpu {
@@ -15,6 +16,11 @@ void quantized_linear_int8_avx512(const float* x, int64_t m, int64_t ldx, int64_
                                   int64_t qtype, int64_t row_bytes, const float* bias, int64_t n0, int64_t n1,
                                   float* y, int64_t ldy) {
   int8_product<true>(x, m, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
+}
+
+void quantized_gemm_int8_avx512(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int64_t qtype,
+                                int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  octet_product<true>(a, m, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
 }
 
 }  // namespace sllm_cpu
@@ -29,6 +35,10 @@ void quantized_linear_int8_avx512(const float* x, int64_t m, int64_t ldx, int64_
                                   int64_t qtype, int64_t row_bytes, const float* bias, int64_t n0, int64_t n1,
                                   float* y, int64_t ldy) {
   quantized_linear_int8_generic(x, m, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
+}
+void quantized_gemm_int8_avx512(const Int8Octets&, int64_t, int64_t, const uint8_t*, int64_t, int64_t, const float*,
+                                int64_t, int64_t, float*, int64_t) {
+  __builtin_trap();
 }
 }  // namespace sllm_cpu
 #endif
