@@ -40,7 +40,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from integrations.text2sql.ebnf import EBNFRules, alts, ebnf_literal, identifier_excluding, rep
-from integrations.text2sql.plausibility import key_columns
 from integrations.text2sql.schema import Schema, quote_ident, value_sort
 
 
@@ -561,7 +560,7 @@ def sql_grammar(schema: Schema | Mapping[str, Sequence[str]], options: GrammarOp
     sorts: dict[str, dict[str, str | None]] = {}
     key_names: frozenset[str] = frozenset()
     if isinstance(schema, Schema):
-        key_names = key_columns(schema)
+        key_names = schema.key_columns()
         tables: Mapping[str, Sequence[str]] = schema.columns_by_table()
         dialect = opts.dialect or schema.dialect
         keys = schema.single_keys()

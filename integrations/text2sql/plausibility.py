@@ -29,17 +29,6 @@ from integrations.text2sql.schema import Schema
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
 
 
-def key_columns(schema: Schema) -> frozenset[str]:
-    """Every column name that is part of a primary or foreign key somewhere in ``schema``."""
-    keys: set[str] = set()
-    for table in schema.tables:
-        keys.update(table.primary_key)
-        for fk in table.foreign_keys:
-            keys.update(fk.columns)
-            keys.update(fk.ref_columns)
-    return frozenset(keys)
-
-
 def _same_column(a: exp.Expression | None, b: exp.Expression | None) -> bool:
     if not (isinstance(a, exp.Column) and isinstance(b, exp.Column)) or a.name != b.name:
         return False
@@ -52,7 +41,7 @@ def implausible(sql: str, schema: Schema, dialect: str = "sqlite") -> list[str]:
         tree = sqlglot.parse_one(sql, read=dialect)
     except sqlglot.errors.ParseError:
         return []
-    keys = key_columns(schema)
+    keys = schema.key_columns()
     found = []
     for agg in tree.find_all(exp.Sum, exp.Avg, exp.Anonymous):
         if isinstance(agg, exp.Anonymous):  # SQLite's TOTAL, which sqlglot does not model

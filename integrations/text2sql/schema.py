@@ -170,6 +170,16 @@ class Schema:
         return [(t.name, fk.columns[0], fk.ref_table, fk.ref_columns[0]) for t in self.tables
                 for fk in t.foreign_keys if len(fk.columns) == 1 and len(fk.ref_columns) == 1]
 
+    def key_columns(self) -> frozenset[str]:
+        """Every column name that is part of a primary or foreign key somewhere in the schema."""
+        keys: set[str] = set()
+        for table in self.tables:
+            keys.update(table.primary_key)
+            for fk in table.foreign_keys:
+                keys.update(fk.columns)
+                keys.update(fk.ref_columns)
+        return frozenset(keys)
+
     def to_ddl(self, native: bool = True) -> str:
         """Prompt text: the native DDL when the backend kept it and ``native``, else rendered DDL."""
         if native and self.native_ddl:

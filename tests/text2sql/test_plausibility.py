@@ -8,7 +8,7 @@ import pytest
 
 from integrations.text2sql.ask import run_sql
 from integrations.text2sql.generate import SQLGenerator
-from integrations.text2sql.plausibility import implausible, key_columns
+from integrations.text2sql.plausibility import implausible
 from integrations.text2sql.selection import aask_selected, ask_selected, choose, flag
 from integrations.text2sql.sources import demo_source
 
@@ -18,8 +18,8 @@ TOP_BRANCH = ("SELECT branches.name, {agg} AS n FROM loans JOIN branches ON loan
 
 def test_implausible_marks_ids_summed_and_columns_compared_with_themselves():
     schema = demo_source("library").schema()
-    assert {"loan_id", "book_id", "branch_id", "author_id"} <= key_columns(schema)
-    assert "pages" not in key_columns(schema)
+    assert {"loan_id", "book_id", "branch_id", "author_id"} <= schema.key_columns()
+    assert "pages" not in schema.key_columns()
     flagged = {
         TOP_BRANCH.format(agg="SUM(loans.loan_id)"): "SUM over the key column loans.loan_id",
         "SELECT AVG(book_id) FROM loans": "AVG over the key column book_id",
