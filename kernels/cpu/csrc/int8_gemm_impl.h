@@ -7,14 +7,17 @@
 // out so that one vector's 8 int32 lanes hold the partial dots of 8 different groups ("an octet"): lane l
 // of step t holds weights 4t..4t+3 of group l, so maddubs + madd (or one vpdpbusd) per step sums 4
 // products into each group's own lane, and after the octet's 8 steps one conversion and one FMA with the
-// vector of the 8 groups' factors serve 256 products. Q6_K's lanes hold 16 weights (its sub-scales cover
-// 16), so its octet is 4 steps of 128 weights.
+// vector of the 8 groups' factors serve 256 products.
 //
-// Weights are made unsigned (q + 8 for Q4_0, + 16 for Q5_0, + 32 for Q6_K) so that maddubs' unsigned
-// operand needs no sign trick per row; the offset comes back, like Q4_1's minimum, as a float term
-// min_w * s_x per lane, with s_x = d_x * sum(q_x) over the lane's weights. Q8_0 stays signed (q + 128
-// would overflow maddubs' int16 pairs) and takes the sign trick. Narrow weights let several steps' pair
-// sums add up in int16 before one widening (all 8 of an octet for 4-bit weights, 4 for 5-bit, 2 for 6).
+// Weights are made unsigned (q + 8 for Q4_0, + 16 for Q5_0) so that maddubs' unsigned operand needs no
+// sign trick per row; the offset comes back, like Q4_1's minimum, as a float term min_w * s_x per lane,
+// with s_x = d_x * sum(q_x) over the lane's weights. Q8_0 stays signed (q + 128 would overflow maddubs'
+// int16 pairs) and takes the sign trick. Narrow weights let several steps' pair sums add up in int16
+// before one widening (all 8 of an octet for 4-bit weights, 4 for 5-bit).
+// Q6_K's 16-weight sub-scales are integers, so they multiply in the widening itself (madd with the
+// sub-scale in place of 1, as llama.cpp does): its signed weights take maddubs' signed side and x its
+// unsigned one (q_x + 128), whose excess, 128 * sub-scale * sum(q_w), is a constant of the weight row
+// that starts the lane's int32 sum; one float factor d_w * d_x per lane remains.
 //
 // A tile of weight rows is unpacked into this layout once per call (kTileRows rows, all of K), then every
 // row of x meets it in register blocks of kMr rows by kNr weight rows.
@@ -37,68 +40,97 @@ namespace {
 constexpr int kOctetMr = 4, kOctetNr = 2;
 constexpr int64_t kOctetTileRows = 16;  // a multiple of kOctetNr; 16 rows of K = 8192 are 128 KB of bytes
 
-constexpr int octet_steps(int Q) { return octet_lane_weights(Q) / 4; }
-// Weights Q's type makes unsigned by adding this (0: unsigned already, or Q8_0's sign trick).
-constexpr int unsigned_offset(int Q) { return Q == kQ4_0 ? 8 : Q == kQ5_0 ? 16 : Q == kQ6_K ? 32 : 0; }
+constexpr int kOctetSteps = 8;
+// Q6_K's extra bytes per octet of a weight row: sub-scales as int16 pairs for steps 0-3 and 4-7 (32
+// bytes each), then each lane's starting sum (8 int32).
+constexpr int64_t kQ6Extra = 96;
+// Weights Q's type makes unsigned by adding this (0: unsigned already, Q8_0's sign trick, or Q6_K).
+constexpr int unsigned_offset(int Q) { return Q == kQ4_0 ? 8 : Q == kQ5_0 ? 16 : 0; }
 // Steps whose maddubs pair sums may be added as int16 before widening to int32 (each pair at most
-// 2 * 127 times the largest unsigned weight, the run's sum under 32767): 8 for 4 bits, 4 for 5, 2 for 6.
+// 2 * 127 times the largest unsigned weight, the run's sum under 32767): 8 for 4 bits, 4 for 5; Q6_K's
+// pairs (at most 2 * 255 * 32) 2.
 constexpr int int16_run(int Q) {
   return Q == kQ4_0 || Q == kQ4_1 || Q == kQ4_K ? 8 : Q == kQ5_0 || Q == kQ5_1 || Q == kQ5_K ? 4 : 2;
 }
 
-// Lane `lane` of octet `o` takes 32 (or 16) bytes from `src`, 4 at a time, one per step.
-inline void scatter_lane(const uint8_t* src, int lane_weights, uint8_t* octet, int lane) {
-  for (int t = 0; t < lane_weights / 4; ++t) std::memcpy(octet + 32 * t + 4 * lane, src + 4 * t, 4);
+// Stores the octet of 8 lanes of 32 bytes (r[l]: lane l's weights in order): step t's vector takes
+// dword t of every lane, an 8 x 8 transpose of 32-bit elements.
+inline void store_octet32(const __m256i (&r)[8], uint8_t* out) {
+  __m256 t[8], u[8];
+  for (int j = 0; j < 4; ++j) {
+    t[2 * j] = _mm256_unpacklo_ps(_mm256_castsi256_ps(r[2 * j]), _mm256_castsi256_ps(r[2 * j + 1]));
+    t[2 * j + 1] = _mm256_unpackhi_ps(_mm256_castsi256_ps(r[2 * j]), _mm256_castsi256_ps(r[2 * j + 1]));
+  }
+  for (int j = 0; j < 2; ++j) {  // u[4j + 0..3]: dwords 0, 1, 2, 3 (and 4-7 in the high half) of lanes 4j..4j+3
+    u[4 * j] = _mm256_shuffle_ps(t[4 * j], t[4 * j + 2], 0x44);
+    u[4 * j + 1] = _mm256_shuffle_ps(t[4 * j], t[4 * j + 2], 0xEE);
+    u[4 * j + 2] = _mm256_shuffle_ps(t[4 * j + 1], t[4 * j + 3], 0x44);
+    u[4 * j + 3] = _mm256_shuffle_ps(t[4 * j + 1], t[4 * j + 3], 0xEE);
+  }
+  for (int d = 0; d < 4; ++d) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(out + 32 * d), _mm256_permute2f128_ps(u[d], u[4 + d], 0x20));
+    _mm256_storeu_ps(reinterpret_cast<float*>(out + 32 * (d + 4)), _mm256_permute2f128_ps(u[d], u[4 + d], 0x31));
+  }
 }
 
-// Weight row `row` of the matrix in the octet layout: bytes [octets][steps][32], and per lane the
-// factor d_w (times the sub-scale) and the minimum (or -offset * factor).
+// Weight row `row` of the matrix in the octet layout: bytes [octets][8 steps][32], and per lane the
+// factor d_w (times the sub-scale) and the minimum (or -offset * factor); Q6_K's factor is d_w alone and
+// its sub-scales and starting sums go to `extra` (kQ6Extra bytes an octet).
 template <int Q>
-void octet_weight_row(const uint8_t* row, int64_t k, int64_t octets, uint8_t* bytes, float* factor, float* mins) {
-  constexpr int lw = octet_lane_weights(Q), ob = 8 * lw;
-  const int64_t lanes = k / lw;
-  if (lanes < octets * 8) {  // the last octet's missing lanes: zero weights and factors
-    std::memset(bytes + (octets - 1) * ob, 0, ob);
-    std::fill(factor + (octets - 1) * 8, factor + octets * 8, 0.0f);
-    std::fill(mins + (octets - 1) * 8, mins + octets * 8, 0.0f);
-  }
-  alignas(32) uint8_t q[32];
+void octet_weight_row(const uint8_t* row, int64_t k, int64_t octets, uint8_t* bytes, float* factor, float* mins,
+                      uint8_t* extra) {
   const __m256i offset = _mm256_set1_epi8(static_cast<char>(unsigned_offset(Q)));
   if constexpr (!bytes_is_k(Q)) {
-    for (int64_t b = 0; b < lanes; ++b) {
-      const uint8_t* blk = row + b * quant_block_bytes(Q);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_add_epi8(group<Q>(blk, 0).q, offset));
-      scatter_lane(q, lw, bytes + (b / 8) * ob, static_cast<int>(b % 8));
-      const float d = half_bits(blk);
-      factor[b] = d;
-      mins[b] = bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(unsigned_offset(Q)) * d;
+    const int64_t lanes = k / kQuantBlock;
+    std::fill(factor + (octets - 1) * 8, factor + octets * 8, 0.0f);  // the last octet's missing lanes
+    std::fill(mins + (octets - 1) * 8, mins + octets * 8, 0.0f);
+    for (int64_t o = 0; o < octets; ++o) {
+      __m256i r[8];
+      for (int l = 0; l < 8; ++l) {
+        const int64_t b = 8 * o + l;
+        if (b >= lanes) {
+          r[l] = _mm256_setzero_si256();
+          continue;
+        }
+        const uint8_t* blk = row + b * quant_block_bytes(Q);
+        r[l] = _mm256_add_epi8(group<Q>(blk, 0).q, offset);
+        const float d = half_bits(blk);
+        factor[b] = d;
+        mins[b] = bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(unsigned_offset(Q)) * d;
+      }
+      store_octet32(r, bytes + o * kOctet);
     }
   } else if constexpr (Q == kQ6_K) {
-    for (int64_t s = 0; s < k / kMaxQuantBlock; ++s) {
+    for (int64_t s = 0; s < octets; ++s) {
       const uint8_t* blk = row + s * quant_block_bytes(Q);
-      const float d = half_bits(blk + 208);
       const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
+      std::fill(factor + 8 * s, factor + 8 * s + 8, half_bits(blk + 208));
+      std::fill(mins + 8 * s, mins + 8 * s + 8, 0.0f);
+      int16_t* pairs = reinterpret_cast<int16_t*>(extra + s * kQ6Extra);
+      int32_t* start = reinterpret_cast<int32_t*>(extra + s * kQ6Extra + 64);
+      __m256i r[8];
       for (int c = 0; c < kChunk; ++c) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(q), _mm256_add_epi8(group<Q>(blk, c).q, offset));
-        for (int h = 0; h < 2; ++h) {
-          const int64_t lane = 16 * s + 2 * c + h;
-          scatter_lane(q + 16 * h, lw, bytes + (lane / 8) * ob, static_cast<int>(lane % 8));
-          factor[lane] = d * static_cast<float>(sc[2 * c + h]);
-          mins[lane] = -32.0f * factor[lane];
-        }
+        r[c] = group<Q>(blk, c).q;
+        for (int h = 0; h < 2; ++h) pairs[16 * h + 2 * c] = pairs[16 * h + 2 * c + 1] = sc[2 * c + h];
+        // sums of weights 4j..4j+3 in lane j: 0-3 under sub-scale 2c, 4-7 under 2c + 1
+        const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), r[c]), _mm256_set1_epi16(1));
+        alignas(32) int32_t lane[8];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lane), sums);
+        start[c] = -128 * (sc[2 * c] * (lane[0] + lane[1] + lane[2] + lane[3]) +
+                           sc[2 * c + 1] * (lane[4] + lane[5] + lane[6] + lane[7]));
       }
+      store_octet32(r, bytes + s * kOctet);
     }
   } else {  // Q4_K, Q5_K: one lane per 32-weight group, 8 a super-block, so one octet each
-    for (int64_t s = 0; s < k / kMaxQuantBlock; ++s) {
+    for (int64_t s = 0; s < octets; ++s) {
       const uint8_t* blk = row + s * quant_block_bytes(Q);
       __m256 scale8, min8;
       k_factors(blk, scale8, min8);
       _mm256_storeu_ps(factor + 8 * s, scale8);
       _mm256_storeu_ps(mins + 8 * s, min8);
-      for (int c = 0; c < kChunk; ++c) {
-        _mm256_store_si256(reinterpret_cast<__m256i*>(q), group<Q>(blk, c).q);
-        scatter_lane(q, lw, bytes + s * ob, c);
-      }
+      __m256i r[8];
+      for (int c = 0; c < kChunk; ++c) r[c] = group<Q>(blk, c).q;
+      store_octet32(r, bytes + s * kOctet);
     }
   }
 }
@@ -121,15 +153,68 @@ struct OctetRows {
   const uint8_t* q;
   const float* d;  // x: its scales; w: its factors
   const float* s;  // x: d times the sums of q; w: its minimums
-  int64_t q_stride, f_stride;  // bytes and floats between consecutive rows
+  const uint8_t* e;  // w of Q6_K: kQ6Extra bytes an octet
+  int64_t q_stride, f_stride;  // bytes and floats between consecutive rows (kQ6Extra / 4 floats a
+                               // row's octet for `e`)
+  OctetRows row(int64_t r) const {
+    return {q + r * q_stride, d + r * f_stride, s + r * f_stride, e ? e + r * f_stride / 8 * kQ6Extra : nullptr,
+            q_stride, f_stride};
+  }
 };
+
+// Q6_K's block (every path: its sub-scales need the int16 widening): runs of 2 steps of maddubs(x + 128,
+// w) in int16, widened by madd with the lanes' sub-scales into int32 sums that start at the weight
+// row's excess, then one conversion and FMA per octet.
+template <int MR, int NR>
+inline void q6_block(const OctetRows& x, const OctetRows& w, int64_t octets, float* y, int64_t ldy) {
+  __m256 accf[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int c = 0; c < NR; ++c) accf[i][c] = _mm256_setzero_ps();
+  const int64_t e_stride = w.f_stride / 8 * kQ6Extra;
+  for (int64_t o = 0; o < octets; ++o) {
+    __m256i acc[MR][NR];
+    for (int c = 0; c < NR; ++c) {
+      const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.e + c * e_stride + o * kQ6Extra + 64));
+      for (int i = 0; i < MR; ++i) acc[i][c] = start;
+    }
+#pragma GCC unroll 1
+    for (int t = 0; t < kOctetSteps; t += 2) {
+      __m256i w0[NR], w1[NR], sc[NR];
+      for (int c = 0; c < NR; ++c) {
+        const uint8_t* wq = w.q + c * w.q_stride + (o * kOctetSteps + t) * 32;
+        w0[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq));
+        w1[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wq + 32));
+        sc[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.e + c * e_stride + o * kQ6Extra + 32 * (t / 4)));
+      }
+      for (int i = 0; i < MR; ++i) {
+        const uint8_t* xq = x.q + i * x.q_stride + (o * kOctetSteps + t) * 32;
+        const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+        const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
+        for (int c = 0; c < NR; ++c) {
+          const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(x0, w0[c]), _mm256_maddubs_epi16(x1, w1[c]));
+          acc[i][c] = _mm256_add_epi32(acc[i][c], _mm256_madd_epi16(pairs, sc[c]));
+        }
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      const __m256 xd = _mm256_loadu_ps(x.d + i * x.f_stride + 8 * o);
+      for (int c = 0; c < NR; ++c) {
+        const __m256 f = _mm256_mul_ps(_mm256_loadu_ps(w.d + c * w.f_stride + 8 * o), xd);
+        accf[i][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][c]), f, accf[i][c]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int c = 0; c < NR; ++c) y[i * ldy + c] = hsum(accf[i][c]);
+}
 
 // y[i, c] = x row i . weight row c for MR rows of x and NR weight rows, over every octet. A run of
 // steps sums in integers (int16 runs of int16_run steps with maddubs; int32 over the octet with VNNI or
 // Q8_0's sign trick), then one conversion and FMA per run with the lanes' factors d_w * d_x.
 template <int Q, int MR, int NR, bool kVnni>
 inline void octet_block(const OctetRows& x, const OctetRows& w, int64_t octets, float* y, int64_t ldy) {
-  constexpr int steps = octet_steps(Q);
+  if constexpr (Q == kQ6_K) return q6_block<MR, NR>(x, w, octets, y, ldy);
+  constexpr int steps = kOctetSteps;
   constexpr bool int16 = !kVnni && Q != kQ8_0;
   constexpr int run = int16 ? std::min(int16_run(Q), steps) : steps;
   __m256 accf[MR][NR];
@@ -184,81 +269,69 @@ template <int Q, int MR, bool kVnni>
 inline void octet_rows(const OctetRows& x, const OctetRows& w, int64_t rows, int64_t octets, float* y, int64_t ldy) {
   int64_t c = 0;
   for (; c + kOctetNr <= rows; c += kOctetNr) {
-    const OctetRows wc{w.q + c * w.q_stride, w.d + c * w.f_stride, w.s + c * w.f_stride, w.q_stride, w.f_stride};
-    octet_block<Q, MR, kOctetNr, kVnni>(x, wc, octets, y + c, ldy);
+    octet_block<Q, MR, kOctetNr, kVnni>(x, w.row(c), octets, y + c, ldy);
   }
   for (; c < rows; ++c) {
-    const OctetRows wc{w.q + c * w.q_stride, w.d + c * w.f_stride, w.s + c * w.f_stride, w.q_stride, w.f_stride};
-    octet_block<Q, MR, 1, kVnni>(x, wc, octets, y + c, ldy);
+    octet_block<Q, MR, 1, kVnni>(x, w.row(c), octets, y + c, ldy);
   }
 }
 
 template <int Q, bool kVnni>
 void octet_gemm(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
                 int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const int64_t octets = a.octets, ob = 8 * octet_lane_weights(Q);
-  thread_local std::vector<uint8_t> tile_q;
+  const int64_t octets = a.octets;
+  thread_local std::vector<uint8_t> tile_q, tile_e;
   thread_local std::vector<float> tile_f, tile_m;
-  tile_q.resize(kOctetTileRows * octets * ob);
+  tile_q.resize(kOctetTileRows * octets * kOctet);
   tile_f.resize(kOctetTileRows * octets * 8);
   tile_m.resize(kOctetTileRows * octets * 8);
-  const OctetRows tile{tile_q.data(), tile_f.data(), tile_m.data(), octets * ob, octets * 8};
-  const OctetRows xr{reinterpret_cast<const uint8_t*>(a.q), a.d, a.s, octets * ob, octets * 8};
+  tile_e.resize(Q == kQ6_K ? kOctetTileRows * octets * kQ6Extra : 0);
+  const OctetRows tile{tile_q.data(), tile_f.data(), tile_m.data(), Q == kQ6_K ? tile_e.data() : nullptr,
+                       octets * kOctet, octets * 8};
+  const OctetRows xr{reinterpret_cast<const uint8_t*>(a.q), a.d, a.s, nullptr, octets * kOctet, octets * 8};
   for (int64_t t0 = n0; t0 < n1; t0 += kOctetTileRows) {
     const int64_t rows = std::min(kOctetTileRows, n1 - t0);
-    for (int64_t r = 0; r < rows; ++r)
-      octet_weight_row<Q>(w + (t0 + r) * row_bytes, k, octets, tile_q.data() + r * tile.q_stride,
-                          tile_f.data() + r * tile.f_stride, tile_m.data() + r * tile.f_stride);
+    for (int64_t r = 0; r < rows; ++r) {
+      const OctetRows out = tile.row(r);
+      octet_weight_row<Q>(w + (t0 + r) * row_bytes, k, octets, const_cast<uint8_t*>(out.q), const_cast<float*>(out.d),
+                          const_cast<float*>(out.s), const_cast<uint8_t*>(out.e));
+    }
     int64_t i = 0;
-    for (; i + kOctetMr <= m; i += kOctetMr) {
-      const OctetRows xi{xr.q + i * xr.q_stride, xr.d + i * xr.f_stride, xr.s + i * xr.f_stride, xr.q_stride,
-                         xr.f_stride};
-      octet_rows<Q, kOctetMr, kVnni>(xi, tile, rows, octets, y + i * ldy + t0, ldy);
-    }
-    for (; i < m; ++i) {
-      const OctetRows xi{xr.q + i * xr.q_stride, xr.d + i * xr.f_stride, xr.s + i * xr.f_stride, xr.q_stride,
-                         xr.f_stride};
-      octet_rows<Q, 1, kVnni>(xi, tile, rows, octets, y + i * ldy + t0, ldy);
-    }
+    for (; i + kOctetMr <= m; i += kOctetMr) octet_rows<Q, kOctetMr, kVnni>(xr.row(i), tile, rows, octets, y + i * ldy + t0, ldy);
+    for (; i < m; ++i) octet_rows<Q, 1, kVnni>(xr.row(i), tile, rows, octets, y + i * ldy + t0, ldy);
     if (bias)
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < rows; ++c) y[r * ldy + t0 + c] += bias[t0 + c];
   }
 }
 
-// Rows [i0, i1) of x quantized (the same q, d and s as quantize_activations) into the octet layout of
-// `qtype` at `out` (whose rows are indexed from 0 = x's row 0).
+// Rows [i0, i1) of x quantized (the same q, d and s as quantize_activations) into the octet layout at
+// `out` (whose rows are indexed from x's first); for a Q6_K weight the bytes are q + 128.
 inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64_t ldx, int64_t k, int64_t qtype,
                                    const Int8OctetsOut& out) {
-  const int lw = qtype == kQ6_K ? 16 : 32;
-  const int64_t octets = int8_octets(k, qtype), ob = 8 * lw, blocks = k / kQuantBlock;
-  alignas(32) int8_t q[32];
+  const int64_t octets = int8_octets(k), blocks = k / kQuantBlock;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(qtype == kQ6_K ? 0x80 : 0));
   for (int64_t i = i0; i < i1; ++i) {
-    uint8_t* qrow = reinterpret_cast<uint8_t*>(out.q) + i * octets * ob;
+    uint8_t* qrow = reinterpret_cast<uint8_t*>(out.q) + i * octets * kOctet;
     float* drow = out.d + i * octets * 8;
     float* srow = out.s + i * octets * 8;
-    std::memset(qrow + (octets - 1) * ob, 0, ob);
     std::fill(drow + (octets - 1) * 8, drow + octets * 8, 0.0f);
     std::fill(srow + (octets - 1) * 8, srow + octets * 8, 0.0f);
-    for (int64_t b = 0; b < blocks; ++b) {
-      float d;
-      int sum;
-      quantize_block32(x + i * ldx + b * kQuantBlock, q, d, sum);
-      if (lw == 32) {
-        scatter_lane(reinterpret_cast<const uint8_t*>(q), lw, qrow + (b / 8) * ob, static_cast<int>(b % 8));
-        drow[b] = d;
-        srow[b] = d * static_cast<float>(sum);
-        continue;
+    for (int64_t o = 0; o < octets; ++o) {
+      alignas(32) int8_t q[8][32];
+      __m256i r[8];
+      for (int l = 0; l < 8; ++l) {
+        const int64_t b = 8 * o + l;
+        if (b >= blocks) {  // a missing lane: zero bytes (q + 128 too), zero scale
+          r[l] = _mm256_setzero_si256();
+          continue;
+        }
+        int sum;
+        quantize_block32(x + i * ldx + b * kQuantBlock, q[l], drow[b], sum);
+        srow[b] = drow[b] * static_cast<float>(sum);
+        r[l] = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(q[l])), flip);
       }
-      for (int h = 0; h < 2; ++h) {
-        const int64_t lane = 2 * b + h;
-        int part = 0;
-        for (int j = 0; j < 16; ++j) part += q[16 * h + j];
-        scatter_lane(reinterpret_cast<const uint8_t*>(q + 16 * h), lw, qrow + (lane / 8) * ob,
-                     static_cast<int>(lane % 8));
-        drow[lane] = d;
-        srow[lane] = d * static_cast<float>(part);
-      }
+      store_octet32(r, qrow + o * kOctet);
     }
   }
 }

@@ -23,8 +23,8 @@ constexpr int64_t kMinRowsPerThread = 128;
 // then the weight rows split over the threads as for the float product.
 void int8_octet_product(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                         int64_t row_bytes, const float* bias, int64_t n, float* y, bool vnni) {
-  const int64_t octets = int8_octets(k, qtype), lane_bytes = 8 * octet_lane_weights(qtype);
-  std::vector<int8_t> q(m * octets * lane_bytes);
+  const int64_t octets = int8_octets(k);
+  std::vector<int8_t> q(m * octets * kOctet);
   std::vector<float> d(m * octets * 8), s(m * octets * 8);
   const Int8OctetsOut out{q.data(), d.data(), s.data()};
   at::parallel_for(0, m, 16, [&](int64_t i0, int64_t i1) { octet_activations_avx2(x, i0, i1, ldx, k, qtype, out); });

@@ -99,12 +99,12 @@ struct Int8Rows {
 Int8Rows quantize_activations_here(const float* x, int64_t m, int64_t ldx, int64_t k);
 
 // Calls of more rows with int8 activations (AVX2 and AVX-512 VNNI; int8_gemm_impl.h): x quantized as
-// above, once per call, into "octets": 8 lanes of 32 weights (16 for Q6_K, whose sub-scales cover 16)
-// interleaved 4 bytes at a time, so one integer vector sums 8 groups' products in 8 lanes.
-constexpr int octet_lane_weights(int64_t qtype) { return qtype == kQ6_K ? 16 : 32; }
-constexpr int64_t int8_octets(int64_t k, int64_t qtype) { return (k / octet_lane_weights(qtype) + 7) / 8; }
+// above, once per call, into "octets": 8 lanes of 32 weights interleaved 4 bytes at a time (the last
+// octet of a row padded with zeros), so one integer vector sums 8 groups' products in 8 lanes.
+constexpr int64_t kOctet = 8 * kQuantBlock;
+constexpr int64_t int8_octets(int64_t k) { return (k / kQuantBlock + 7) / 8; }
 struct Int8Octets {
-  const int8_t* q;  // [m][octets][8 * lane weights]
+  const int8_t* q;  // [m][octets][256] (q + 128 as bytes for a Q6_K weight)
   const float* d;   // [m][octets][8]: each lane's scale d_x
   const float* s;   // [m][octets][8]: d_x times the sum of the lane's q
   int64_t octets;
