@@ -10,6 +10,9 @@ ruff check .
 # hides the warnings strict mode counts); a few seconds.
 site=$(mktemp -d) && NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$site" && rm -rf "$site"
 export TRITON_INTERPRET=1
+# The C++ CPU kernels are built (minutes, once per source version) before any test starts: built by the
+# first test that needs them, the build ran inside other tests' deadlines (a server's /health wait).
+python -c "from kernels.cpu import cpu_kernels_available; cpu_kernels_available()"
 # The database suites start their own PostgreSQL server from Debian's binaries (tests/postgres.py).
 if [ -z "${SLLM_PG_BIN:-}" ] && ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
   echo "note: no PostgreSQL server binaries (apt-get install postgresql, or set SLLM_PG_BIN): the PostgreSQL tests skip"
