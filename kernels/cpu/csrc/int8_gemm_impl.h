@@ -19,8 +19,8 @@
 // unsigned one (q_x + 128), whose excess, 128 * sub-scale * sum(q_w), is a constant of the weight row
 // that starts the lane's int32 sum; one float factor d_w * d_x per lane remains.
 //
-// A tile of weight rows is unpacked into this layout once per call (kTileRows rows, all of K), then every
-// row of x meets it in register blocks of kMr rows by kNr weight rows.
+// A tile of weight rows is unpacked into this layout once per call (kOctetTileRows rows, all of K), then
+// every row of x meets it in register blocks of kOctetMr rows by kOctetNr weight rows.
 #pragma once
 
 #include <immintrin.h>
@@ -47,11 +47,9 @@ constexpr int64_t kQ6Extra = 96;
 // Weights Q's type makes unsigned by adding this (0: unsigned already, Q8_0's sign trick, or Q6_K).
 constexpr int unsigned_offset(int Q) { return Q == kQ4_0 ? 8 : Q == kQ5_0 ? 16 : 0; }
 // Steps whose maddubs pair sums may be added as int16 before widening to int32 (each pair at most
-// 2 * 127 times the largest unsigned weight, the run's sum under 32767): 8 for 4 bits, 4 for 5; Q6_K's
-// pairs (at most 2 * 255 * 32) 2.
-constexpr int int16_run(int Q) {
-  return Q == kQ4_0 || Q == kQ4_1 || Q == kQ4_K ? 8 : Q == kQ5_0 || Q == kQ5_1 || Q == kQ5_K ? 4 : 2;
-}
+// 2 * 127 times the largest unsigned weight, the run's sum under 32767): 8 for 4 bits, 4 for 5 (Q8_0
+// widens every step, Q6_K every 2: q6_block).
+constexpr int int16_run(int Q) { return Q == kQ4_0 || Q == kQ4_1 || Q == kQ4_K ? 8 : 4; }
 
 // Stores the octet of 8 lanes of 32 bytes (r[l]: lane l's weights in order): step t's vector takes
 // dword t of every lane, an 8 x 8 transpose of 32-bit elements.
