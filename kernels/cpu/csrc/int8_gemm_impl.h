@@ -172,7 +172,8 @@ inline void q6_block(const OctetRows& x, const OctetRows& w, int64_t octets, flo
   for (int64_t o = 0; o < octets; ++o) {
     __m256i acc[MR][NR];
     for (int c = 0; c < NR; ++c) {
-      const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.e + c * e_stride + o * kQ6Extra + 64));
+      const uint8_t* extra = w.e + c * e_stride + o * kQ6Extra;
+      const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(extra + 64));
       for (int i = 0; i < MR; ++i) acc[i][c] = start;
     }
 #pragma GCC unroll 1
@@ -211,56 +212,59 @@ inline void q6_block(const OctetRows& x, const OctetRows& w, int64_t octets, flo
 // Q8_0's sign trick), then one conversion and FMA per run with the lanes' factors d_w * d_x.
 template <int Q, int MR, int NR, bool kVnni>
 inline void octet_block(const OctetRows& x, const OctetRows& w, int64_t octets, float* y, int64_t ldy) {
-  if constexpr (Q == kQ6_K) return q6_block<MR, NR>(x, w, octets, y, ldy);
-  constexpr int steps = kOctetSteps;
-  constexpr bool int16 = !kVnni && Q != kQ8_0;
-  constexpr int run = int16 ? std::min(int16_run(Q), steps) : steps;
-  __m256 accf[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int c = 0; c < NR; ++c) accf[i][c] = _mm256_setzero_ps();
-  for (int64_t o = 0; o < octets; ++o) {
-    for (int t0 = 0; t0 < steps; t0 += run) {
-      __m256i acc[MR][NR];
-      for (int i = 0; i < MR; ++i)
-        for (int c = 0; c < NR; ++c) acc[i][c] = _mm256_setzero_si256();
-      // Not unrolled: unrolled, GCC regroups the int16 additions into a tree over all steps and spills
-      // the 64 products of a 4 x 2 block to the stack.
-#pragma GCC unroll 1
-      for (int t = t0; t < t0 + run; ++t) {
-        __m256i wv[NR];
-        for (int c = 0; c < NR; ++c)
-          wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q + c * w.q_stride + (o * steps + t) * 32));
+  if constexpr (Q == kQ6_K) {  // its own widening; the rest of this body is never instantiated for it
+    q6_block<MR, NR>(x, w, octets, y, ldy);
+  } else {
+    constexpr int steps = kOctetSteps;
+    constexpr bool int16 = !kVnni && Q != kQ8_0;
+    constexpr int run = int16 ? std::min(int16_run(Q), steps) : steps;
+    __m256 accf[MR][NR];
+    for (int i = 0; i < MR; ++i)
+      for (int c = 0; c < NR; ++c) accf[i][c] = _mm256_setzero_ps();
+    for (int64_t o = 0; o < octets; ++o) {
+      for (int t0 = 0; t0 < steps; t0 += run) {
+        __m256i acc[MR][NR];
+        for (int i = 0; i < MR; ++i)
+          for (int c = 0; c < NR; ++c) acc[i][c] = _mm256_setzero_si256();
+        // Not unrolled: unrolled, GCC regroups the int16 additions into a tree over all steps and spills
+        // the 64 products of a 4 x 2 block to the stack.
+  #pragma GCC unroll 1
+        for (int t = t0; t < t0 + run; ++t) {
+          __m256i wv[NR];
+          for (int c = 0; c < NR; ++c)
+            wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q + c * w.q_stride + (o * steps + t) * 32));
+          for (int i = 0; i < MR; ++i) {
+            const __m256i xv =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + i * x.q_stride + (o * steps + t) * 32));
+            for (int c = 0; c < NR; ++c) {
+              if constexpr (int16)
+                acc[i][c] = _mm256_add_epi16(acc[i][c], _mm256_maddubs_epi16(wv[c], xv));
+              else
+                acc[i][c] = octet_dot<Q, kVnni>(acc[i][c], wv[c], xv);
+            }
+          }
+        }
         for (int i = 0; i < MR; ++i) {
-          const __m256i xv =
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + i * x.q_stride + (o * steps + t) * 32));
+          const __m256 xd = _mm256_loadu_ps(x.d + i * x.f_stride + 8 * o);
           for (int c = 0; c < NR; ++c) {
-            if constexpr (int16)
-              acc[i][c] = _mm256_add_epi16(acc[i][c], _mm256_maddubs_epi16(wv[c], xv));
-            else
-              acc[i][c] = octet_dot<Q, kVnni>(acc[i][c], wv[c], xv);
+            __m256i sums = acc[i][c];
+            if constexpr (int16) sums = _mm256_madd_epi16(sums, _mm256_set1_epi16(1));
+            const __m256 f = _mm256_mul_ps(_mm256_loadu_ps(w.d + c * w.f_stride + 8 * o), xd);
+            accf[i][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, accf[i][c]);
           }
         }
       }
-      for (int i = 0; i < MR; ++i) {
-        const __m256 xd = _mm256_loadu_ps(x.d + i * x.f_stride + 8 * o);
-        for (int c = 0; c < NR; ++c) {
-          __m256i sums = acc[i][c];
-          if constexpr (int16) sums = _mm256_madd_epi16(sums, _mm256_set1_epi16(1));
-          const __m256 f = _mm256_mul_ps(_mm256_loadu_ps(w.d + c * w.f_stride + 8 * o), xd);
-          accf[i][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), f, accf[i][c]);
+      if constexpr (Q != kQ8_0) {
+        for (int i = 0; i < MR; ++i) {
+          const __m256 xs = _mm256_loadu_ps(x.s + i * x.f_stride + 8 * o);
+          for (int c = 0; c < NR; ++c)
+            accf[i][c] = _mm256_fmadd_ps(_mm256_loadu_ps(w.s + c * w.f_stride + 8 * o), xs, accf[i][c]);
         }
       }
     }
-    if constexpr (Q != kQ8_0) {
-      for (int i = 0; i < MR; ++i) {
-        const __m256 xs = _mm256_loadu_ps(x.s + i * x.f_stride + 8 * o);
-        for (int c = 0; c < NR; ++c)
-          accf[i][c] = _mm256_fmadd_ps(_mm256_loadu_ps(w.s + c * w.f_stride + 8 * o), xs, accf[i][c]);
-      }
-    }
+    for (int i = 0; i < MR; ++i)
+      for (int c = 0; c < NR; ++c) y[i * ldy + c] = hsum(accf[i][c]);
   }
-  for (int i = 0; i < MR; ++i)
-    for (int c = 0; c < NR; ++c) y[i * ldy + c] = hsum(accf[i][c]);
 }
 
 template <int Q, int MR, bool kVnni>
@@ -295,7 +299,8 @@ void octet_gemm(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int
                           const_cast<float*>(out.s), const_cast<uint8_t*>(out.e));
     }
     int64_t i = 0;
-    for (; i + kOctetMr <= m; i += kOctetMr) octet_rows<Q, kOctetMr, kVnni>(xr.row(i), tile, rows, octets, y + i * ldy + t0, ldy);
+    for (; i + kOctetMr <= m; i += kOctetMr)
+      octet_rows<Q, kOctetMr, kVnni>(xr.row(i), tile, rows, octets, y + i * ldy + t0, ldy);
     for (; i < m; ++i) octet_rows<Q, 1, kVnni>(xr.row(i), tile, rows, octets, y + i * ldy + t0, ldy);
     if (bias)
       for (int64_t r = 0; r < m; ++r)
@@ -337,16 +342,9 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
 template <bool kVnni>
 void octet_product(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int64_t qtype, int64_t row_bytes,
                    const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  switch (qtype) {
-    case kQ4_0: return octet_gemm<kQ4_0, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ4_1: return octet_gemm<kQ4_1, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ5_0: return octet_gemm<kQ5_0, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ5_1: return octet_gemm<kQ5_1, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ8_0: return octet_gemm<kQ8_0, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ4_K: return octet_gemm<kQ4_K, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ5_K: return octet_gemm<kQ5_K, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    default: return octet_gemm<kQ6_K, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-  }
+  with_quant_type(qtype, [&](auto q) {
+    octet_gemm<decltype(q)::value, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
+  });
 }
 
 }  // namespace

@@ -238,16 +238,9 @@ template <bool kVnni>
 void int8_product(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                   int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const Int8Rows a = quantize_rows(x, m, ldx, k);
-  switch (qtype) {
-    case kQ4_0: return int8_by_rows<kQ4_0, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ4_1: return int8_by_rows<kQ4_1, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ5_0: return int8_by_rows<kQ5_0, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ5_1: return int8_by_rows<kQ5_1, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ8_0: return int8_by_rows<kQ8_0, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ4_K: return int8_by_rows<kQ4_K, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ5_K: return int8_by_rows<kQ5_K, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-    default: return int8_by_rows<kQ6_K, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
-  }
+  with_quant_type(qtype, [&](auto q) {
+    int8_by_rows<decltype(q)::value, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
+  });
 }
 
 }  // namespace

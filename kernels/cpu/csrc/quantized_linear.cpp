@@ -20,17 +20,19 @@ namespace {
 constexpr int64_t kMinRowsPerThread = 128;
 
 // Many rows with int8 activations: x quantized into octets once (its rows split over the threads),
-// then the weight rows split over the threads as for the float product.
+// then the weight rows split over the threads (`grain` at the least) as for the float product. The octets
+// live in the calling thread's buffers, reused from call to call (every byte read is written first).
 void int8_octet_product(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
-                        int64_t row_bytes, const float* bias, int64_t n, float* y, bool vnni) {
+                        int64_t row_bytes, const float* bias, int64_t n, float* y, int64_t grain, bool vnni) {
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d, s;
   const int64_t octets = int8_octets(k);
-  std::vector<int8_t> q(m * octets * kOctet);
-  std::vector<float> d(m * octets * 8), s(m * octets * 8);
+  q.resize(m * octets * kOctet);
+  d.resize(m * octets * 8);
+  s.resize(m * octets * 8);
   const Int8OctetsOut out{q.data(), d.data(), s.data()};
   at::parallel_for(0, m, 16, [&](int64_t i0, int64_t i1) { octet_activations_avx2(x, i0, i1, ldx, k, qtype, out); });
   const Int8Octets a{q.data(), d.data(), s.data(), octets};
-  const int64_t threads = at::get_num_threads();
-  const int64_t grain = std::max<int64_t>(kMinRowsPerThread, (n + threads - 1) / threads);
   at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
     (vnni ? quantized_gemm_int8_avx512 : quantized_gemm_int8_avx2)(a, m, k, w, qtype, row_bytes, bias, n0, n1, y, n);
   });
@@ -88,7 +90,8 @@ at::Tensor quantized_linear(const at::Tensor& x_in, const at::Tensor& data, int6
   const int64_t grain = std::max<int64_t>(kMinRowsPerThread, (n + threads - 1) / threads);
   const Isa isa = pick_isa(isa_ceiling(), kQuantBlock);
   if (m >= kQuantGemmRows && isa != Isa::Generic && int8_activations()) {
-    int8_octet_product(xp, m, ldx, k, wp, qtype, row_bytes, bp, n, yp, isa == Isa::Avx512 && cpu_has_avx512_vnni());
+    int8_octet_product(xp, m, ldx, k, wp, qtype, row_bytes, bp, n, yp, grain,
+                       isa == Isa::Avx512 && cpu_has_avx512_vnni());
     return y;
   }
   if (m >= kQuantGemmRows && isa != Isa::Generic) {

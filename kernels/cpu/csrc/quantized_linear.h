@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace sllm_cpu {
 
@@ -130,6 +131,22 @@ float half_to_float(uint16_t h);
 void dequantize_block(const uint8_t* blk, int64_t qtype, float* out);
 
 namespace {
+// f(std::integral_constant<int, Q>{}) for the GGML type id `qtype` (Q6_K past the others: the op checked
+// the type), so that each path's loop is instantiated per type and carries no branch on it.
+template <class F>
+inline decltype(auto) with_quant_type(int64_t qtype, F&& f) {
+  switch (qtype) {
+    case kQ4_0: return f(std::integral_constant<int, kQ4_0>{});
+    case kQ4_1: return f(std::integral_constant<int, kQ4_1>{});
+    case kQ5_0: return f(std::integral_constant<int, kQ5_0>{});
+    case kQ5_1: return f(std::integral_constant<int, kQ5_1>{});
+    case kQ8_0: return f(std::integral_constant<int, kQ8_0>{});
+    case kQ4_K: return f(std::integral_constant<int, kQ4_K>{});
+    case kQ5_K: return f(std::integral_constant<int, kQ5_K>{});
+    default: return f(std::integral_constant<int, kQ6_K>{});
+  }
+}
+
 // Sub-block j's 6-bit scale and minimum in Q4_K/Q5_K's 12 packed bytes (ggml's get_scale_min_k4).
 // Internal linkage: each path compiles its own copy under its own target flags (see vec_avx2.h).
 inline void scale_min_k4(int j, const uint8_t* q, int& scale, int& min) {

@@ -143,16 +143,9 @@ void by_rows(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w
 
 void quantized_linear_avx512(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                              int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  switch (qtype) {
-    case kQ4_0: return by_rows<kQ4_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ4_1: return by_rows<kQ4_1>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ5_0: return by_rows<kQ5_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ5_1: return by_rows<kQ5_1>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ8_0: return by_rows<kQ8_0>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ4_K: return by_rows<kQ4_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case kQ5_K: return by_rows<kQ5_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    default: return by_rows<kQ6_K>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-  }
+  with_quant_type(qtype, [&](auto q) {
+    by_rows<decltype(q)::value>(x, m, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+  });
 }
 
 }  // namespace sllm_cpu
