@@ -71,6 +71,14 @@ inline void store_octet32(const __m256i (&r)[8], uint8_t* out) {
   }
 }
 
+// A short last octet of s steps (octet_last_steps): lane l holds 4s bytes of group l / (8 / s), from byte
+// (l % (8 / s)) * 4s on, step t's four of them at 4t; `groups` holds s groups (zeros where none is left).
+inline void store_short_octet(const uint8_t (*groups)[32], int s, uint8_t* out) {
+  const int per = 8 / s;
+  for (int t = 0; t < s; ++t)
+    for (int l = 0; l < 8; ++l) std::memcpy(out + 32 * t + 4 * l, groups[l / per] + (l % per) * 4 * s + 4 * t, 4);
+}
+
 // Weight row `row` of the matrix in the octet layout: bytes [octets][8 steps][32], and per lane the
 // factor d_w (times the sub-scale) and the minimum (or -offset * factor); Q6_K's factor is d_w alone and
 // its sub-scales and starting sums go to `extra` (kQ6Extra bytes an octet).
@@ -82,7 +90,22 @@ void octet_weight_row(const uint8_t* row, int64_t k, int64_t octets, uint8_t* by
     const int64_t lanes = k / kQuantBlock;
     std::fill(factor + (octets - 1) * 8, factor + octets * 8, 0.0f);  // the last octet's missing lanes
     std::fill(mins + (octets - 1) * 8, mins + octets * 8, 0.0f);
+    const int last = octet_last_steps(k);
     for (int64_t o = 0; o < octets; ++o) {
+      if (o + 1 == octets && last < kOctetSteps) {  // a short octet: each lane takes its group's factor
+        alignas(32) uint8_t q[8][32] = {};
+        const int per = kOctetSteps / last;
+        for (int j = 0; j < last && 8 * o + j < lanes; ++j) {
+          const uint8_t* blk = row + (8 * o + j) * quant_block_bytes(Q);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(q[j]), _mm256_add_epi8(group<Q>(blk, 0).q, offset));
+          const float d = half_bits(blk);
+          std::fill(factor + 8 * o + per * j, factor + 8 * o + per * (j + 1), d);
+          std::fill(mins + 8 * o + per * j, mins + 8 * o + per * (j + 1),
+                    bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(unsigned_offset(Q)) * d);
+        }
+        store_short_octet(q, last, bytes + o * kOctet);
+        continue;
+      }
       __m256i r[8];
       for (int l = 0; l < 8; ++l) {
         const int64_t b = 8 * o + l;
@@ -140,9 +163,7 @@ inline __m256i octet_dot(__m256i acc, __m256i w, __m256i x) {
     x = _mm256_sign_epi8(x, w);
     w = _mm256_abs_epi8(w);
   }
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  if constexpr (kVnni) return _mm256_dpbusd_epi32(acc, w, x);
-#endif
+  if constexpr (kVnni) return _mm256_dpbusd_epi32(acc, w, x);  // no #if: see group_dot
   return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
 }
 
@@ -210,8 +231,10 @@ inline void q6_block(const OctetRows& x, const OctetRows& w, int64_t octets, flo
 // y[i, c] = x row i . weight row c for MR rows of x and NR weight rows, over every octet. A run of
 // steps sums in integers (int16 runs of int16_run steps with maddubs; int32 over the octet with VNNI or
 // Q8_0's sign trick), then one conversion and FMA per run with the lanes' factors d_w * d_x.
+// The last octet takes `last_steps` (octet_last_steps; the K-quants' octets are whole super-blocks, never short).
 template <int Q, int MR, int NR, bool kVnni>
-inline void octet_block(const OctetRows& x, const OctetRows& w, int64_t octets, float* y, int64_t ldy) {
+inline void octet_block(const OctetRows& x, const OctetRows& w, int64_t octets, int last_steps, float* y,
+                        int64_t ldy) {
   if constexpr (Q == kQ6_K) {  // its own widening; the rest of this body is never instantiated for it
     q6_block<MR, NR>(x, w, octets, y, ldy);
   } else {
@@ -222,14 +245,15 @@ inline void octet_block(const OctetRows& x, const OctetRows& w, int64_t octets, 
     for (int i = 0; i < MR; ++i)
       for (int c = 0; c < NR; ++c) accf[i][c] = _mm256_setzero_ps();
     for (int64_t o = 0; o < octets; ++o) {
-      for (int t0 = 0; t0 < steps; t0 += run) {
+      const int octet_steps = o + 1 == octets ? last_steps : steps;
+      for (int t0 = 0; t0 < octet_steps; t0 += run) {
         __m256i acc[MR][NR];
         for (int i = 0; i < MR; ++i)
           for (int c = 0; c < NR; ++c) acc[i][c] = _mm256_setzero_si256();
         // Not unrolled: unrolled, GCC regroups the int16 additions into a tree over all steps and spills
         // the 64 products of a 4 x 2 block to the stack.
   #pragma GCC unroll 1
-        for (int t = t0; t < t0 + run; ++t) {
+        for (int t = t0; t < std::min(t0 + run, octet_steps); ++t) {
           __m256i wv[NR];
           for (int c = 0; c < NR; ++c)
             wv[c] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q + c * w.q_stride + (o * steps + t) * 32));
@@ -268,13 +292,14 @@ inline void octet_block(const OctetRows& x, const OctetRows& w, int64_t octets, 
 }
 
 template <int Q, int MR, bool kVnni>
-inline void octet_rows(const OctetRows& x, const OctetRows& w, int64_t rows, int64_t octets, float* y, int64_t ldy) {
+inline void octet_rows(const OctetRows& x, const OctetRows& w, int64_t rows, int64_t octets, int last_steps, float* y,
+                       int64_t ldy) {
   int64_t c = 0;
   for (; c + kOctetNr <= rows; c += kOctetNr) {
-    octet_block<Q, MR, kOctetNr, kVnni>(x, w.row(c), octets, y + c, ldy);
+    octet_block<Q, MR, kOctetNr, kVnni>(x, w.row(c), octets, last_steps, y + c, ldy);
   }
   for (; c < rows; ++c) {
-    octet_block<Q, MR, 1, kVnni>(x, w.row(c), octets, y + c, ldy);
+    octet_block<Q, MR, 1, kVnni>(x, w.row(c), octets, last_steps, y + c, ldy);
   }
 }
 
@@ -298,10 +323,11 @@ void octet_gemm(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int
       octet_weight_row<Q>(w + (t0 + r) * row_bytes, k, octets, const_cast<uint8_t*>(out.q), const_cast<float*>(out.d),
                           const_cast<float*>(out.s), const_cast<uint8_t*>(out.e));
     }
+    const int last = octet_last_steps(k);
     int64_t i = 0;
     for (; i + kOctetMr <= m; i += kOctetMr)
-      octet_rows<Q, kOctetMr, kVnni>(xr.row(i), tile, rows, octets, y + i * ldy + t0, ldy);
-    for (; i < m; ++i) octet_rows<Q, 1, kVnni>(xr.row(i), tile, rows, octets, y + i * ldy + t0, ldy);
+      octet_rows<Q, kOctetMr, kVnni>(xr.row(i), tile, rows, octets, last, y + i * ldy + t0, ldy);
+    for (; i < m; ++i) octet_rows<Q, 1, kVnni>(xr.row(i), tile, rows, octets, last, y + i * ldy + t0, ldy);
     if (bias)
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < rows; ++c) y[r * ldy + t0 + c] += bias[t0 + c];
@@ -320,8 +346,27 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
     float* srow = out.s + i * octets * 8;
     std::fill(drow + (octets - 1) * 8, drow + octets * 8, 0.0f);
     std::fill(srow + (octets - 1) * 8, srow + octets * 8, 0.0f);
+    const int last = octet_last_steps(k);
     for (int64_t o = 0; o < octets; ++o) {
       alignas(32) int8_t q[8][32];
+      if (o + 1 == octets && last < kOctetSteps) {  // a short octet (never for a Q6_K weight: its K is whole octets)
+        const int per = kOctetSteps / last;
+        for (int j = 0; j < last; ++j) {
+          const int64_t b = 8 * o + j;
+          float d = 0.0f;
+          int sum = 0;
+          std::fill(q[j], q[j] + 32, static_cast<int8_t>(0));
+          if (b < blocks) quantize_block32(x + i * ldx + b * kQuantBlock, q[j], d, sum);
+          for (int p = 0; p < per; ++p) {  // s per lane: the sum over the lane's own 4 * last bytes
+            int part = 0;
+            for (int e = 0; e < 4 * last; ++e) part += q[j][p * 4 * last + e];
+            drow[8 * o + per * j + p] = d;
+            srow[8 * o + per * j + p] = d * static_cast<float>(part);
+          }
+        }
+        store_short_octet(reinterpret_cast<const uint8_t(*)[32]>(q), last, qrow + o * kOctet);
+        continue;
+      }
       __m256i r[8];
       for (int l = 0; l < 8; ++l) {
         const int64_t b = 8 * o + l;

@@ -33,9 +33,9 @@ namespace {
 // 8 int32 sums of the group's products with 32 activations (xq, already sign-adjusted for signed types).
 template <bool kVnni>
 inline __m256i group_dot(__m256i wq, __m256i xq) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  // No #if on __AVX512VNNI__: g++ does not define the target macros of a `#pragma GCC target` in C++, so
+  // such a guard dropped this line from every build. kVnni is true only in the AVX-512 VNNI file.
   if constexpr (kVnni) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xq);
-#endif
   const __m256i pairs = _mm256_maddubs_epi16(wq, xq);  // |w| <= 128 or w <= 31, |x| <= 127: no saturation
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }

@@ -100,10 +100,18 @@ struct Int8Rows {
 Int8Rows quantize_activations_here(const float* x, int64_t m, int64_t ldx, int64_t k);
 
 // Calls of more rows with int8 activations (AVX2 and AVX-512 VNNI; int8_gemm_impl.h): x quantized as
-// above, once per call, into "octets": 8 lanes of 32 weights interleaved 4 bytes at a time (the last
-// octet of a row padded with zeros), so one integer vector sums 8 groups' products in 8 lanes.
+// above, once per call, into "octets": 8 lanes of 32 weights interleaved 4 bytes at a time, so one
+// integer vector sums 8 groups' products in 8 lanes. A row's last octet may be short (octet_last_steps).
 constexpr int64_t kOctet = 8 * kQuantBlock;
 constexpr int64_t int8_octets(int64_t k) { return (k / kQuantBlock + 7) / 8; }
+// Steps of a row's last octet. Where at most 4 groups are left over (K = 576: 18 groups, 2 past two octets),
+// they spread over all 8 lanes, 8 / s lanes a group with s the power of two at least their count, so the
+// octet takes s steps instead of 8 (padded to one lane a group, it would cost K = 768's work); more than 4
+// keep one lane each, the missing lanes zero.
+constexpr int octet_last_steps(int64_t k) {
+  const int64_t left = k / kQuantBlock % 8;
+  return left == 0 || left > 4 ? 8 : left > 2 ? 4 : static_cast<int>(left);
+}
 struct Int8Octets {
   const int8_t* q;  // [m][octets][256] (q + 128 as bytes for a Q6_K weight)
   const float* d;   // [m][octets][8]: each lane's scale d_x
