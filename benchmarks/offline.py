@@ -3,6 +3,7 @@ transformers' static batching (`generate` with left padding) and through our eng
 printing wall time, output tokens/s and their ratio; plus the KV memory our paged cache holds against a
 contiguous prompt + max_tokens reservation per sequence."""
 
+import contextlib
 import gc
 import json
 import time
@@ -87,6 +88,15 @@ def run_engine(llm, prompts: list[str], max_num_seqs: int, max_tokens: int, syst
     if spec:
         extra = f"acceptance {spec.get('acceptance_rate', 0):.2f}"
     return Row(system, max_num_seqs, len(prompts), produced, seconds, peak_used / 2**20, peak_reserved / 2**20, extra)
+
+
+def _activations(int8: bool):
+    """int8 activations for one run (kernels/quantized.py's switch), or the process's setting as it is."""
+    if not int8:
+        return contextlib.nullcontext()
+    from kernels.quantized import int8_activations
+
+    return int8_activations()
 
 
 def _print(rows: list[Row], title: str) -> None:
@@ -192,6 +202,9 @@ def bench_offline(
         "auto,none", "--quantization",
         help="Our engine's weight modes, comma-separated, one column each (auto: a GGUF's blocks stay quantized "
              "on the CPU; none: dequantized, the HF-exact reference)"),
+    int8_activations: bool = typer.Option(
+        False, "--int8-activations",
+        help="Also run the first mode's engine with int8 activations (`--activations int8`), a column of its own"),
 ):
     """HF static batching versus our continuous batching on the text-to-SQL prompt set."""
     from benchmarks.harness import machine_header, pyplot
@@ -208,6 +221,8 @@ def bench_offline(
         engines[f"sllm[{modes[0]}]+spec"] = LLM(model=model, dtype=dtype, quantization=modes[0],
                                                  speculative_config=json.loads(speculative))
     llm = next(iter(engines.values()))
+    if int8_activations:  # the same engine: the setting is the kernels' (process-wide), switched per run below
+        engines[f"sllm[{modes[0]}]+int8"] = llm
     from engine.loader import resolve_model
 
     folder = resolve_model(model)  # HF reads a folder: a GGUF file's is converted once into the cache
@@ -222,7 +237,8 @@ def bench_offline(
         for n in [int(x) for x in max_num_seqs.split(",") if x]:
             subset = prompts[:batch1_limit] if n == 1 else prompts
             for system, engine_llm in engines.items():
-                rows.append(run_engine(engine_llm, subset, n, max_tokens, system))
+                with _activations(system.endswith("+int8")):
+                    rows.append(run_engine(engine_llm, subset, n, max_tokens, system))
                 _print(rows[-1:], f"{variant}: {system} max_num_seqs {n}")
         title = f"{variant} prompts, max_tokens={max_tokens}, greedy, {dtype}"
         _print(rows, title)

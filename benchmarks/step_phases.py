@@ -96,12 +96,13 @@ def breakdown(seconds: dict[str, float]) -> list[tuple[str, float]]:
 
 
 def measure(model: str = "default", rows: int = 32, steps: int = 40, max_tokens: int = 256,
-            prompts: list[str] | None = None, activations: str = "float") -> tuple[float, list[tuple[str, float]]]:
+            prompts: list[str] | None = None, activations: str = "float",
+            kv_cache_dtype: str = "auto") -> tuple[float, list[tuple[str, float]]]:
     """Main-thread CPU seconds per decode step of `rows` sequences, and the per-step breakdown."""
     from engine.llm import LLM
     from engine.sampling_params import SamplingParams
 
-    engine = LLM(model=model, max_num_seqs=rows, activations=activations).engine
+    engine = LLM(model=model, max_num_seqs=rows, activations=activations, kv_cache_dtype=kv_cache_dtype).engine
     if prompts is None:
         from integrations.text2sql.dataset import load_prompts
 
@@ -127,16 +128,18 @@ def main(
     steps: int = typer.Option(40, "--steps", help="Decode steps timed"),
     threads: int = typer.Option(1, "--threads", help="torch threads; 1 counts every kernel's whole work"),
     activations: str = typer.Option("float", "--activations", help="float or int8, as sllm serve takes it"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto, float32, float16 or bfloat16, as "
+                                       "sllm serve takes it"),
 ):
     import torch
 
     from benchmarks.harness import format_table, machine_header
 
     torch.set_num_threads(threads)
-    total, rows_out = measure(model, rows, steps, activations=activations)
+    total, rows_out = measure(model, rows, steps, activations=activations, kv_cache_dtype=kv_cache_dtype)
     print(machine_header())
     print(f"{rows}-row decode step: {1000 * total:.1f} ms of main-thread CPU ({threads} torch threads, "
-          f"{activations} activations)")
+          f"{activations} activations, KV cache {kv_cache_dtype})")
     table = [[name, f"{1000 * sec:.2f}", f"{100 * sec / total:.1f}%"] for name, sec in rows_out]
     print(format_table(["phase", "ms/step", "share"], table, align="lrr", rule=True))
 
