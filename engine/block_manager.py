@@ -139,6 +139,17 @@ class BlockManager:
             h = self._chain_hash(h, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
         return h
 
+    def prompt_hashes(self, seq: Sequence) -> list[int]:
+        """The chain hashes of the prompt's full blocks (the last token's block aside, as the cache takes
+        it), whether registered or not; computed once per sequence."""
+        if seq.prompt_hashes is None:
+            hashes, prev, bs = [], self._root_hash(seq), self.block_size
+            for i in range((seq.num_prompt_tokens - 1) // bs):
+                prev = self._chain_hash(prev, tuple(seq.token_ids[i * bs : (i + 1) * bs]))
+                hashes.append(prev)
+            seq.prompt_hashes = hashes
+        return seq.prompt_hashes
+
     def cached_prefix_tokens(self, seq: Sequence) -> int:
         return len(self._cached_prefix(seq)) * self.block_size
 

@@ -28,7 +28,15 @@ effective priority, most recently admitted among equals. Two things preempt:
   `schedule()`, before any running sequence is given slots, so a step never schedules a sequence it
   then preempts; the tokens the newcomer will take are kept from worse-priority running sequences.
 A step that prefills a prompt admits no worse-priority newcomer beside it: their prefill would only
-lengthen the step that brings the better request its first token."""
+lengthen the step that brings the better request its first token.
+
+Requests that arrive together with one long common prefix (one system prompt or schema, one n8n
+workflow's calls) would each compute that prefix in the same step, none of it cached yet. So a waiting
+prompt whose next uncached blocks (at least SHARED_PREFILL_BLOCKS of them) are blocks another prompt is
+prefilling waits for that prefill instead (SGLang's in-batch prefix caching): a step or two later they
+are cached, it computes only its own rest, and every such sequence's table starts with the same
+physical blocks, which decode attention then reads once for all of them (kernels/cpu's shared-prefix
+tasks)."""
 
 import time
 from collections import deque
@@ -44,6 +52,8 @@ from engine.sequence import Sequence, SequenceStatus
 
 # Fairness keys remembered beyond those of live sequences before the oldest are forgotten.
 MAX_REMEMBERED_KEYS = 1024
+# A waiting prompt sharing at least this many uncached blocks with one being prefilled waits for it.
+SHARED_PREFILL_BLOCKS = 4
 
 
 @dataclass
@@ -136,6 +146,7 @@ class Scheduler:
     def _set_long_rope(self, seq: Sequence) -> None:
         """Called whenever a sequence's cache is to be computed from its first token."""
         seq.long_rope = self.long_rope_from is not None and len(seq) > self.long_rope_from
+        seq.prompt_hashes = None  # their chain starts from long_rope
 
     def _recompute_outgrown(self) -> None:
         """HF's Phi-3 drops a sequence's cache and computes it again with LongRoPE's long factors when the
@@ -321,9 +332,18 @@ class Scheduler:
         # batching start their batch whole).
         prefills = [s.seq.effective_priority for s in out.scheduled
                     if s.seq.num_computed_tokens < s.seq.num_prompt_tokens and cfg.scheduling == "continuous"]
+        # Prompt blocks being computed by prompts in prefill (continuous batching: the others start whole).
+        in_flight = {h for s in self.running if s.num_computed_tokens < s.num_prompt_tokens
+                     for h in self.bm.prompt_hashes(s)} if cfg.scheduling == "continuous" else None
+        deferred: set[int] = set()
         while self.waiting and budget > 0:
-            seq = first or self._next_waiting(now, self._key_admitted)
+            seq = first or self._next_waiting(now, self._key_admitted, deferred)
             first = None
+            if seq is None:
+                break
+            if in_flight and seq.seq_id not in planned and self._waits_for_a_prefill(seq, in_flight):
+                deferred.add(seq.seq_id)
+                continue
             width = _width(seq)
             if num_seqs + width > cfg.max_num_seqs and num_seqs > 0:
                 break
@@ -351,8 +371,16 @@ class Scheduler:
             self.running.append(seq)
             if cfg.scheduling == "continuous":
                 prefills.append(seq.effective_priority)
+                in_flight.update(self.bm.prompt_hashes(seq))
             num_seqs += width
             budget -= n
+
+    def _waits_for_a_prefill(self, seq: Sequence, in_flight: set[int]) -> bool:
+        """Whether the prompt's next SHARED_PREFILL_BLOCKS uncached blocks are being computed by another
+        prompt (chain hashes: equal hashes mean equal prefixes)."""
+        hashes = self.bm.prompt_hashes(seq)
+        last = self.bm.cached_prefix_tokens(seq) // self.bm.block_size + SHARED_PREFILL_BLOCKS - 1
+        return last < len(hashes) and hashes[last] in in_flight
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()

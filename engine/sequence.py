@@ -42,6 +42,7 @@ class Sequence:
     # Speculative decoding: draft tokens proposed for verification in the next step.
     spec_tokens: list[int] = field(default_factory=list)
     num_hashed_blocks: int = 0  # full blocks already registered in the prefix cache
+    prompt_hashes: list[int] | None = None  # chain hashes of the prompt's full blocks (BlockManager.prompt_hashes)
     long_rope: bool = False  # its cache is computed with LongRoPE's long factors (Scheduler._set_long_rope)
     matcher: Any = None  # xgrammar GrammarMatcher when the request is constrained
     # Scheduling order (engine/scheduler.py): lower priority runs first; at equal priority, fairness

@@ -107,6 +107,23 @@ def test_prefix_cache_hits(tiny, cpu_path):
 
 
 @per_path
+def test_prompts_arriving_together_share_their_prefix(tiny, cpu_path):
+    """Eight prompts over two 48-token prefixes, queued at once: the first of each computes its prefix while
+    the others wait a step (in-batch prefix caching), then find it cached; decode then reads each prefix
+    once for all its rows (the attention kernel's shared-prefix tasks). HF's greedy tokens all the same."""
+    folder, hf = tiny
+    heads = prompts_of(2, seed=18, lo=48, hi=48)
+    prompts = [heads[i % 2] + tail for i, tail in enumerate(prompts_of(8, seed=19, lo=3, hi=12))]
+    expected = hf(prompts)
+    llm = LLM(model=str(folder), num_kv_blocks=128, block_size=8)
+    params = SamplingParams(temperature=0, max_tokens=MAX_NEW, ignore_eos=True)
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    assert sorted(o.metrics.cached_tokens for o in outs) == [0, 0] + [48] * 6
+    assert [o.outputs[0].token_ids for o in outs] == expected
+    llm.engine.block_manager.check_no_leak()
+
+
+@per_path
 def test_requests_ending_in_their_prefill_step_are_cached(tiny, cpu_path):
     """A request finished by the step that computes its prompt (max_tokens=1) leaves its full blocks in the prefix
     cache: the same prompt again skips all but the block holding its last token."""

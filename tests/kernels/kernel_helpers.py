@@ -32,25 +32,39 @@ def paged_cache(
     dtype: torch.dtype,
     gen: torch.Generator,
     spare_blocks: int = 3,
+    shared_blocks: int = 0,
+    groups: list[int] | None = None,
+    group_blocks: int = 0,
 ):
-    """Random K/V for each sequence in physical blocks shuffled across the cache.
+    """Random K/V for each sequence in physical blocks shuffled across the cache; with
+    `shared_blocks`, every sequence's table starts with the same that many physical blocks (as prefix
+    caching shares a common prompt), as far as its context reaches, and with `groups` (a group id per
+    sequence, -1 for none) the sequences of a group share `group_blocks` more after those (prompts over
+    one schema after a common system prompt).
 
     Returns (k_cache, v_cache, k_dirty, v_dirty, block_tables): the *_dirty copies hold NaN in every
     slot no sequence owns (tails of partly-filled blocks, unallocated blocks), so a kernel that reads
     a masked slot poisons its output, while the reference (which gathers whole blocks and masks the
     scores) gets the clean copies. Block-table padding points at block 0."""
     needed = [max(1, math.ceil(n / block_size)) for n in context_lens]
-    num_blocks = sum(needed) + spare_blocks
+    num_blocks = sum(needed) + spare_blocks + (group_blocks * len(set(groups)) if groups else 0)
     perm = torch.randperm(num_blocks, generator=gen)
     shape = (num_blocks, block_size, num_kv_heads, head_dim)
     k_cache = torch.randn(shape, generator=gen).to(dtype)
     v_cache = torch.randn(shape, generator=gen).to(dtype)
     used = torch.zeros(num_blocks, block_size, dtype=torch.bool)
     block_tables = torch.zeros(len(context_lens), max(needed), dtype=torch.int32)
-    nxt = 0
+    groups = groups or [-1] * len(context_lens)
+    nxt = shared_blocks
+    prefix = {-1: perm[:shared_blocks]}
+    for g in sorted(set(groups) - {-1}):
+        prefix[g] = torch.cat([prefix[-1], perm[nxt : nxt + group_blocks]])
+        nxt += group_blocks
     for b, (n, nb) in enumerate(zip(context_lens, needed, strict=True)):
-        ids = perm[nxt : nxt + nb]
-        nxt += nb
+        common = prefix[groups[b]][:nb]
+        own = nb - len(common)
+        ids = torch.cat([common, perm[nxt : nxt + own]])
+        nxt += own
         block_tables[b, :nb] = ids.to(torch.int32)
         for j in range(n):
             used[ids[j // block_size], j % block_size] = True

@@ -38,10 +38,10 @@ def head_major(cache: torch.Tensor) -> torch.Tensor:
     return cache.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
 
 
-def _run_case(path, dtype, block_size, group, head_dim, lens, alibi, layout, seed, window=None):
+def _run_case(path, dtype, block_size, group, head_dim, lens, alibi, layout, seed, window=None, **prefixes):
     gen = torch.Generator().manual_seed(seed)
     k_cache, v_cache, k_dirty, v_dirty, block_tables = paged_cache(
-        lens, block_size, NUM_KV_HEADS, head_dim, dtype, gen
+        lens, block_size, NUM_KV_HEADS, head_dim, dtype, gen, **prefixes
     )
     if layout == "head_major":
         k_dirty, v_dirty = head_major(k_dirty), head_major(v_dirty)
@@ -130,6 +130,32 @@ def test_split_context_decode_matches_reference(path, dtype, alibi, lens):
 
 @pytest.mark.parametrize("path", cpu_paths(64))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("group", [1, 3], ids=["mha", "gqa3"])
+@pytest.mark.parametrize(
+    "prefixes,lens",
+    # A 160-token prefix under five rows, one of them the prefix alone (an empty rest): one shared task
+    # per KV head. A 640-token prefix split into three parts per KV head. The shortest row ending inside
+    # the prefix's last block (the shared part stops a block earlier). A 3-block prefix, too short to
+    # share. Nothing shared. Three schemas after a common 6-block system prompt, interleaved, one row on
+    # its own: a group per schema, the lone row read whole.
+    [({"shared_blocks": 10}, [160, 161, 200, 300, 170]), ({"shared_blocks": 40}, [650, 700, 641, 900]),
+     ({"shared_blocks": 10}, [170, 159, 400, 200]), ({"shared_blocks": 3}, [60, 50, 100, 49]), ({}, [300, 300, 300]),
+     ({"shared_blocks": 6, "group_blocks": 20, "groups": [0, 1, 2, 0, 1, 2, -1, 0, 1]},
+      [420, 433, 500, 470, 440, 436, 300, 600, 419])],
+    ids=["prefix", "long-prefix", "short-row", "too-short", "none", "schemas"],
+)
+def test_shared_prefix_decode_matches_reference(path, dtype, group, prefixes, lens):
+    """Rows whose tables start with the same blocks (prompts shared under prefix caching): each group's
+    prefix read once for all its rows' query heads, each row's rest on its own, merged per row."""
+    seed = len(lens) + sum(lens)
+    _run_case(path, dtype, 16, group, 64, lens, False, "head_major", seed=seed, **prefixes)
+    # ALiBi and sliding windows depend on each row's position: those calls read the prefix per row.
+    _run_case(path, dtype, 16, group, 64, lens, True, "head_major", seed=seed + 1, **prefixes)
+    _run_case(path, dtype, 16, group, 64, lens, False, "head_major", seed=seed + 2, window=100, **prefixes)
+
+
+@pytest.mark.parametrize("path", cpu_paths(64))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("window", [1, 5, 16, 37, 200])
 def test_sliding_window_decode_matches_reference(path, dtype, window):
     """Each row reads only its last `window` keys: windows inside one block, of exactly one block, across
@@ -171,8 +197,10 @@ def test_a_path_the_cpu_cannot_run_is_refused(monkeypatch):
 
 def test_the_thread_count_does_not_change_the_result():
     gen = torch.Generator().manual_seed(3)
-    for lens in ([5, 200, 33, 64, 1, 90, 17], [900]):  # whole tasks; one sequence split into partitions
-        k_cache, v_cache, _, _, block_tables = paged_cache(lens, 16, NUM_KV_HEADS, 64, torch.float32, gen)
+    # Whole tasks; one sequence split into partitions; a shared prefix.
+    for lens, shared in (([5, 200, 33, 64, 1, 90, 17], 0), ([900], 0), ([700, 650, 800, 641], 40)):
+        k_cache, v_cache, _, _, block_tables = paged_cache(lens, 16, NUM_KV_HEADS, 64, torch.float32, gen,
+                                                           shared_blocks=shared)
         q = torch.randn(len(lens), 9, 64, generator=gen)
         ctx = torch.tensor(lens, dtype=torch.int32)
         threads = torch.get_num_threads()

@@ -24,6 +24,9 @@ namespace {
 // are about kTargetTasks tasks. Independent of the thread count, so results do not depend on it.
 constexpr int64_t kTargetTasks = 8;
 constexpr int64_t kMinPartitionTokens = 128;
+// A shared prefix of fewer blocks is read per row as before: gathering a shared task's query rows and
+// merging one more partial state per row would cost more than the K/V reads it saves.
+constexpr int64_t kMinSharedBlocks = 4;
 
 int64_t num_partitions(int64_t tasks, int64_t max_ctx) {
   if (tasks >= kTargetTasks) return 1;
@@ -57,35 +60,168 @@ DecodeTask decode_task_for(Isa isa) {
   }
 }
 
-void plan_partitions(DecodeProblem& p, int64_t batch, int64_t max_ctx) {
-  p.num_parts = num_partitions(batch * p.num_kv_heads, max_ctx);
-  p.partition_tokens = (max_ctx + p.num_parts - 1) / p.num_parts;
+SharedPrefixes find_shared_prefixes(const int32_t* tables, int64_t stride, const int32_t* lens, int64_t batch,
+                                    int64_t block_size, int64_t num_kv_heads) {
+  SharedPrefixes s;
+  s.row_shared.assign(batch, 0);
+  if (batch < 2) return s;
+  // Only whole blocks inside a row's context count: every slot of them is written.
+  const auto full = [&](int64_t b) { return static_cast<int64_t>(lens[b]) / block_size; };
+  std::vector<int32_t> order(batch);
+  for (int64_t b = 0; b < batch; ++b) order[b] = static_cast<int32_t>(b);
+  std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+    return std::lexicographical_compare(tables + x * stride, tables + x * stride + full(x), tables + y * stride,
+                                        tables + y * stride + full(y));
+  });
+  // lcp[i]: blocks rows order[i] and order[i + 1] start with alike.
+  std::vector<int64_t> lcp(batch - 1);
+  for (int64_t i = 0; i + 1 < batch; ++i) {
+    const int32_t *x = tables + order[i] * stride, *y = tables + order[i + 1] * stride;
+    const int64_t n = std::min(full(order[i]), full(order[i + 1]));
+    int64_t j = 0;
+    while (j < n && x[j] == y[j]) ++j;
+    lcp[i] = j;
+  }
+  // best[j]: the most row-blocks saved by cutting rows [0, j) into runs; a run [i, j) saves
+  // (j - i - 1) x its least lcp. O(batch^2) for at most a few hundred rows.
+  std::vector<int64_t> best(batch + 1, 0), cut(batch + 1, 0);
+  for (int64_t j = 1; j <= batch; ++j) {
+    best[j] = best[j - 1];
+    cut[j] = j - 1;
+    int64_t common = INT64_MAX;
+    for (int64_t i = j - 2; i >= 0; --i) {
+      common = std::min(common, lcp[i]);
+      if (common < kMinSharedBlocks) break;
+      if (best[i] + (j - i - 1) * common > best[j]) {
+        best[j] = best[i] + (j - i - 1) * common;
+        cut[j] = i;
+      }
+    }
+  }
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  for (int64_t j = batch; j > 0; j = cut[j])
+    if (j - cut[j] > 1) runs.emplace_back(cut[j], j);
+  std::reverse(runs.begin(), runs.end());
+  if (runs.empty()) return s;
+  int64_t least = INT64_MAX;
+  s.start.push_back(0);
+  for (const auto& [i, j] : runs) {
+    const int64_t blocks = *std::min_element(lcp.begin() + i, lcp.begin() + j - 1);
+    for (int64_t r = i; r < j; ++r) {
+      s.rows.push_back(order[r]);
+      s.row_shared[order[r]] = blocks * block_size;
+    }
+    s.start.push_back(static_cast<int64_t>(s.rows.size()));
+    s.tokens.push_back(blocks * block_size);
+    s.max_rows = std::max(s.max_rows, j - i);
+    least = std::min(least, blocks * block_size);
+  }
+  // Parts per (group, KV head): enough tasks to spread over the threads, as a short batch's context is
+  // split; the same count for every group, each group's parts whole blocks.
+  const int64_t groups = static_cast<int64_t>(s.tokens.size());
+  s.parts = num_partitions(groups * num_kv_heads, least);
+  for (int64_t t : s.tokens) s.chunk.push_back(((t + s.parts - 1) / s.parts + block_size - 1) / block_size * block_size);
+  return s;
+}
+
+void plan_partitions(DecodeProblem& p, bool allow_shared) {
+  const int64_t tasks = p.batch * p.num_kv_heads;
+  // A batch short of tasks splits its contexts instead (its threads would idle on a few shared tasks).
+  p.shared_parts = allow_shared && tasks >= kTargetTasks && p.prefix_groups > 0 ? p.prefix_parts : 0;
+  if (p.shared_parts > 0) {
+    p.num_parts = p.shared_parts + 1;
+    p.partition_tokens = 0;  // each group's own chunk (group_chunk)
+    return;
+  }
+  p.num_parts = num_partitions(tasks, p.max_ctx);
+  p.partition_tokens = (p.max_ctx + p.num_parts - 1) / p.num_parts;
   p.partition_tokens = (p.partition_tokens + p.block_size - 1) / p.block_size * p.block_size;
 }
 
-int64_t num_decode_tasks(const DecodeProblem& p, int64_t batch) { return batch * p.num_kv_heads * p.num_parts; }
+int64_t num_decode_tasks(const DecodeProblem& p) {
+  if (p.shared_parts > 0) return p.num_kv_heads * (p.prefix_groups * p.shared_parts + p.batch);
+  return p.batch * p.num_kv_heads * p.num_parts;
+}
+
+namespace {
+
+// Task i as (sequence, KV head, part); a shared-prefix task's "sequence" is its group.
+struct TaskIndex {
+  int64_t seq, kv_head, part;
+};
+
+TaskIndex task_index(const DecodeProblem& p, int64_t i) {
+  const int64_t heads = p.num_kv_heads;
+  if (p.shared_parts > 0) {
+    const int64_t per_group = heads * p.shared_parts, shared = p.prefix_groups * per_group;
+    if (i < shared) return {i / per_group, i / p.shared_parts % heads, i % p.shared_parts};
+    return {(i - shared) / heads, (i - shared) % heads, p.shared_parts};
+  }
+  const int64_t parts = p.num_parts;
+  return {i / (heads * parts), i / parts % heads, i % parts};
+}
+
+// Query rows times keys of task i, plus a block's worth of keys for its fixed costs.
+int64_t task_work(const DecodeProblem& p, int64_t i) {
+  const TaskIndex t = task_index(p, i);
+  const int64_t group = p.num_q_heads / p.num_kv_heads;
+  int64_t rows = group, keys;
+  if (t.part < p.shared_parts) {
+    rows = group * (p.group_start[t.seq + 1] - p.group_start[t.seq]);
+    const int64_t chunk = p.group_chunk[t.seq];
+    keys = std::max<int64_t>(0, std::min(chunk, p.group_tokens[t.seq] - t.part * chunk));
+  } else if (p.shared_parts > 0) {
+    keys = p.context_lens[t.seq] - p.row_shared[t.seq];
+  } else {
+    const int64_t ctx = p.context_lens[t.seq], begin = t.part * p.partition_tokens;
+    keys = p.num_parts > 1 ? std::max<int64_t>(0, std::min(p.partition_tokens, ctx - begin)) : ctx;
+  }
+  return rows * (keys + p.block_size);
+}
+
+}  // namespace
+
+std::pair<int64_t, int64_t> decode_task_range(const DecodeProblem& p, int tid, int team) {
+  const int64_t tasks = num_decode_tasks(p);
+  int64_t total = 0;
+  for (int64_t i = 0; i < tasks; ++i) total += task_work(p, i);
+  // Thread j starts at the first task whose work before it reaches j / team of the total.
+  const auto start = [&](int j) {
+    if (j >= team) return tasks;
+    const int64_t goal = total * j / team;
+    int64_t done = 0, i = 0;
+    for (; i < tasks && done < goal; ++i) done += task_work(p, i);
+    return i;
+  };
+  return {start(tid), start(tid + 1)};
+}
 
 int64_t scratch_floats(const DecodeProblem& p) {
   const int64_t group = p.num_q_heads / p.num_kv_heads, bs = p.block_size, d = p.head_dim;
-  return group * bs + 2 * bs * d + group * d + 3 * group;
+  const int64_t rows = p.shared_parts > 0 ? group * std::max<int64_t>(1, p.max_group_rows) : group;
+  return rows * bs + 2 * bs * d + rows * d + 3 * rows + (p.shared_parts > 0 ? rows * d : 0);
 }
 
 Scratch scratch_at(const DecodeProblem& p, float* buf) {
   const int64_t group = p.num_q_heads / p.num_kv_heads, bs = p.block_size, d = p.head_dim;
+  const int64_t rows = p.shared_parts > 0 ? group * std::max<int64_t>(1, p.max_group_rows) : group;
   Scratch s{};
   s.scores = buf;
-  s.k_rows = s.scores + group * bs;
+  s.k_rows = s.scores + rows * bs;
   s.v_rows = s.k_rows + bs * d;
   s.acc = s.v_rows + bs * d;
-  s.row_max = s.acc + group * d;
-  s.row_sum = s.row_max + group;
-  s.alpha = s.row_sum + group;
+  s.row_max = s.acc + rows * d;
+  s.row_sum = s.row_max + rows;
+  s.alpha = s.row_sum + rows;
+  s.q_rows = p.shared_parts > 0 ? s.alpha + rows : nullptr;
   return s;
 }
 
 void run_decode_tasks(const DecodeProblem& p, DecodeTask task, int64_t begin, int64_t end, const Scratch& s) {
-  const int64_t parts = p.num_parts, heads = p.num_kv_heads;
-  for (int64_t i = begin; i < end; ++i) task(p, i / (heads * parts), i / parts % heads, i % parts, s);
+  for (int64_t i = begin; i < end; ++i) {
+    const TaskIndex t = task_index(p, i);
+    task(p, t.seq, t.kv_head, t.part, s);
+  }
 }
 
 // Merges the partitions' online-softmax states: each accumulator and sum is rescaled from its own
@@ -101,6 +237,7 @@ void combine_partitions(const DecodeProblem& p, int64_t row0, int64_t row1) {
     if (m == -INFINITY) continue;  // an empty context: zeros, as the unsplit task writes
     float sum = 0.0f;
     for (int64_t j = 0; j < parts; ++j) {
+      if (p.part_max[first + j] == -INFINITY) continue;  // empty (a row's shared parts outside any group)
       const float w = std::exp(p.part_max[first + j] - m);
       sum += p.part_sum[first + j] * w;
       const float* acc = p.part_acc + (first + j) * d;
@@ -112,7 +249,7 @@ void combine_partitions(const DecodeProblem& p, int64_t row0, int64_t row1) {
 }
 
 DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& tables,
-                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim) {
+                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim, SharedPrefixes& shared) {
   TORCH_CHECK(k_cache.device().is_cpu() && v_cache.device().is_cpu(), "sllm_cpu: CPU tensors only");
   TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes(),
               "sllm_cpu: caches must be [num_blocks, block_size, Hkv, D]");
@@ -131,16 +268,27 @@ DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cach
   // Every block a task will read must exist: a bad table would otherwise read outside the cache.
   int64_t max_ctx = 0;
   for (int64_t b = 0; b < batch; ++b) {
+    const int32_t* row = table_ptr + b * tables.size(1);
     const int64_t used = (static_cast<int64_t>(len_ptr[b]) + block_size - 1) / block_size;
     TORCH_CHECK(len_ptr[b] >= 0 && used <= tables.size(1), "sllm_cpu: context length ", len_ptr[b],
                 " exceeds the block table of sequence ", b);
     for (int64_t j = 0; j < used; ++j) {
-      const int32_t blk = table_ptr[b * tables.size(1) + j];
-      TORCH_CHECK(blk >= 0 && blk < num_blocks, "sllm_cpu: block id ", blk, " out of range");
+      TORCH_CHECK(row[j] >= 0 && row[j] < num_blocks, "sllm_cpu: block id ", row[j], " out of range");
     }
     max_ctx = std::max<int64_t>(max_ctx, len_ptr[b]);
   }
   DecodeProblem p{};
+  p.batch = batch;
+  p.max_ctx = max_ctx;
+  shared = find_shared_prefixes(table_ptr, tables.size(1), len_ptr, batch, block_size, num_kv_heads);
+  p.prefix_groups = static_cast<int64_t>(shared.tokens.size());
+  p.prefix_parts = shared.parts;
+  p.group_rows = shared.rows.data();
+  p.group_start = shared.start.data();
+  p.group_tokens = shared.tokens.data();
+  p.group_chunk = shared.chunk.data();
+  p.row_shared = shared.row_shared.data();
+  p.max_group_rows = shared.max_rows;
   p.k_cache = k_cache.data_ptr();
   p.v_cache = v_cache.data_ptr();
   p.kv_type = kv_type(k_cache);
@@ -155,7 +303,6 @@ DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cach
   p.num_kv_heads = num_kv_heads;
   p.head_dim = head_dim;
   p.block_size = block_size;
-  plan_partitions(p, batch, max_ctx);
   return p;
 }
 
@@ -170,7 +317,8 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
   const Isa path = choose_isa(isa, head_dim);
   const at::Tensor tables = block_tables.to(at::kInt).contiguous();
   const at::Tensor lens = context_lens.to(at::kInt).contiguous();
-  DecodeProblem p = decode_problem(k_cache, v_cache, tables, lens, num_q_heads, head_dim);
+  SharedPrefixes shared;
+  DecodeProblem p = decode_problem(k_cache, v_cache, tables, lens, num_q_heads, head_dim, shared);
   TORCH_CHECK(sliding_window >= 0, "sllm_cpu: sliding_window must be >= 0");
   p.sliding_window = sliding_window;
   at::Tensor slopes;
@@ -179,6 +327,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
     TORCH_CHECK(slopes.numel() == num_q_heads, "sllm_cpu: alibi_slopes must be [Hq]");
     p.alibi_slopes = slopes.data_ptr<float>();
   }
+  plan_partitions(p, p.sliding_window == 0 && p.alibi_slopes == nullptr);
 
   // Scaling q once costs B*Hq*D multiplies instead of one per score.
   const at::Tensor qf = (q.to(at::kFloat) * scale).contiguous();
@@ -196,9 +345,13 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
 
   const DecodeTask task = decode_task_for(path);
   const int64_t floats = scratch_floats(p);
-  at::parallel_for(0, num_decode_tasks(p, batch), 1, [&](int64_t begin, int64_t end) {
+  const int team = std::max(1, at::get_num_threads());
+  at::parallel_for(0, team, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> buf(floats);
-    run_decode_tasks(p, task, begin, end, scratch_at(p, buf.data()));
+    for (int64_t tid = begin; tid < end; ++tid) {
+      const auto range = decode_task_range(p, static_cast<int>(tid), team);
+      run_decode_tasks(p, task, range.first, range.second, scratch_at(p, buf.data()));
+    }
   });
   if (p.num_parts > 1) {
     at::parallel_for(0, batch * num_q_heads, 16, [&](int64_t begin, int64_t end) { combine_partitions(p, begin, end); });

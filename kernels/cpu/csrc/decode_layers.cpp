@@ -252,13 +252,17 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   }
 
   std::vector<Layer> layers(num_layers);
+  std::vector<SharedPrefixes> prefixes(num_layers);  // each layer's problem points into its own
+  // One plan for every layer (the task split and buffers are layer 0's): no shared-prefix tasks when
+  // any layer has a sliding window.
+  const bool allow_shared = std::all_of(windows.begin(), windows.end(), [](int64_t w) { return w == 0; });
   for (size_t i = 0; i < num_layers; ++i) {
     Layer& l = layers[i];
     const at::Tensor& kc = k_caches[i];
     const at::Tensor& vc = v_caches[i];
     TORCH_CHECK(kc.dim() == 4 && kc.size(2) == num_kv_heads,
                 "sllm_cpu: decode_layers needs caches [num_blocks, block_size, Hkv, D]");
-    l.attention = decode_problem(kc, vc, tables, lens, num_heads, head_dim);
+    l.attention = decode_problem(kc, vc, tables, lens, num_heads, head_dim, prefixes[i]);
     for (int64_t r = 0; r < t; ++r) {
       TORCH_CHECK(slot[r] < kc.size(0) * kc.size(1), "sllm_cpu: slot ", slot[r], " outside the KV cache");
     }
@@ -275,6 +279,7 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
       TORCH_CHECK(windows[i] >= 0, "sllm_cpu: a sliding window must be >= 0");
       l.attention.sliding_window = windows[i];
     }
+    plan_partitions(l.attention, allow_shared);
     const int64_t* type = types.data() + 4 * i;
     l.qkv = matrix(qkv[i], type[0], qkv_n, hidden, "qkv", qkv_bias.empty() ? at::Tensor() : qkv_bias[i]);
     l.o = matrix(o[i], type[1], hidden, q_size, "o", at::Tensor());
@@ -325,7 +330,7 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   }
 
   const DecodeTask task = decode_task_for(pick_isa(isa_ceiling(), head_dim));
-  const int64_t tasks = num_decode_tasks(plan, t), heads = num_heads + 2 * num_kv_heads, half = head_dim / 2;
+  const int64_t heads = num_heads + 2 * num_kv_heads, half = head_dim / 2;
   const float* cs = cos_sin.data_ptr<float>();
   const float eps_f = static_cast<float>(eps), scale_f = static_cast<float>(scale);
   const float branch_f = static_cast<float>(residual_scale);
@@ -351,7 +356,7 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
     std::tie(hd0, hd1) = share(heads, 1, tid, team);
     std::tie(c0, c1) = share(hidden, 16, tid, team);
     std::tie(g0, g1) = share(inter, 16, tid, team);
-    std::tie(a0, a1) = share(tasks, 1, tid, team);
+    std::tie(a0, a1) = decode_task_range(plan, tid, team);
     const auto add_residual = [&] {
       for (int64_t r = 0; r < t; ++r)
         for (int64_t j = c0; j < c1; ++j) {

@@ -50,15 +50,30 @@ inline void prefetch_rows(const Elem* rows, int64_t stride, int64_t n, int64_t d
     for (int64_t i = 0; i < d; i += line) __builtin_prefetch(rows + t * stride + i);
 }
 
+// A shared-prefix task (part < p.shared_parts; `seq` is then its group) is the same loop over `group`
+// rows of every row of the group at once: their query rows gathered, the keys a part of the prefix every
+// table of the group starts with.
 template <class Ops, KvType KT>
 inline void decode_task_impl(const DecodeProblem& p, int64_t seq, int64_t kv_head, int64_t part, const Scratch& s) {
   using Elem = typename KvElem<KT>::type;
-  const int64_t group = p.num_q_heads / p.num_kv_heads;
+  const int64_t heads = p.num_q_heads / p.num_kv_heads;
   const int64_t d = p.head_dim;
   const int64_t bs = p.block_size;
-  const int64_t ctx = p.context_lens[seq];
-  const int64_t first_head = kv_head * group;
+  const int64_t first_head = kv_head * heads;
+  const bool shared = part < p.shared_parts;
+  const int64_t grp = shared ? seq : -1;
+  const int32_t* members = shared ? p.group_rows + p.group_start[grp] : nullptr;
+  const int64_t group = shared ? heads * (p.group_start[grp + 1] - p.group_start[grp]) : heads;  // query rows
+  const int64_t ctx = shared ? p.group_tokens[grp] : p.context_lens[seq];
   const float* q = p.q + (seq * p.num_q_heads + first_head) * d;
+  if (shared) {
+    for (int64_t r = 0; r < group / heads; ++r) {
+      const float* src = p.q + (members[r] * p.num_q_heads + first_head) * d;
+      for (int64_t i = 0; i < heads * d; ++i) s.q_rows[r * heads * d + i] = src[i];
+    }
+    q = s.q_rows;
+    seq = members[0];  // the group's blocks, through its first row's table
+  }
   const int32_t* table = p.block_tables + seq * p.block_table_stride;
   const Elem* k_head = static_cast<const Elem*>(p.k_cache) + kv_head * p.k_strides[2];
   const Elem* v_head = static_cast<const Elem*>(p.v_cache) + kv_head * p.v_strides[2];
@@ -71,13 +86,30 @@ inline void decode_task_impl(const DecodeProblem& p, int64_t seq, int64_t kv_hea
 
   // This task's slice of the context; partitions are whole blocks, so `start` stays block-aligned.
   // A sliding window drops the keys before `first_key`: the blocks wholly before it are skipped, and
-  // the earlier slots of the block holding it score -inf.
+  // the earlier slots of the block holding it score -inf (never in shared-prefix mode).
   const int64_t first_key = p.sliding_window > 0 && ctx > p.sliding_window ? ctx - p.sliding_window : 0;
-  int64_t begin = p.num_parts > 1 ? part * p.partition_tokens : 0;
+  // (No std::min here: a library template instantiated under this file's AVX-512 target could be the
+  // copy the linker keeps for the portable path too.)
+  const auto least = [](int64_t a, int64_t b) { return a < b ? a : b; };
+  int64_t begin = 0, end = ctx;
+  if (shared) {  // this part of the group's prefix
+    begin = least(ctx, part * p.group_chunk[grp]);
+    end = least(ctx, begin + p.group_chunk[grp]);
+  } else if (p.shared_parts > 0) {  // the row's own rest, after its group's prefix
+    begin = p.row_shared[seq];
+    if (begin == 0) {  // in no group: its shared parts are empty
+      for (int64_t g = 0; g < heads; ++g)
+        for (int64_t j = 0; j < p.shared_parts; ++j) {
+          const int64_t slot = (seq * p.num_q_heads + first_head + g) * p.num_parts + j;
+          p.part_max[slot] = -INFINITY;
+          p.part_sum[slot] = 0.0f;
+        }
+    }
+  } else if (p.num_parts > 1) {
+    begin = part * p.partition_tokens;
+    end = least(ctx, begin + p.partition_tokens);
+  }
   if (begin < first_key / bs * bs) begin = first_key / bs * bs;
-  const int64_t end = p.num_parts > 1 && part * p.partition_tokens + p.partition_tokens < ctx
-                          ? part * p.partition_tokens + p.partition_tokens
-                          : ctx;
   for (int64_t start = begin; start < end; start += bs) {
     const int64_t n = end - start < bs ? end - start : bs;
     const int64_t block = table[start / bs];
@@ -113,8 +145,9 @@ inline void decode_task_impl(const DecodeProblem& p, int64_t seq, int64_t kv_hea
   }
 
   if (p.num_parts > 1) {
-    for (int64_t g = 0; g < group; ++g) {
-      const int64_t slot = (seq * p.num_q_heads + first_head + g) * p.num_parts + part;
+    for (int64_t g = 0; g < group; ++g) {  // a shared task's row g is member g / heads's head g % heads
+      const int64_t row_seq = shared ? members[g / heads] : seq;
+      const int64_t slot = (row_seq * p.num_q_heads + first_head + g % heads) * p.num_parts + part;
       p.part_max[slot] = s.row_max[g];  // -inf and 0 for a partition past the end of the context
       p.part_sum[slot] = s.row_sum[g];
       for (int64_t i = 0; i < d; ++i) p.part_acc[slot * d + i] = s.acc[g * d + i];

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "decode_attention.h"
 #include "isa.h"
@@ -17,11 +18,25 @@ namespace sllm_cpu {
 // "avx512" names one, which the CPU and the operand size `n` must allow (tests and benchmarks).
 Isa choose_isa(c10::string_view requested, int64_t n);
 
+// Groups of rows whose block tables start with the same physical blocks, for decode attention's
+// shared-prefix mode (decode_attention.h): rows sorted by their tables, then cut into runs so that the
+// rows' prefix reads saved, (rows - 1) x the run's common prefix, are the most (a batch of prompts over
+// five schemas gives five groups, not one over their common system prompt); a prefix of fewer than
+// kMinSharedBlocks blocks is no group. A DecodeProblem points into it.
+struct SharedPrefixes {
+  std::vector<int32_t> rows;
+  std::vector<int64_t> start, tokens, chunk, row_shared;
+  int64_t parts = 0, max_rows = 0;
+};
+SharedPrefixes find_shared_prefixes(const int32_t* tables, int64_t stride, const int32_t* lens, int64_t batch,
+                                    int64_t block_size, int64_t num_kv_heads);
+
 // The decode attention problem over these caches for `num_q_heads` query heads, checked (every block a
-// sequence reads exists) and its context partitions planned. `tables` and `lens` are int32 and
-// contiguous, and must outlive it; q, out, ALiBi slopes and the partition buffers are the caller's.
+// sequence reads exists), its shared prefixes found into `shared` (which must outlive it). `tables` and
+// `lens` are int32 and contiguous, and must outlive it; q, out, ALiBi slopes and the partition buffers
+// are the caller's; plan_partitions comes after the sliding window and slopes are set.
 DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& tables,
-                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim);
+                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim, SharedPrefixes& shared);
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
                                   const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa,
