@@ -11,8 +11,9 @@
 //
 // Weights are made unsigned (q + 8 for Q4_0, + 16 for Q5_0) so that maddubs' unsigned operand needs no
 // sign trick per row; the offset comes back, like Q4_1's minimum, as a float term min_w * s_x per lane,
-// with s_x = d_x * sum(q_x) over the lane's weights. Q8_0 stays signed (q + 128 would overflow maddubs'
-// int16 pairs) and takes the sign trick. Narrow weights let several steps' pair sums add up in int16
+// with s_x = d_x * sum(q_x) over the lane's weights. Q8_0 stays signed on AVX2 (q + 128 would overflow
+// maddubs' int16 pairs) and takes the sign trick; vpdpbusd sums its four products straight into int32, so
+// under VNNI Q8_0 is q + 128 like the others (no sign and abs per product). Narrow weights let several steps' pair sums add up in int16
 // before one widening (all 8 of an octet for 4-bit weights, 4 for 5-bit).
 // Q6_K's 16-weight sub-scales are integers, so they multiply in the widening itself (madd with the
 // sub-scale in place of 1, as llama.cpp does): its signed weights take maddubs' signed side and x its
@@ -45,7 +46,11 @@ constexpr int kOctetSteps = 8;
 // bytes each), then each lane's starting sum (8 int32).
 constexpr int64_t kQ6Extra = 96;
 // Weights Q's type makes unsigned by adding this (0: unsigned already, Q8_0's sign trick, or Q6_K).
-constexpr int unsigned_offset(int Q) { return Q == kQ4_0 ? 8 : Q == kQ5_0 ? 16 : 0; }
+constexpr int unsigned_offset(int Q, bool vnni = false) {
+  return Q == kQ4_0 ? 8 : Q == kQ5_0 ? 16 : Q == kQ8_0 && vnni ? 128 : 0;
+}
+// Whether the product takes the minimum's (or offset's) float term min_w * s_x.
+constexpr bool has_min_term(int Q, bool vnni) { return Q != kQ8_0 || vnni; }
 // Steps whose maddubs pair sums may be added as int16 before widening to int32 (each pair at most
 // 2 * 127 times the largest unsigned weight, the run's sum under 32767): 8 for 4 bits, 4 for 5 (Q8_0
 // widens every step, Q6_K every 2: q6_block).
@@ -82,10 +87,11 @@ inline void store_short_octet(const uint8_t (*groups)[32], int s, uint8_t* out) 
 // Weight row `row` of the matrix in the octet layout: bytes [octets][8 steps][32], and per lane the
 // factor d_w (times the sub-scale) and the minimum (or -offset * factor); Q6_K's factor is d_w alone and
 // its sub-scales and starting sums go to `extra` (kQ6Extra bytes an octet).
-template <int Q>
+template <int Q, bool kVnni>
 void octet_weight_row(const uint8_t* row, int64_t k, int64_t octets, uint8_t* bytes, float* factor, float* mins,
                       uint8_t* extra) {
-  const __m256i offset = _mm256_set1_epi8(static_cast<char>(unsigned_offset(Q)));
+  constexpr int kOffset = unsigned_offset(Q, kVnni);
+  const __m256i offset = _mm256_set1_epi8(static_cast<char>(kOffset));
   if constexpr (!bytes_is_k(Q)) {
     const int64_t lanes = k / kQuantBlock;
     std::fill(factor + (octets - 1) * 8, factor + octets * 8, 0.0f);  // the last octet's missing lanes
@@ -101,7 +107,7 @@ void octet_weight_row(const uint8_t* row, int64_t k, int64_t octets, uint8_t* by
           const float d = half_bits(blk);
           std::fill(factor + 8 * o + per * j, factor + 8 * o + per * (j + 1), d);
           std::fill(mins + 8 * o + per * j, mins + 8 * o + per * (j + 1),
-                    bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(unsigned_offset(Q)) * d);
+                    bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(kOffset) * d);
         }
         store_short_octet(q, last, bytes + o * kOctet);
         continue;
@@ -117,7 +123,7 @@ void octet_weight_row(const uint8_t* row, int64_t k, int64_t octets, uint8_t* by
         r[l] = _mm256_add_epi8(group<Q>(blk, 0).q, offset);
         const float d = half_bits(blk);
         factor[b] = d;
-        mins[b] = bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(unsigned_offset(Q)) * d;
+        mins[b] = bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(kOffset) * d;
       }
       store_octet32(r, bytes + o * kOctet);
     }
@@ -159,7 +165,7 @@ void octet_weight_row(const uint8_t* row, int64_t k, int64_t octets, uint8_t* by
 // acc += the 4-product sums of each int32 lane of w (unsigned, or Q8_0's signed bytes) times x.
 template <int Q, bool kVnni>
 inline __m256i octet_dot(__m256i acc, __m256i w, __m256i x) {
-  if constexpr (Q == kQ8_0) {
+  if constexpr (Q == kQ8_0 && !kVnni) {
     x = _mm256_sign_epi8(x, w);
     w = _mm256_abs_epi8(w);
   }
@@ -278,7 +284,7 @@ inline void octet_block(const OctetRows& x, const OctetRows& w, int64_t octets, 
           }
         }
       }
-      if constexpr (Q != kQ8_0) {
+      if constexpr (has_min_term(Q, kVnni)) {
         for (int i = 0; i < MR; ++i) {
           const __m256 xs = _mm256_loadu_ps(x.s + i * x.f_stride + 8 * o);
           for (int c = 0; c < NR; ++c)
@@ -320,7 +326,7 @@ void octet_gemm(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int
     const int64_t rows = std::min(kOctetTileRows, n1 - t0);
     for (int64_t r = 0; r < rows; ++r) {
       const OctetRows out = tile.row(r);
-      octet_weight_row<Q>(w + (t0 + r) * row_bytes, k, octets, const_cast<uint8_t*>(out.q), const_cast<float*>(out.d),
+      octet_weight_row<Q, kVnni>(w + (t0 + r) * row_bytes, k, octets, const_cast<uint8_t*>(out.q), const_cast<float*>(out.d),
                           const_cast<float*>(out.s), const_cast<uint8_t*>(out.e));
     }
     const int last = octet_last_steps(k);
