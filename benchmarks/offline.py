@@ -142,14 +142,21 @@ def matmul_flops_per_token(weights: dict) -> float:
 
 def peak_gflops() -> tuple[float, str]:
     """The float32 FMA peak of the cores torch uses on the kernel path taken now: 2 FMA units of 8
-    (AVX2) or 16 (AVX-512) lanes each per cycle, at the clock /proc/cpuinfo reports (a VM's nominal one)."""
+    (AVX2) or 16 (AVX-512) lanes each per cycle, at the clock /proc/cpuinfo reports (a VM's nominal one).
+    AMD's Zen 4 and earlier (family 25 and below) run a 512-bit FMA as two halves on 256-bit units: 8 lanes."""
     import torch
 
     from kernels.cpu.isa import current
 
-    mhz = next((float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("cpu MHz")), 0.0)
+    info = Path("/proc/cpuinfo").read_text().splitlines()
+
+    def field(name: str) -> str:
+        return next((line.split(":", 1)[1].strip() for line in info if line.split(":")[0].strip() == name), "")
+
+    mhz = float(field("cpu MHz") or 0.0)
     lanes = {"avx512": 16, "avx2": 8}.get(current(), 1)
+    if field("vendor_id") == "AuthenticAMD" and int(field("cpu family") or 0) <= 25:
+        lanes = min(lanes, 8)
     cores = torch.get_num_threads()
     return cores * mhz / 1e3 * 2 * 2 * lanes, f"{cores} cores x {mhz / 1e3:.2f} GHz x 2 FMA x {lanes} lanes"
 
