@@ -343,6 +343,8 @@ class Scheduler:
                 break
             if in_flight and seq.seq_id not in planned and self._waits_for_a_prefill(seq, in_flight):
                 deferred.add(seq.seq_id)
+                if len(deferred) >= cfg.max_num_seqs:
+                    break  # each pick scans the queue: a burst of thousands waits without a scan apiece
                 continue
             width = _width(seq)
             if num_seqs + width > cfg.max_num_seqs and num_seqs > 0:
