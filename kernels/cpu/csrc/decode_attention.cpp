@@ -309,7 +309,7 @@ DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cach
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
                                   const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa,
-                                  int64_t sliding_window) {
+                                  int64_t sliding_window, bool shared_prefixes) {
   TORCH_CHECK(q.device().is_cpu(), "sllm_cpu: CPU tensors only");
   TORCH_CHECK(q.dim() == 3, "sllm_cpu: q must be [B, Hq, D]");
   const int64_t batch = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
@@ -327,7 +327,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
     TORCH_CHECK(slopes.numel() == num_q_heads, "sllm_cpu: alibi_slopes must be [Hq]");
     p.alibi_slopes = slopes.data_ptr<float>();
   }
-  plan_partitions(p, p.sliding_window == 0 && p.alibi_slopes == nullptr);
+  plan_partitions(p, shared_prefixes && p.sliding_window == 0 && p.alibi_slopes == nullptr);
 
   // Scaling q once costs B*Hq*D multiplies instead of one per score.
   const at::Tensor qf = (q.to(at::kFloat) * scale).contiguous();
@@ -364,7 +364,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
 TORCH_LIBRARY(sllm_cpu, m) {
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-      "Tensor context_lens, float scale, Tensor? alibi_slopes=None, str isa='auto', int sliding_window=0) -> Tensor");
+      "Tensor context_lens, float scale, Tensor? alibi_slopes=None, str isa='auto', int sliding_window=0, bool shared_prefixes=True) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sllm_cpu, CPU, m) { m.impl("paged_decode_attention", &sllm_cpu::paged_decode_attention); }

@@ -40,7 +40,7 @@ DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cach
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
                                   const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa,
-                                  int64_t sliding_window);
+                                  int64_t sliding_window, bool shared_prefixes);
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
                                                       const at::Tensor& weight, double eps);
