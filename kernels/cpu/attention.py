@@ -22,16 +22,19 @@ def paged_decode_attention_cpu(
     isa: str = "auto",
     sliding_window: int | None = None,
     shared_prefixes: bool = True,
+    split_contexts: bool = True,
 ) -> torch.Tensor:
     """q [B, Hq, D] -> [B, Hq, D]. `isa`: "auto" (the best path under the ceiling of `kernels.cpu.isa`
     that takes head size D), or "generic", "avx2", "avx512" to name one (tests and benchmarks).
     `sliding_window`: each row reads only its last that many keys (None: all). `shared_prefixes`: rows
-    whose tables start with the same blocks read them once (decode_attention.h's shared-prefix mode)."""
+    whose tables share blocks read them once (decode_attention.h's row sets; a row's result is the same
+    bits as on its own). `split_contexts`: a batch short of tasks may split its rows' contexts into
+    partitions merged afterwards (faster, but a row's result then depends on its batch)."""
     if not cpu_kernels_available():
         raise RuntimeError("the C++ CPU kernels are not available (see the warning logged at load)")
     return torch.ops.sllm_cpu.paged_decode_attention(
         q, k_cache, v_cache, block_tables, context_lens, float(scale), alibi_slopes, isa, sliding_window or 0,
-        shared_prefixes,
+        shared_prefixes, split_contexts,
     )
 
 
@@ -60,8 +63,8 @@ def paged_attention_cpu(
     seq = torch.repeat_interleave(torch.arange(q_lens.numel()), q_lens, output_size=num_tokens)
     offset = torch.arange(num_tokens) - qsl[:-1][seq]
     lens = (context_lens.long()[seq] - q_lens[seq] + offset + 1).to(torch.int32)
-    # No shared-prefix mode here: a prompt's rows would be grouped by how much of it was cached, and the
-    # same prompt computed whole or after a prefix-cache hit would sum in another order (another greedy
-    # token where two are nearly tied).
+    # A prompt's rows share its blocks: row sets read each once for up to 8 rows. No split contexts: a
+    # prompt computed whole or after a prefix-cache hit (its last few rows alone) must sum in the same
+    # order, or a nearly tied greedy token can come out otherwise.
     return paged_decode_attention_cpu(q, k_cache, v_cache, block_tables[seq], lens, scale, alibi_slopes, isa,
-                                      sliding_window, shared_prefixes=False)
+                                      sliding_window, shared_prefixes=True, split_contexts=False)

@@ -133,25 +133,55 @@ def test_split_context_decode_matches_reference(path, dtype, alibi, lens):
 @pytest.mark.parametrize("group", [1, 3], ids=["mha", "gqa3"])
 @pytest.mark.parametrize(
     "prefixes,lens",
-    # A 160-token prefix under five rows, one of them the prefix alone (an empty rest): one shared task
-    # per KV head. A 640-token prefix split into three parts per KV head. The shortest row ending inside
-    # the prefix's last block (the shared part stops a block earlier). A 3-block prefix, too short to
-    # share. Nothing shared. Three schemas after a common 6-block system prompt, interleaved, one row on
-    # its own: a group per schema, the lone row read whole.
+    # A 160-token prefix under five rows, one of them the prefix alone. A 640-token prefix. The shortest
+    # row ending inside the prefix's last block. A 3-block prefix. Nothing shared. Three schemas after a
+    # common 6-block system prompt, interleaved, one row on its own. Eighteen rows over one prefix (sets
+    # of at most 8 rows, cut in three).
     [({"shared_blocks": 10}, [160, 161, 200, 300, 170]), ({"shared_blocks": 40}, [650, 700, 641, 900]),
      ({"shared_blocks": 10}, [170, 159, 400, 200]), ({"shared_blocks": 3}, [60, 50, 100, 49]), ({}, [300, 300, 300]),
      ({"shared_blocks": 6, "group_blocks": 20, "groups": [0, 1, 2, 0, 1, 2, -1, 0, 1]},
-      [420, 433, 500, 470, 440, 436, 300, 600, 419])],
-    ids=["prefix", "long-prefix", "short-row", "too-short", "none", "schemas"],
+      [420, 433, 500, 470, 440, 436, 300, 600, 419]),
+     ({"shared_blocks": 8}, [130 + 7 * i for i in range(18)])],
+    ids=["prefix", "long-prefix", "short-row", "too-short", "none", "schemas", "many"],
 )
 def test_shared_prefix_decode_matches_reference(path, dtype, group, prefixes, lens):
-    """Rows whose tables start with the same blocks (prompts shared under prefix caching): each group's
-    prefix read once for all its rows' query heads, each row's rest on its own, merged per row."""
+    """Rows whose tables share blocks (prompts shared under prefix caching) in row sets: each shared
+    block read once for the set's rows, with ALiBi and sliding windows too; and each row's result the
+    same bits as that row computed on its own."""
     seed = len(lens) + sum(lens)
-    _run_case(path, dtype, 16, group, 64, lens, False, "head_major", seed=seed, **prefixes)
-    # ALiBi and sliding windows depend on each row's position: those calls read the prefix per row.
-    _run_case(path, dtype, 16, group, 64, lens, True, "head_major", seed=seed + 1, **prefixes)
-    _run_case(path, dtype, 16, group, 64, lens, False, "head_major", seed=seed + 2, window=100, **prefixes)
+    for alibi, window in ((False, None), (True, None), (False, 100)):
+        _run_case(path, dtype, 16, group, 64, lens, alibi, "head_major", seed=seed, window=window, **prefixes)
+        gen = torch.Generator().manual_seed(seed)
+        k_cache, v_cache, _, _, tables = paged_cache(lens, 16, NUM_KV_HEADS, 64, dtype, gen, **prefixes)
+        q = torch.randn(len(lens), NUM_KV_HEADS * group, 64, generator=gen).to(dtype)
+        ctx = torch.tensor(lens, dtype=torch.int32)
+        slopes = alibi_slopes(NUM_KV_HEADS * group) if alibi else None
+        together = paged_decode_attention_cpu(q, k_cache, v_cache, tables, ctx, 0.125, slopes, isa=path,
+                                              sliding_window=window)
+        for i in range(len(lens)):
+            alone = paged_decode_attention_cpu(q[i : i + 1], k_cache, v_cache, tables[i : i + 1], ctx[i : i + 1],
+                                               0.125, slopes, isa=path, sliding_window=window, split_contexts=False)
+            assert torch.equal(together[i], alone[0]), f"row {i} differs from itself computed alone"
+
+
+@pytest.mark.parametrize("path", cpu_paths(64))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_a_prompt_sums_alike_whole_or_after_a_cached_prefix(path, dtype):
+    """The prompt path's rows in row sets: a prompt computed whole and its last rows computed after a
+    prefix-cache hit (alone, or one row) give the same bits, so a greedy token cannot change between
+    the two; sliding windows too."""
+    gen = torch.Generator().manual_seed(11)
+    n = 301
+    k_cache, v_cache, _, _, tables = paged_cache([n], 16, NUM_KV_HEADS, 64, dtype, gen)
+    q = torch.randn(n, 9, 64, generator=gen).to(dtype)
+    for window in (None, 70):
+        def run(first):
+            starts = torch.tensor([0, n - first], dtype=torch.int32)
+            return paged_attention_cpu(q[first:], k_cache, v_cache, tables, starts, torch.tensor([n]), 0.125,
+                                       isa=path, sliding_window=window)
+        whole = run(0)
+        for first in (288, 300):  # a cached prefix of 18 blocks: 13 rows left, then 1
+            assert torch.equal(run(first), whole[first:])
 
 
 @pytest.mark.parametrize("path", cpu_paths(64))

@@ -24,9 +24,11 @@ namespace {
 // are about kTargetTasks tasks. Independent of the thread count, so results do not depend on it.
 constexpr int64_t kTargetTasks = 8;
 constexpr int64_t kMinPartitionTokens = 128;
-// A shared prefix of fewer blocks is read per row as before: gathering a shared task's query rows and
-// merging one more partial state per row would cost more than the K/V reads it saves.
-constexpr int64_t kMinSharedBlocks = 4;
+// Rows a set holds at most: its query heads' scores and accumulators stay in L1/L2 (8 rows x 3 heads x
+// 64 floats), and 8 reads of a shared block become one.
+constexpr int64_t kMaxSetRows = 8;
+// A row set is worth its gathering only with some tasks per thread to balance.
+constexpr int64_t kTasksPerThread = 4;
 
 int64_t num_partitions(int64_t tasks, int64_t max_ctx) {
   if (tasks >= kTargetTasks) return 1;
@@ -60,123 +62,103 @@ DecodeTask decode_task_for(Isa isa) {
   }
 }
 
-SharedPrefixes find_shared_prefixes(const int32_t* tables, int64_t stride, const int32_t* lens, int64_t batch,
-                                    int64_t block_size, int64_t num_kv_heads) {
-  SharedPrefixes s;
-  s.row_shared.assign(batch, 0);
+RowSets find_row_sets(const int32_t* tables, int64_t stride, const int32_t* lens, int64_t batch, int64_t block_size,
+                      int64_t num_kv_heads, int team) {
+  RowSets s;
   if (batch < 2) return s;
-  // Only whole blocks inside a row's context count: every slot of them is written.
-  const auto full = [&](int64_t b) { return static_cast<int64_t>(lens[b]) / block_size; };
+  // Every block a row reads counts, its last partly filled one too: the rows of one prompt share it.
+  const auto used = [&](int64_t b) { return (static_cast<int64_t>(lens[b]) + block_size - 1) / block_size; };
   std::vector<int32_t> order(batch);
   for (int64_t b = 0; b < batch; ++b) order[b] = static_cast<int32_t>(b);
-  std::sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
-    return std::lexicographical_compare(tables + x * stride, tables + x * stride + full(x), tables + y * stride,
-                                        tables + y * stride + full(y));
+  std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) {
+    return std::lexicographical_compare(tables + x * stride, tables + x * stride + used(x), tables + y * stride,
+                                        tables + y * stride + used(y));
   });
-  // lcp[i]: blocks rows order[i] and order[i + 1] start with alike.
-  std::vector<int64_t> lcp(batch - 1);
-  for (int64_t i = 0; i + 1 < batch; ++i) {
-    const int32_t *x = tables + order[i] * stride, *y = tables + order[i + 1] * stride;
-    const int64_t n = std::min(full(order[i]), full(order[i + 1]));
-    int64_t j = 0;
-    while (j < n && x[j] == y[j]) ++j;
-    lcp[i] = j;
-  }
-  // best[j]: the most row-blocks saved by cutting rows [0, j) into runs; a run [i, j) saves
-  // (j - i - 1) x its least lcp. O(batch^2) for at most a few hundred rows.
-  std::vector<int64_t> best(batch + 1, 0), cut(batch + 1, 0);
-  for (int64_t j = 1; j <= batch; ++j) {
-    best[j] = best[j - 1];
-    cut[j] = j - 1;
-    int64_t common = INT64_MAX;
-    for (int64_t i = j - 2; i >= 0; --i) {
-      common = std::min(common, lcp[i]);
-      if (common < kMinSharedBlocks) break;
-      if (best[i] + (j - i - 1) * common > best[j]) {
-        best[j] = best[i] + (j - i - 1) * common;
-        cut[j] = i;
-      }
-    }
-  }
+  // Runs of neighbours that start with the same block.
   std::vector<std::pair<int64_t, int64_t>> runs;
-  for (int64_t j = batch; j > 0; j = cut[j])
-    if (j - cut[j] > 1) runs.emplace_back(cut[j], j);
-  std::reverse(runs.begin(), runs.end());
-  if (runs.empty()) return s;
-  int64_t least = INT64_MAX;
-  s.start.push_back(0);
-  for (const auto& [i, j] : runs) {
-    const int64_t blocks = *std::min_element(lcp.begin() + i, lcp.begin() + j - 1);
-    for (int64_t r = i; r < j; ++r) {
-      s.rows.push_back(order[r]);
-      s.row_shared[order[r]] = blocks * block_size;
-    }
-    s.start.push_back(static_cast<int64_t>(s.rows.size()));
-    s.tokens.push_back(blocks * block_size);
-    s.max_rows = std::max(s.max_rows, j - i);
-    least = std::min(least, blocks * block_size);
+  for (int64_t i = 0, j = 1; j <= batch; ++j) {
+    if (j < batch && used(order[j - 1]) > 0 && used(order[j]) > 0 &&
+        tables[order[j - 1] * stride] == tables[order[j] * stride])
+      continue;
+    runs.emplace_back(i, j);
+    i = j;
   }
-  // Parts per (group, KV head): enough tasks to spread over the threads, as a short batch's context is
-  // split; the same count for every group, each group's parts whole blocks.
-  const int64_t groups = static_cast<int64_t>(s.tokens.size());
-  s.parts = num_partitions(groups * num_kv_heads, least);
-  for (int64_t t : s.tokens) s.chunk.push_back(((t + s.parts - 1) / s.parts + block_size - 1) / block_size * block_size);
+  // Sets per run: at most kMaxSetRows rows each, then split further (the run with the most rows a set
+  // first) while the batch is short of tasks; a set of one row is a row on its own.
+  std::vector<int64_t> sets(runs.size());
+  int64_t total = 0;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    sets[r] = (runs[r].second - runs[r].first + kMaxSetRows - 1) / kMaxSetRows;
+    total += sets[r];
+  }
+  while (total * num_kv_heads < kTasksPerThread * team) {
+    size_t widest = 0;
+    int64_t widest_rows = 0;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      const int64_t per_set = (runs[r].second - runs[r].first + sets[r] - 1) / sets[r];
+      if (per_set > widest_rows) widest = r, widest_rows = per_set;
+    }
+    if (widest_rows <= 1) break;
+    ++sets[widest];
+    ++total;
+  }
+  s.start.push_back(0);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const int64_t first = runs[r].first, rows = runs[r].second - first;
+    for (int64_t k = 0; k < sets[r]; ++k) {  // near-equal sets, in sorted order
+      const int64_t lo = first + rows * k / sets[r], hi = first + rows * (k + 1) / sets[r];
+      for (int64_t i = lo; i < hi; ++i) s.rows.push_back(order[i]);
+      s.start.push_back(static_cast<int64_t>(s.rows.size()));
+      s.max_rows = std::max(s.max_rows, hi - lo);
+    }
+  }
+  s.shared = s.max_rows > 1;
   return s;
 }
 
-void plan_partitions(DecodeProblem& p, bool allow_shared) {
-  const int64_t tasks = p.batch * p.num_kv_heads;
-  // A batch short of tasks splits its contexts instead (its threads would idle on a few shared tasks).
-  p.shared_parts = allow_shared && tasks >= kTargetTasks && p.prefix_groups > 0 ? p.prefix_parts : 0;
-  if (p.shared_parts > 0) {
-    p.num_parts = p.shared_parts + 1;
-    p.partition_tokens = 0;  // each group's own chunk (group_chunk)
+void plan_partitions(DecodeProblem& p, bool allow_split) {
+  if (p.num_sets > 0) {
+    p.num_parts = 1;
+    p.partition_tokens = p.max_ctx;
     return;
   }
-  p.num_parts = num_partitions(tasks, p.max_ctx);
+  p.num_parts = allow_split ? num_partitions(p.batch * p.num_kv_heads, p.max_ctx) : 1;
   p.partition_tokens = (p.max_ctx + p.num_parts - 1) / p.num_parts;
   p.partition_tokens = (p.partition_tokens + p.block_size - 1) / p.block_size * p.block_size;
 }
 
 int64_t num_decode_tasks(const DecodeProblem& p) {
-  if (p.shared_parts > 0) return p.num_kv_heads * (p.prefix_groups * p.shared_parts + p.batch);
+  if (p.num_sets > 0) return p.num_sets * p.num_kv_heads;
   return p.batch * p.num_kv_heads * p.num_parts;
 }
 
 namespace {
 
-// Task i as (sequence, KV head, part); a shared-prefix task's "sequence" is its group.
+// Task i as (sequence, KV head, part); a row set's task as (set, KV head, 0).
 struct TaskIndex {
   int64_t seq, kv_head, part;
 };
 
 TaskIndex task_index(const DecodeProblem& p, int64_t i) {
   const int64_t heads = p.num_kv_heads;
-  if (p.shared_parts > 0) {
-    const int64_t per_group = heads * p.shared_parts, shared = p.prefix_groups * per_group;
-    if (i < shared) return {i / per_group, i / p.shared_parts % heads, i % p.shared_parts};
-    return {(i - shared) / heads, (i - shared) % heads, p.shared_parts};
-  }
+  if (p.num_sets > 0) return {i / heads, i % heads, 0};
   const int64_t parts = p.num_parts;
   return {i / (heads * parts), i / parts % heads, i % parts};
 }
 
-// Query rows times keys of task i, plus a block's worth of keys for its fixed costs.
+// Query rows times keys of task i, plus a block's worth of keys per row for its fixed costs.
 int64_t task_work(const DecodeProblem& p, int64_t i) {
   const TaskIndex t = task_index(p, i);
   const int64_t group = p.num_q_heads / p.num_kv_heads;
-  int64_t rows = group, keys;
-  if (t.part < p.shared_parts) {
-    rows = group * (p.group_start[t.seq + 1] - p.group_start[t.seq]);
-    const int64_t chunk = p.group_chunk[t.seq];
-    keys = std::max<int64_t>(0, std::min(chunk, p.group_tokens[t.seq] - t.part * chunk));
-  } else if (p.shared_parts > 0) {
-    keys = p.context_lens[t.seq] - p.row_shared[t.seq];
-  } else {
-    const int64_t ctx = p.context_lens[t.seq], begin = t.part * p.partition_tokens;
-    keys = p.num_parts > 1 ? std::max<int64_t>(0, std::min(p.partition_tokens, ctx - begin)) : ctx;
+  if (p.num_sets > 0) {
+    int64_t keys = 0;
+    for (int64_t r = p.set_start[t.seq]; r < p.set_start[t.seq + 1]; ++r)
+      keys += p.context_lens[p.set_rows[r]] + p.block_size;
+    return group * keys;
   }
-  return rows * (keys + p.block_size);
+  const int64_t ctx = p.context_lens[t.seq], begin = t.part * p.partition_tokens;
+  const int64_t keys = p.num_parts > 1 ? std::max<int64_t>(0, std::min(p.partition_tokens, ctx - begin)) : ctx;
+  return group * (keys + p.block_size);
 }
 
 }  // namespace
@@ -198,13 +180,13 @@ std::pair<int64_t, int64_t> decode_task_range(const DecodeProblem& p, int tid, i
 
 int64_t scratch_floats(const DecodeProblem& p) {
   const int64_t group = p.num_q_heads / p.num_kv_heads, bs = p.block_size, d = p.head_dim;
-  const int64_t rows = p.shared_parts > 0 ? group * std::max<int64_t>(1, p.max_group_rows) : group;
-  return rows * bs + 2 * bs * d + rows * d + 3 * rows + (p.shared_parts > 0 ? rows * d : 0);
+  const int64_t rows = p.num_sets > 0 ? group * p.max_set_rows : group;
+  return rows * bs + 2 * bs * d + rows * d + 3 * rows + (p.num_sets > 0 ? rows * d : 0);
 }
 
 Scratch scratch_at(const DecodeProblem& p, float* buf) {
   const int64_t group = p.num_q_heads / p.num_kv_heads, bs = p.block_size, d = p.head_dim;
-  const int64_t rows = p.shared_parts > 0 ? group * std::max<int64_t>(1, p.max_group_rows) : group;
+  const int64_t rows = p.num_sets > 0 ? group * p.max_set_rows : group;
   Scratch s{};
   s.scores = buf;
   s.k_rows = s.scores + rows * bs;
@@ -213,7 +195,7 @@ Scratch scratch_at(const DecodeProblem& p, float* buf) {
   s.row_max = s.acc + rows * d;
   s.row_sum = s.row_max + rows;
   s.alpha = s.row_sum + rows;
-  s.q_rows = p.shared_parts > 0 ? s.alpha + rows : nullptr;
+  s.q_rows = p.num_sets > 0 ? s.alpha + rows : nullptr;
   return s;
 }
 
@@ -237,7 +219,6 @@ void combine_partitions(const DecodeProblem& p, int64_t row0, int64_t row1) {
     if (m == -INFINITY) continue;  // an empty context: zeros, as the unsplit task writes
     float sum = 0.0f;
     for (int64_t j = 0; j < parts; ++j) {
-      if (p.part_max[first + j] == -INFINITY) continue;  // empty (a row's shared parts outside any group)
       const float w = std::exp(p.part_max[first + j] - m);
       sum += p.part_sum[first + j] * w;
       const float* acc = p.part_acc + (first + j) * d;
@@ -249,7 +230,7 @@ void combine_partitions(const DecodeProblem& p, int64_t row0, int64_t row1) {
 }
 
 DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& tables,
-                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim, SharedPrefixes& shared) {
+                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim, const RowSets* sets) {
   TORCH_CHECK(k_cache.device().is_cpu() && v_cache.device().is_cpu(), "sllm_cpu: CPU tensors only");
   TORCH_CHECK(k_cache.dim() == 4 && v_cache.dim() == 4 && k_cache.sizes() == v_cache.sizes(),
               "sllm_cpu: caches must be [num_blocks, block_size, Hkv, D]");
@@ -280,15 +261,12 @@ DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cach
   DecodeProblem p{};
   p.batch = batch;
   p.max_ctx = max_ctx;
-  shared = find_shared_prefixes(table_ptr, tables.size(1), len_ptr, batch, block_size, num_kv_heads);
-  p.prefix_groups = static_cast<int64_t>(shared.tokens.size());
-  p.prefix_parts = shared.parts;
-  p.group_rows = shared.rows.data();
-  p.group_start = shared.start.data();
-  p.group_tokens = shared.tokens.data();
-  p.group_chunk = shared.chunk.data();
-  p.row_shared = shared.row_shared.data();
-  p.max_group_rows = shared.max_rows;
+  if (sets != nullptr && sets->shared) {
+    p.num_sets = static_cast<int64_t>(sets->start.size()) - 1;
+    p.set_rows = sets->rows.data();
+    p.set_start = sets->start.data();
+    p.max_set_rows = sets->max_rows;
+  }
   p.k_cache = k_cache.data_ptr();
   p.v_cache = v_cache.data_ptr();
   p.kv_type = kv_type(k_cache);
@@ -309,7 +287,7 @@ DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cach
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
                                   const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa,
-                                  int64_t sliding_window, bool shared_prefixes) {
+                                  int64_t sliding_window, bool shared_prefixes, bool split_contexts) {
   TORCH_CHECK(q.device().is_cpu(), "sllm_cpu: CPU tensors only");
   TORCH_CHECK(q.dim() == 3, "sllm_cpu: q must be [B, Hq, D]");
   const int64_t batch = q.size(0), num_q_heads = q.size(1), head_dim = q.size(2);
@@ -317,8 +295,13 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
   const Isa path = choose_isa(isa, head_dim);
   const at::Tensor tables = block_tables.to(at::kInt).contiguous();
   const at::Tensor lens = context_lens.to(at::kInt).contiguous();
-  SharedPrefixes shared;
-  DecodeProblem p = decode_problem(k_cache, v_cache, tables, lens, num_q_heads, head_dim, shared);
+  const int team = std::max(1, at::get_num_threads());
+  RowSets sets;
+  if (shared_prefixes) {
+    sets = find_row_sets(tables.data_ptr<int32_t>(), tables.size(1), lens.data_ptr<int32_t>(), batch,
+                         k_cache.size(1), k_cache.size(2), team);
+  }
+  DecodeProblem p = decode_problem(k_cache, v_cache, tables, lens, num_q_heads, head_dim, &sets);
   TORCH_CHECK(sliding_window >= 0, "sllm_cpu: sliding_window must be >= 0");
   p.sliding_window = sliding_window;
   at::Tensor slopes;
@@ -327,7 +310,7 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
     TORCH_CHECK(slopes.numel() == num_q_heads, "sllm_cpu: alibi_slopes must be [Hq]");
     p.alibi_slopes = slopes.data_ptr<float>();
   }
-  plan_partitions(p, shared_prefixes && p.sliding_window == 0 && p.alibi_slopes == nullptr);
+  plan_partitions(p, split_contexts);
 
   // Scaling q once costs B*Hq*D multiplies instead of one per score.
   const at::Tensor qf = (q.to(at::kFloat) * scale).contiguous();
@@ -345,7 +328,6 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
 
   const DecodeTask task = decode_task_for(path);
   const int64_t floats = scratch_floats(p);
-  const int team = std::max(1, at::get_num_threads());
   at::parallel_for(0, team, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> buf(floats);
     for (int64_t tid = begin; tid < end; ++tid) {
@@ -364,7 +346,8 @@ at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache
 TORCH_LIBRARY(sllm_cpu, m) {
   m.def(
       "paged_decode_attention(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_tables, "
-      "Tensor context_lens, float scale, Tensor? alibi_slopes=None, str isa='auto', int sliding_window=0, bool shared_prefixes=True) -> Tensor");
+      "Tensor context_lens, float scale, Tensor? alibi_slopes=None, str isa='auto', int sliding_window=0, "
+      "bool shared_prefixes=True, bool split_contexts=True) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sllm_cpu, CPU, m) { m.impl("paged_decode_attention", &sllm_cpu::paged_decode_attention); }

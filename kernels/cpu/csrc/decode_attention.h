@@ -43,25 +43,20 @@ struct DecodeProblem {
   float* part_sum;
   int64_t batch;    // sequences (rows of q)
   int64_t max_ctx;  // the longest context
-  // Shared-prefix ("cascade") mode, for rows whose block tables start with the same physical blocks
-  // (one system prompt or schema under prefix caching): tasks [0, groups x KV heads x shared_parts) each
-  // take one group's rows, one KV head and one part of the group's prefix, all the group's query heads
-  // at once, so each K/V row of the prefix is read once per step instead of once per row; their states go
-  // to parts [0, shared_parts) of each row, and the row's own rest of its context (a task per row and
-  // KV head, as outside the mode) to part shared_parts. The groups are ops.h's find_shared_prefixes.
-  int64_t prefix_groups;        // groups found; 0: none
-  int64_t prefix_parts;         // tasks per (group, KV head) over the group's prefix
-  const int32_t* group_rows;    // the groups' rows, group after group
-  const int64_t* group_start;   // [prefix_groups + 1]: where each group's rows start in group_rows
-  const int64_t* group_tokens;  // [prefix_groups]: its prefix, whole blocks inside every row's context
-  const int64_t* group_chunk;   // [prefix_groups]: tokens of each of its parts, whole blocks
-  const int64_t* row_shared;    // [batch]: tokens of the row's group's prefix; 0 in no group
-  int64_t max_group_rows;
-  int64_t shared_parts;  // prefix_parts while the mode is on (plan_partitions); 0: off
+  // Row-set ("shared-prefix") mode, for rows whose block tables share physical blocks (the rows of one
+  // prompt; prompts over one system prompt or schema under prefix caching): rows sorted by their tables
+  // and cut into sets (ops.h's find_row_sets), a task per set and KV head. The task walks block index
+  // by block index, and each block its rows share is read (and converted to fp32) once for all their
+  // query heads; each row keeps its own running max, sum and accumulator over its whole context, so
+  // its arithmetic is exactly that of the row computed alone, whatever set it falls in. No partitions.
+  int64_t num_sets;          // 0: off
+  const int32_t* set_rows;   // the rows, set after set
+  const int64_t* set_start;  // [num_sets + 1]: where each set's rows start in set_rows
+  int64_t max_set_rows;
 };
 
 // Per-thread work buffers, sized by the op for one task's query rows: `group` of them, or in
-// shared-prefix mode `group` for every row of the largest group.
+// row-set mode `group` for every row of the largest set.
 struct Scratch {
   float* scores;  // [group, block_size]: scores, then probabilities, of the current block
   float* k_rows;  // [block_size, D]: the current K block in fp32 when the cache is not fp32
@@ -70,7 +65,7 @@ struct Scratch {
   float* row_max;  // [group]: running max of the scores
   float* row_sum;  // [group]: running sum of exp(score - row_max)
   float* alpha;    // [group]: rescale factor of acc for the current block
-  float* q_rows;   // [rows, D]: a shared-prefix task's query rows, gathered (shared-prefix mode only)
+  float* q_rows;   // [rows, D]: a set's query rows, gathered (row-set mode only)
 };
 
 // Attention of one sequence's query heads that share KV head `kv_head`, over context partition `part`;
@@ -84,14 +79,13 @@ DecodeTask decode_task_for(Isa isa);
 // The work of one call, in raw-pointer pieces with no threading of their own: the op runs them under
 // at::parallel_for, decode_layers.cpp inside its one parallel region.
 //
-// Sets p.num_parts, p.partition_tokens and p.shared_parts; `allow_shared` false where the scores depend
-// on the row's own position (ALiBi, sliding windows), which a shared-prefix task cannot tell apart.
-void plan_partitions(DecodeProblem& p, bool allow_shared);
-// Tasks in a batch: sequences x KV heads x context partitions, or in shared-prefix mode groups x KV
-// heads x shared parts, then sequences x KV heads.
+// Sets p.num_parts and p.partition_tokens, or keeps the row sets: a batch whose rows share blocks is
+// done in row sets, one short of tasks without them is split along its contexts when `allow_split`
+// (which changes a row's summation order: off where a row's result must not depend on its batch).
+void plan_partitions(DecodeProblem& p, bool allow_split);
+// Tasks in a batch: sequences x KV heads x context partitions, or in row-set mode sets x KV heads.
 int64_t num_decode_tasks(const DecodeProblem& p);
-// Thread `tid` of `team`'s contiguous range of those tasks, split by their work (query rows times keys):
-// a shared-prefix task does a whole group's rows.
+// Thread `tid` of `team`'s contiguous range of those tasks, split by their work (query rows times keys).
 std::pair<int64_t, int64_t> decode_task_range(const DecodeProblem& p, int tid, int team);
 // Floats of one thread's Scratch, and the Scratch laid out over `buf` (that many floats).
 int64_t scratch_floats(const DecodeProblem& p);

@@ -252,17 +252,18 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   }
 
   std::vector<Layer> layers(num_layers);
-  std::vector<SharedPrefixes> prefixes(num_layers);  // each layer's problem points into its own
-  // One plan for every layer (the task split and buffers are layer 0's): no shared-prefix tasks when
-  // any layer has a sliding window.
-  const bool allow_shared = std::all_of(windows.begin(), windows.end(), [](int64_t w) { return w == 0; });
+  // One plan for every layer (the task split and buffers are layer 0's; the rows' tables are the same).
+  const int threads = std::max(1, at::get_num_threads());
+  TORCH_CHECK(k_caches[0].dim() == 4, "sllm_cpu: decode_layers needs caches [num_blocks, block_size, Hkv, D]");
+  const RowSets sets = find_row_sets(tables.data_ptr<int32_t>(), tables.size(1), lens.data_ptr<int32_t>(), t,
+                                     k_caches[0].size(1), num_kv_heads, threads);
   for (size_t i = 0; i < num_layers; ++i) {
     Layer& l = layers[i];
     const at::Tensor& kc = k_caches[i];
     const at::Tensor& vc = v_caches[i];
     TORCH_CHECK(kc.dim() == 4 && kc.size(2) == num_kv_heads,
                 "sllm_cpu: decode_layers needs caches [num_blocks, block_size, Hkv, D]");
-    l.attention = decode_problem(kc, vc, tables, lens, num_heads, head_dim, prefixes[i]);
+    l.attention = decode_problem(kc, vc, tables, lens, num_heads, head_dim, &sets);
     for (int64_t r = 0; r < t; ++r) {
       TORCH_CHECK(slot[r] < kc.size(0) * kc.size(1), "sllm_cpu: slot ", slot[r], " outside the KV cache");
     }
@@ -279,7 +280,7 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
       TORCH_CHECK(windows[i] >= 0, "sllm_cpu: a sliding window must be >= 0");
       l.attention.sliding_window = windows[i];
     }
-    plan_partitions(l.attention, allow_shared);
+    plan_partitions(l.attention, true);
     const int64_t* type = types.data() + 4 * i;
     l.qkv = matrix(qkv[i], type[0], qkv_n, hidden, "qkv", qkv_bias.empty() ? at::Tensor() : qkv_bias[i]);
     l.o = matrix(o[i], type[1], hidden, q_size, "o", at::Tensor());
@@ -298,7 +299,6 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   // Every buffer of the step, in one allocation: the shared ones, then one block per thread.
   const DecodeProblem& plan = layers[0].attention;
   const int64_t parts = plan.num_parts, part_slots = parts > 1 ? t * num_heads * parts : 0;
-  const int threads = std::max(1, at::get_num_threads());
   const int64_t own_h = lines(t * hidden), own_scratch = lines(scratch_floats(plan));
   const int64_t own_attn = parts > 1 ? lines(t * q_size) : 0;
   const int64_t lora_k = std::max({hidden, q_size, inter}), lora_n = std::max({hidden, qkv_n, 2 * inter});

@@ -18,29 +18,30 @@ namespace sllm_cpu {
 // "avx512" names one, which the CPU and the operand size `n` must allow (tests and benchmarks).
 Isa choose_isa(c10::string_view requested, int64_t n);
 
-// Groups of rows whose block tables start with the same physical blocks, for decode attention's
-// shared-prefix mode (decode_attention.h): rows sorted by their tables, then cut into runs so that the
-// rows' prefix reads saved, (rows - 1) x the run's common prefix, are the most (a batch of prompts over
-// five schemas gives five groups, not one over their common system prompt); a prefix of fewer than
-// kMinSharedBlocks blocks is no group. A DecodeProblem points into it.
-struct SharedPrefixes {
+// The rows of a decode problem in row sets (decode_attention.h): sorted by their block tables (so rows
+// that share blocks sit together, a prompt's rows in order), cut where two neighbours share no block,
+// and the runs cut again into sets of at most kMaxSetRows rows, more of them while the batch has fewer
+// than about four tasks per thread. `shared` is false when no set has two rows: the mode is then no use.
+// A DecodeProblem points into it.
+struct RowSets {
   std::vector<int32_t> rows;
-  std::vector<int64_t> start, tokens, chunk, row_shared;
-  int64_t parts = 0, max_rows = 0;
+  std::vector<int64_t> start;
+  int64_t max_rows = 0;
+  bool shared = false;
 };
-SharedPrefixes find_shared_prefixes(const int32_t* tables, int64_t stride, const int32_t* lens, int64_t batch,
-                                    int64_t block_size, int64_t num_kv_heads);
+RowSets find_row_sets(const int32_t* tables, int64_t stride, const int32_t* lens, int64_t batch, int64_t block_size,
+                      int64_t num_kv_heads, int team);
 
 // The decode attention problem over these caches for `num_q_heads` query heads, checked (every block a
-// sequence reads exists), its shared prefixes found into `shared` (which must outlive it). `tables` and
-// `lens` are int32 and contiguous, and must outlive it; q, out, ALiBi slopes and the partition buffers
-// are the caller's; plan_partitions comes after the sliding window and slopes are set.
+// sequence reads exists), in row-set mode when `sets` (which must outlive it) has shared rows. `tables`
+// and `lens` are int32 and contiguous, and must outlive it; q, out, ALiBi slopes and the partition
+// buffers are the caller's; plan_partitions comes after.
 DecodeProblem decode_problem(const at::Tensor& k_cache, const at::Tensor& v_cache, const at::Tensor& tables,
-                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim, SharedPrefixes& shared);
+                             const at::Tensor& lens, int64_t num_q_heads, int64_t head_dim, const RowSets* sets);
 at::Tensor paged_decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                                   const at::Tensor& block_tables, const at::Tensor& context_lens, double scale,
                                   const std::optional<at::Tensor>& alibi_slopes, c10::string_view isa,
-                                  int64_t sliding_window, bool shared_prefixes);
+                                  int64_t sliding_window, bool shared_prefixes, bool split_contexts);
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
                                                       const at::Tensor& weight, double eps);
