@@ -175,7 +175,7 @@ def test_a_prompt_sums_alike_whole_or_after_a_cached_prefix(path, dtype):
     k_cache, v_cache, _, _, tables = paged_cache([n], 16, NUM_KV_HEADS, 64, dtype, gen)
     q = torch.randn(n, 9, 64, generator=gen).to(dtype)
     for window in (None, 70):
-        def run(first):
+        def run(first, window=window):
             starts = torch.tensor([0, n - first], dtype=torch.int32)
             return paged_attention_cpu(q[first:], k_cache, v_cache, tables, starts, torch.tensor([n]), 0.125,
                                        isa=path, sliding_window=window)
