@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,7 +59,11 @@ class EncoderEngine:
 
     def __init__(self, model: str | Path, served_model_name: str | None = None, max_batch_tokens: int = 16384,
                  max_batch_size: int = 128, num_threads: int | None = None, priority_aging_s: float = 10.0,
-                 hf_overrides: dict[str, Any] | None = None):
+                 hf_overrides: dict[str, Any] | None = None,
+                 run_torch: Callable[[Callable[[], Any]], Future] | None = None):
+        """`run_torch`: where this model's torch work runs (its load and forward passes), as
+        AsyncEngine.call_soon takes it: a server gives the step thread of the model it serves beside, so
+        the process keeps one OpenMP pool; None: this engine's own worker thread."""
         from transformers import AutoTokenizer
 
         folder = Path(model).expanduser()
@@ -74,6 +78,7 @@ class EncoderEngine:
         self.matryoshka: Matryoshka = read_matryoshka(folder, hf_overrides)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.error: BaseException | None = None
+        self._run_torch = run_torch
         self._jobs: queue.Queue[_Job | None] = queue.Queue()
         self._pending: list[_Job] = []  # taken off the queue by the worker, in no round yet
         self._round: deque[list[_Job]] = deque()  # the round in progress: its batches not run yet
@@ -167,10 +172,10 @@ class EncoderEngine:
 
     # -- the worker thread ------------------------------------------------------------------------------
     def _start(self, folder: Path, built: Future) -> None:
-        """Loads the weights on the worker thread, so one thread does all of this model's torch work (as
-        AsyncEngine does: libgomp gives every thread that opens parallel regions a pool of its own)."""
+        """Loads the weights on the thread that does all of this model's torch work: the worker, or the
+        one `run_torch` names (libgomp gives every thread that opens parallel regions a pool of its own)."""
         try:
-            self.model = _MODELS[self.spec.config.family].from_folder(folder)
+            self.model = self._torch(lambda: _MODELS[self.spec.config.family].from_folder(folder))
         except BaseException as exc:
             built.set_exception(exc)
             return
@@ -266,6 +271,14 @@ class EncoderEngine:
         batch = [j for j in batch if j.future.set_running_or_notify_cancel()]
         if not batch:
             return
+        for j, result in zip(batch, self._torch(lambda: self._forward(batch)), strict=True):
+            j.future.set_result(result)
+
+    def _torch(self, fn: Callable[[], Any]) -> Any:
+        return fn() if self._run_torch is None else self._run_torch(fn).result()
+
+    def _forward(self, batch: list[_Job]) -> list:
+        """The batch's scores or vectors, in its order: all of its torch work."""
         width = max(len(j.ids) for j in batch)
         ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         types = torch.zeros((len(batch), width), dtype=torch.long)
@@ -280,11 +293,7 @@ class EncoderEngine:
         self._counts["requests"] += len(batch)
         self._counts["tokens"] += int(mask.sum())
         if batch[0].pooling is None:  # a batch is all scores or all vectors: the two never share a model
-            scores = _ACTIVATE[self.spec.activation](self.model.classify(states, mask)[:, 0].float())
-            for j, s in zip(batch, scores.tolist(), strict=True):
-                j.future.set_result(s)
-            return
+            return _ACTIVATE[self.spec.activation](self.model.classify(states, mask)[:, 0].float()).tolist()
         pooled = {kind: pool_padded(states, mask, kind) for kind in {j.pooling.pooling for j in batch if j.pooling}}
-        for i, j in enumerate(batch):
-            assert j.pooling is not None
-            j.future.set_result(finish_vector(pooled[j.pooling.pooling][i].float(), j.pooling).clone())
+        return [finish_vector(pooled[j.pooling.pooling][i].float(), j.pooling).clone()
+                for i, j in enumerate(batch)]

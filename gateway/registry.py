@@ -336,9 +336,13 @@ class ModelRegistry:
             try:
                 # The server-wide --hf-overrides describe the models given with --model, not the one beside them.
                 overrides = encoder.entry.hf_overrides or (None if encoder.beside else settings.hf_overrides)
+                # Its torch work on the first decoder's step thread: one OpenMP pool in the process
+                # (AsyncEngine.call_soon says what a second one costs).
+                beside = next((m.engine for m in self.embedded if m.engine is not None and m.engine.is_running), None)
                 encoder.engine = await asyncio.to_thread(EncoderEngine, encoder.entry.model, encoder.name,
                                                          priority_aging_s=settings.priority_aging_s,
-                                                         hf_overrides=overrides)
+                                                         hf_overrides=overrides,
+                                                         run_torch=beside.call_soon if beside else None)
                 log.info("serving %s (%s, max_seq_length=%d)", encoder.name, encoder.task, encoder.engine.max_model_len)
             except Exception as exc:
                 log.exception("model %s failed to load", encoder.name)

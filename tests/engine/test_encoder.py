@@ -92,3 +92,49 @@ def test_legacy_pooling_config_and_token_ids(tmp_path):
             engine.check_request([5] * 65)  # beyond the position table
     finally:
         engine.shutdown()
+
+
+def test_torch_work_on_a_decoders_step_thread(tmp_path):
+    """An encoder served beside a decoder does its load and forward passes on the decoder's step thread
+    (one OpenMP pool in the process), with the vectors it gives on its own thread; calls queued on a step
+    thread that stops fail instead of hanging."""
+    import threading
+
+    from engine import AsyncEngine, EngineConfig
+    from engine.errors import EngineDeadError
+
+    folder = make_sentence_transformer(tmp_path / "st", "bert", "mean", True, seed=5)
+    alone = EncoderEngine(folder)
+    try:
+        expected = asyncio.run(_embed_all(alone, TEXTS))
+    finally:
+        alone.shutdown()
+    decoder = AsyncEngine(EngineConfig(model="default", num_kv_blocks=64))
+    threads = []
+
+    def on_step_thread(fn):
+        threads.append(threading.current_thread().name)
+        return decoder.call_soon(lambda: (threads.append(threading.current_thread().name), fn())[1])
+
+    try:
+        engine = EncoderEngine(folder, run_torch=on_step_thread)
+        try:
+            got = asyncio.run(_embed_all(engine, TEXTS))
+        finally:
+            engine.shutdown()
+        assert torch.equal(got, expected)
+        assert threads[1::2] == ["sllm-engine"] * 2  # the load, then the one batch
+    finally:
+        decoder.shutdown()
+    with pytest.raises(EngineDeadError):
+        decoder.call_soon(lambda: 1)
+    # A call queued as the thread stopped gets the error.
+    from concurrent.futures import Future
+
+    from engine.async_engine import Call
+
+    fut: Future = Future()
+    decoder._commands.put(Call(lambda: 1, fut))
+    decoder._fail_calls()
+    with pytest.raises(EngineDeadError):
+        fut.result(timeout=1)
