@@ -170,7 +170,11 @@ def bench_serve(
         peers = summaries[before:]
     if compare_engine:
         async def in_process(level: int) -> Summary:
-            with in_process_engine(model, max_num_seqs) as engine:
+            # The settings of the first server run, which the gateway's overhead line compares it with.
+            env = runs[0][1]
+            with in_process_engine(model, max_num_seqs, quantization=env["SLLM_QUANTIZATION"],
+                                   activations=env["SLLM_ACTIVATIONS"],
+                                   kv_cache_dtype=env["SLLM_KV_CACHE_DTYPE"]) as engine:
                 await engine_sender(engine, 4)(prompts[0])
                 return await run_load(f"AsyncEngine (in-process) c={level}", engine_sender(engine, max_tokens),
                                       prompts, level, request_rate, seed)

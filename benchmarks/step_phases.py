@@ -3,11 +3,13 @@
 Fills the engine with `--rows` text-to-SQL prompts (the serving benchmark's), runs their prompts, then
 times `--steps` decode steps of all rows at once, split by phase: each kernel the model calls, the lm
 head, the model's own Python, input preparation, sampling, output processing (detokenizing, stops),
-scheduling. Times are the stepping thread's CPU time (`time.thread_time`), not wall time, so a shared
-machine's other load barely moves them; with `--threads 1` (the default) that is all the step's work,
-so the shares are what each phase costs; with more threads the kernels' work on the other threads is
-not counted. Phases are timed by wrapping the functions the engine calls, which adds about a
-microsecond a call: the model's "Python glue" includes that."""
+scheduling. With `--whole-run N`, every step of N prompts run to the end at `--rows` sequences at
+once instead (prompts, chunks and decode steps together, as a server's run has them). Times are the
+stepping thread's CPU time (`time.thread_time`), not wall time, so a shared machine's other load barely
+moves them; with `--threads 1` (the default) that is all the step's work, so the shares are what each
+phase costs; with more threads the kernels' work on the other threads is not counted. Phases are timed
+by wrapping the functions the engine calls, which adds about a microsecond a call: the model's "Python
+glue" includes that."""
 
 import collections
 import contextlib
@@ -17,8 +19,8 @@ from collections.abc import Callable, Iterator
 
 import typer
 
-KERNELS = ("linear", "paged_decode_attention", "rms_norm", "silu_and_mul", "rotary_embedding", "store_kv",
-           "embedding", "decode_layers_cpu")
+KERNELS = ("linear", "paged_decode_attention", "paged_attention", "rms_norm", "silu_and_mul", "rotary_embedding",
+           "store_kv", "embedding", "decode_layers_cpu")
 
 
 class PhaseTimer:
@@ -122,6 +124,28 @@ def measure(model: str = "default", rows: int = 32, steps: int = 40, max_tokens:
     return per_step["step"], breakdown(per_step)
 
 
+def measure_run(model: str = "default", rows: int = 32, num_prompts: int = 112, max_tokens: int = 128,
+                activations: str = "float", kv_cache_dtype: str = "auto") -> tuple[float, int, list[tuple[str, float]]]:
+    """Main-thread CPU seconds of a whole run of `num_prompts` text-to-SQL prompts (greedy, `max_tokens`
+    each, at most `rows` at once), its step count, and its breakdown (seconds, not per step)."""
+    from engine.llm import LLM
+    from engine.sampling_params import SamplingParams
+    from integrations.text2sql.dataset import load_prompts
+
+    engine = LLM(model=model, max_num_seqs=rows, activations=activations, kv_cache_dtype=kv_cache_dtype).engine
+    prompts = load_prompts()
+    params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
+    for i in range(num_prompts):
+        engine.add_request(f"r{i}", prompts[i % len(prompts)], params)
+    timer = PhaseTimer()
+    steps = 0
+    with instrumented(engine, timer) as step:
+        while engine.has_unfinished_requests():
+            step()
+            steps += 1
+    return timer.seconds["step"], steps, breakdown(dict(timer.seconds))
+
+
 def main(
     model: str = typer.Option("default", "--model"),
     rows: int = typer.Option(32, "--rows", help="Sequences decoding together (max_num_seqs)"),
@@ -130,12 +154,24 @@ def main(
     activations: str = typer.Option("float", "--activations", help="float or int8, as sllm serve takes it"),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto, float32, float16 or bfloat16, as "
                                        "sllm serve takes it"),
+    whole_run: int = typer.Option(0, "--whole-run", help="Time every step of this many prompts run to the end "
+                                  "instead (0: decode steps only)"),
 ):
     import torch
 
     from benchmarks.harness import format_table, machine_header
 
     torch.set_num_threads(threads)
+    if whole_run:
+        total, steps, rows_out = measure_run(model, rows, whole_run, activations=activations,
+                                             kv_cache_dtype=kv_cache_dtype)
+        print(machine_header())
+        print(f"{whole_run} prompts, 128 tokens each, at most {rows} at once: {total:.2f} s of main-thread CPU in "
+              f"{steps} steps ({threads} torch threads, {activations} activations, KV cache {kv_cache_dtype}); "
+              f"{whole_run * 128 / total:.1f} tok/s of that CPU")
+        table = [[name, f"{sec:.2f}", f"{100 * sec / total:.1f}%"] for name, sec in rows_out]
+        print(format_table(["phase", "s", "share"], table, align="lrr", rule=True))
+        return
     total, rows_out = measure(model, rows, steps, activations=activations, kv_cache_dtype=kv_cache_dtype)
     print(machine_header())
     print(f"{rows}-row decode step: {1000 * total:.1f} ms of main-thread CPU ({threads} torch threads, "

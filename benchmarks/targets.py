@@ -161,10 +161,11 @@ def llama_cpp_server(binary: str, gguf: Path | None, parallel: int,
 
 
 @contextmanager
-def in_process_engine(model: str, max_num_seqs: int):
+def in_process_engine(model: str, max_num_seqs: int, **config):
+    """AsyncEngine in this process; `config`: more EngineConfig fields (those the server run had)."""
     from engine import AsyncEngine, EngineConfig
 
-    engine = AsyncEngine(EngineConfig(model=model, max_num_seqs=max_num_seqs))
+    engine = AsyncEngine(EngineConfig(model=model, max_num_seqs=max_num_seqs, **config))
     try:
         yield engine
     finally:
