@@ -56,7 +56,7 @@ def paged_attention_cpu(
     query over the first c - n + i + 1 slots of its sequence's blocks. The tokens of a sequence share
     its blocks, so they run in row sets (up to 8 rows reading each block once), and all tokens of all
     sequences run in one parallel call: measured 1.3-3.7x faster than the gather + SDPA reference from
-    8 to 2048 new tokens per sequence (one thread, SmolLM2's heads) when every token read its own K/V.""""
+    8 to 2048 new tokens per sequence (one thread, SmolLM2's heads) when every token read its own K/V."""
     qsl = query_start_loc.long()
     q_lens = qsl[1:] - qsl[:-1]
     num_tokens = q.shape[0]
