@@ -315,11 +315,9 @@ void octet_gemm(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int
   const int64_t octets = a.octets;
   thread_local std::vector<uint8_t> tile_q, tile_e;
   thread_local std::vector<float> tile_f, tile_m;
-  tile_q.resize(kOctetTileRows * octets * kOctet);
-  tile_f.resize(kOctetTileRows * octets * 8);
-  tile_m.resize(kOctetTileRows * octets * 8);
-  tile_e.resize(Q == kQ6_K ? kOctetTileRows * octets * kQ6Extra : 0);
-  const OctetRows tile{tile_q.data(), tile_f.data(), tile_m.data(), Q == kQ6_K ? tile_e.data() : nullptr,
+  const OctetRows tile{line_aligned(tile_q, kOctetTileRows * octets * kOctet),
+                       line_aligned(tile_f, kOctetTileRows * octets * 8), line_aligned(tile_m, kOctetTileRows * octets * 8),
+                       Q == kQ6_K ? line_aligned(tile_e, kOctetTileRows * octets * kQ6Extra) : nullptr,
                        octets * kOctet, octets * 8};
   const OctetRows xr{reinterpret_cast<const uint8_t*>(a.q), a.d, a.s, nullptr, octets * kOctet, octets * 8};
   for (int64_t t0 = n0; t0 < n1; t0 += kOctetTileRows) {

@@ -218,19 +218,19 @@ inline Int8Rows quantize_rows(const float* x, int64_t m, int64_t ldx, int64_t k)
   thread_local std::vector<int8_t> qbuf;
   thread_local std::vector<float> dbuf, sbuf;
   const int64_t blocks = k / kQuantBlock;
-  qbuf.resize(m * k);
-  dbuf.resize(m * blocks);
-  sbuf.resize(m * blocks);
+  int8_t* q = line_aligned(qbuf, m * k);
+  float* dd = line_aligned(dbuf, m * blocks);
+  float* ss = line_aligned(sbuf, m * blocks);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t b = 0; b < blocks; ++b) {
       float d;
       int sum;
-      quantize_block32(x + i * ldx + b * kQuantBlock, qbuf.data() + i * k + b * kQuantBlock, d, sum);
-      dbuf[i * blocks + b] = d;
-      sbuf[i * blocks + b] = d * static_cast<float>(sum);
+      quantize_block32(x + i * ldx + b * kQuantBlock, q + i * k + b * kQuantBlock, d, sum);
+      dd[i * blocks + b] = d;
+      ss[i * blocks + b] = d * static_cast<float>(sum);
     }
   }
-  return {qbuf.data(), dbuf.data(), sbuf.data()};
+  return {q, dd, ss};
 }
 
 // The entry point both files export: the activations quantized once per call, then the type's loop.

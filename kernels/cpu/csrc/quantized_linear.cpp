@@ -27,12 +27,10 @@ void int8_octet_product(const float* x, int64_t m, int64_t ldx, int64_t k, const
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d, s;
   const int64_t octets = int8_octets(k);
-  q.resize(m * octets * kOctet);
-  d.resize(m * octets * 8);
-  s.resize(m * octets * 8);
-  const Int8OctetsOut out{q.data(), d.data(), s.data()};
+  const Int8OctetsOut out{line_aligned(q, m * octets * kOctet), line_aligned(d, m * octets * 8),
+                          line_aligned(s, m * octets * 8)};
   at::parallel_for(0, m, 16, [&](int64_t i0, int64_t i1) { octet_activations_avx2(x, i0, i1, ldx, k, qtype, out); });
-  const Int8Octets a{q.data(), d.data(), s.data(), octets};
+  const Int8Octets a{out.q, out.d, out.s, octets};
   at::parallel_for(0, n, grain, [&](int64_t n0, int64_t n1) {
     (vnni ? quantized_gemm_int8_avx512 : quantized_gemm_int8_avx2)(a, m, k, w, qtype, row_bytes, bias, n0, n1, y, n);
   });

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 namespace sllm_cpu {
 
@@ -139,6 +140,16 @@ float half_to_float(uint16_t h);
 void dequantize_block(const uint8_t* blk, int64_t qtype, float* out);
 
 namespace {
+// n values of scratch in `buf` (a thread's, reused from call to call), starting on a 64-byte line, so that
+// the 512-bit loads of the activations never straddle two lines (a vector's own start has malloc's 16-byte
+// alignment).
+template <class T>
+inline T* line_aligned(std::vector<T>& buf, int64_t n) {
+  buf.resize(static_cast<size_t>(n) + 64 / sizeof(T));
+  const auto at = reinterpret_cast<uintptr_t>(buf.data());
+  return reinterpret_cast<T*>((at + 63) & ~static_cast<uintptr_t>(63));
+}
+
 // f(std::integral_constant<int, Q>{}) for the GGML type id `qtype` (Q6_K past the others: the op checked
 // the type), so that each path's loop is instantiated per type and carries no branch on it.
 template <class F>
