@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "group_bytes_avx2.h"
+#include "int8_gemm_impl.h"  // unsigned_offset: the octet product shifts the same types alike
 #include "quantized_linear.h"
 
 namespace sllm_cpu {
@@ -31,11 +32,6 @@ namespace {
 constexpr int64_t kPrefetchAhead = 16384;
 inline void prefetch_ahead(const uint8_t* at, int64_t bytes) {
   for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(at + kPrefetchAhead + o), _MM_HINT_T0);
-}
-
-// What a signed type's bytes were shifted up by (0 for the unsigned ones).
-constexpr int zmm_offset(int Q) {
-  return Q == kQ4_0 ? 8 : Q == kQ5_0 ? 16 : Q == kQ8_0 ? 128 : Q == kQ6_K ? 32 : 0;
 }
 
 // Two blocks' 16 nibble bytes as 64 bytes: block 0's low nibbles (weights 0-15), its high ones, then block 1's.
@@ -172,7 +168,7 @@ void zmm_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes,
       // A block's scale d, and its minimum (Q4_1, Q5_1) or the shift back of a signed type: -offset * d.
       const auto scales = [](const uint8_t* blk, float& d, float& mn) {
         d = half_bits(blk);
-        mn = bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(zmm_offset(Q)) * d;
+        mn = bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(unsigned_offset(Q, true)) * d;
       };
       int64_t j = 0;
       for (; j + 2 <= groups; j += 2) {
@@ -218,16 +214,7 @@ template <int Q>
 void zmm_by_rows(const Int8Rows& a, int64_t m, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
                  int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const int32_t* off = Q == kQ6_K ? q6_lane_offsets(a, m, k) : nullptr;
-  switch (m) {
-    case 1: return zmm_rows<Q, 1>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
-    case 2: return zmm_rows<Q, 2>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
-    case 3: return zmm_rows<Q, 3>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
-    case 4: return zmm_rows<Q, 4>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
-    case 5: return zmm_rows<Q, 5>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
-    case 6: return zmm_rows<Q, 6>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
-    case 7: return zmm_rows<Q, 7>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
-    default: return zmm_rows<Q, 8>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
-  }
+  with_row_count(m, [&](auto rows) { zmm_rows<Q, decltype(rows)::value>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off); });
 }
 
 // The AVX-512 VNNI file's few-row entry point: quantize_rows as the 256-bit loop does, then pairs of groups.

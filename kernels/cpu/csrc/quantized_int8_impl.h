@@ -1,6 +1,7 @@
-// The int8-activation product of quantized_linear.h for every served type, written once over 256-bit
-// integer vectors and included by the AVX2 and the AVX-512 VNNI files (each under its own target pragma;
-// everything here has internal linkage, so the two copies never meet in the linker).
+// The int8-activation product of quantized_linear.h for every served type over 256-bit integer vectors:
+// the AVX2 path's few-row loop (maddubs and madd). The AVX-512 VNNI file includes it for quantize_rows and
+// takes its few rows through int8_rows_zmm.h (everything here has internal linkage, so the two copies
+// never meet in the linker).
 //
 // Every type is walked 32 weights at a time (a legacy block, or one sub-block of a K-quant super-block).
 // Each 32 becomes bytes an integer dot product takes, plus the floats that turn the dot into the
@@ -14,7 +15,7 @@
 // once per super-block (building int16 multipliers for the pair sums per group instead cost five
 // shuffles and broadcasts a group, a quarter of Q6_K's time). A legacy group's float factor is one scalar
 // per row, broadcast from a register.
-// Include after the file's `#pragma GCC target(...)` with kVnni saying whether vpdpbusd may be used.
+// Include after the file's `#pragma GCC target(...)` (AVX2 at the least).
 #pragma once
 
 #include <immintrin.h>
@@ -31,11 +32,7 @@ namespace sllm_cpu {
 namespace {
 
 // 8 int32 sums of the group's products with 32 activations (xq, already sign-adjusted for signed types).
-template <bool kVnni>
 inline __m256i group_dot(__m256i wq, __m256i xq) {
-  // No #if on __AVX512VNNI__: g++ does not define the target macros of a `#pragma GCC target` in C++, so
-  // such a guard dropped this line from every build. kVnni is true only in the AVX-512 VNNI file.
-  if constexpr (kVnni) return _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq, xq);
   const __m256i pairs = _mm256_maddubs_epi16(wq, xq);  // |w| <= 128 or w <= 31, |x| <= 127: no saturation
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
@@ -44,7 +41,7 @@ inline __m256i group_dot(__m256i wq, __m256i xq) {
 // minimum's term (Q4_1, Q5_1) as a scalar beside it. The block's scale is a scalar broadcast from a
 // register, never a vector of factors gathered through memory (a vector load of values just stored one
 // by one cannot be forwarded from the stores and waits for them to retire).
-template <int Q, int M, int A, bool kVnni>
+template <int Q, int M, int A>
 __attribute__((always_inline)) inline void legacy_group(const Int8Rows& a, int64_t k, int64_t groups, const uint8_t* row,
                                                         int64_t j, __m256 (&acc)[M][A], float (&mins)[M][A], int slot) {
   const uint8_t* blk = row + j * quant_block_bytes(Q);
@@ -54,7 +51,7 @@ __attribute__((always_inline)) inline void legacy_group(const Int8Rows& a, int64
   for (int i = 0; i < M; ++i) {
     __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + j * kQuantBlock));
     if constexpr (bytes_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
-    const __m256i dot = group_dot<kVnni>(wq, xq);
+    const __m256i dot = group_dot(wq, xq);
     acc[i][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc * a.d[i * groups + j]), acc[i][slot]);
     if constexpr (bytes_have_min(Q)) mins[i][slot] += mn * a.s[i * groups + j];
   }
@@ -84,7 +81,7 @@ inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
 }
 
 // A accumulators per row (two for one or two rows, so consecutive groups' FMAs do not wait on each other).
-template <int Q, int M, int A, bool kVnni>
+template <int Q, int M, int A>
 void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
                int64_t n1, float* y, int64_t ldy) {
   const int64_t groups = k / kQuantBlock;
@@ -120,7 +117,7 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
           for (int i = 0; i < M; ++i) {
             __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
             xq = _mm256_sign_epi8(xq, g.q);
-            const __m256i dot = group_dot<kVnni>(wq, xq);
+            const __m256i dot = group_dot(wq, xq);
             acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(half[i][c / 4], pick),
                                             acc[i][c % A]);
           }
@@ -146,7 +143,7 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
           for (int i = 0; i < M; ++i) {
             __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
             if constexpr (bytes_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
-            const __m256i dot = group_dot<kVnni>(wq, xq);
+            const __m256i dot = group_dot(wq, xq);
             acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(both[i], lane), acc[i][c % A]);
           }
         }
@@ -154,10 +151,10 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
     } else {
       int64_t j = 0;
       for (; j + 2 <= groups; j += 2) {
-        legacy_group<Q, M, A, kVnni>(a, k, groups, row, j, acc, mins, 0);
-        legacy_group<Q, M, A, kVnni>(a, k, groups, row, j + 1, acc, mins, 1 % A);
+        legacy_group<Q, M, A>(a, k, groups, row, j, acc, mins, 0);
+        legacy_group<Q, M, A>(a, k, groups, row, j + 1, acc, mins, 1 % A);
       }
-      if (j < groups) legacy_group<Q, M, A, kVnni>(a, k, groups, row, j, acc, mins, 0);
+      if (j < groups) legacy_group<Q, M, A>(a, k, groups, row, j, acc, mins, 0);
     }
     for (int i = 0; i < M; ++i) {
       __m256 s = acc[i][0];
@@ -168,19 +165,13 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
   }
 }
 
-template <int Q, bool kVnni>
+template <int Q>
 void int8_by_rows(const Int8Rows& a, int64_t m, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
                   int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  switch (m) {
-    case 1: return int8_rows<Q, 1, 2, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 2: return int8_rows<Q, 2, 2, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 3: return int8_rows<Q, 3, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 4: return int8_rows<Q, 4, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 5: return int8_rows<Q, 5, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 6: return int8_rows<Q, 6, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 7: return int8_rows<Q, 7, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-    default: return int8_rows<Q, 8, 1, kVnni>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
-  }
+  with_row_count(m, [&](auto r) {
+    constexpr int M = decltype(r)::value;
+    int8_rows<Q, M, M <= 2 ? 2 : 1>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+  });
 }
 
 // 32 values of x as int8 (half away from zero), their scale d = max|x| / 127 and the sum of the q: the
@@ -234,12 +225,11 @@ inline Int8Rows quantize_rows(const float* x, int64_t m, int64_t ldx, int64_t k)
 }
 
 // The entry point both files export: the activations quantized once per call, then the type's loop.
-template <bool kVnni>
-void int8_product(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
+inline void int8_product(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                   int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const Int8Rows a = quantize_rows(x, m, ldx, k);
   with_quant_type(qtype, [&](auto q) {
-    int8_by_rows<decltype(q)::value, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
+    int8_by_rows<decltype(q)::value>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
   });
 }
 

@@ -166,6 +166,22 @@ inline decltype(auto) with_quant_type(int64_t qtype, F&& f) {
   }
 }
 
+// f(std::integral_constant<int, M>{}) for M = m rows of x (1 to kQuantMaxRows; more take M = 8), so that
+// each few-row loop keeps its per-row accumulators in registers.
+template <class F>
+inline decltype(auto) with_row_count(int64_t m, F&& f) {
+  switch (m) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    default: return f(std::integral_constant<int, 8>{});
+  }
+}
+
 // Sub-block j's 6-bit scale and minimum in Q4_K/Q5_K's 12 packed bytes (ggml's get_scale_min_k4).
 // Internal linkage: each path compiles its own copy under its own target flags (see vec_avx2.h).
 inline void scale_min_k4(int j, const uint8_t* q, int& scale, int& min) {

@@ -206,16 +206,11 @@ void one_row(const float* x, int64_t k, const uint8_t* w, int64_t row_bytes, con
 template <int Q>
 void by_rows(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes,
              const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  switch (m) {
-    case 1: return one_row<Q>(x, k, w, row_bytes, bias, n0, n1, y);
-    case 2: return rows<Q, 2, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 3: return rows<Q, 3, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 4: return rows<Q, 4, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 5: return rows<Q, 5, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 6: return rows<Q, 6, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 7: return rows<Q, 7, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    default: return rows<Q, 8, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-  }
+  if (m == 1) return one_row<Q>(x, k, w, row_bytes, bias, n0, n1, y);
+  with_row_count(m, [&](auto r) {
+    constexpr int M = decltype(r)::value;
+    rows<Q, M, M <= 4 ? 2 : 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
+  });
 }
 
 // Many rows of x (quantized_gemm_avx2): a tile of kTileRows weight rows by up to kTileK weights is

@@ -127,16 +127,7 @@ void rows(const float* x, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_
 template <int Q>
 void by_rows(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t row_bytes,
              const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  switch (m) {
-    case 1: return rows<Q, 1>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 2: return rows<Q, 2>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 3: return rows<Q, 3>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 4: return rows<Q, 4>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 5: return rows<Q, 5>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 6: return rows<Q, 6>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    case 7: return rows<Q, 7>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-    default: return rows<Q, 8>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy);
-  }
+  with_row_count(m, [&](auto r) { rows<Q, decltype(r)::value>(x, ldx, k, w, row_bytes, bias, n0, n1, y, ldy); });
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace sllm_cpu {
 
 void quantized_linear_int8_avx2(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                                 int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  int8_product<false>(x, m, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
+  int8_product(x, m, ldx, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
 }
 
 void quantized_gemm_int8_avx2(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int64_t qtype,
