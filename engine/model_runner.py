@@ -9,6 +9,7 @@ import torch
 
 import kernels
 from engine.config import EngineConfig
+from engine.host_memory import zeros
 from engine.loader import ModelSource
 from engine.lora import LoRABatch, LoRAManager
 from engine.models import AttentionMetadata, model_class
@@ -35,18 +36,6 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
-
-
-def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """torch.zeros, but on the CPU from calloc'd memory: the OS maps zero pages as they are first
-    written, so the default 1 GiB cache costs nothing at load instead of 0.4-2 s of filling."""
-    if device.type != "cpu":
-        return torch.zeros(shape, dtype=dtype, device=device)
-    import numpy as np
-
-    item = torch.empty((), dtype=dtype).element_size()
-    raw = np.zeros(shape, dtype={2: np.int16, 4: np.int32, 8: np.int64}[item])
-    return torch.from_numpy(raw).view(dtype)
 
 
 @contextlib.contextmanager
