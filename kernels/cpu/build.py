@@ -34,7 +34,7 @@ SOURCES = (
 HEADERS = (
     "isa.h", "decode_attention.h", "decode_task_impl.h", "small_linear.h", "quantized_linear.h", "fused_ops.h", "ops.h",
     "vec_avx2.h", "lora_delta.h", "quantized_int8_impl.h", "group_bytes_avx2.h",
-    "int8_gemm_impl.h", "int8_rows_zmm.h",
+    "int8_gemm_impl.h", "int8_gemm_zmm.h", "int8_rows_zmm.h",
 )
 # No -march: the library may sit in a cache shared with other machines. AVX2 and AVX-512 code is
 # confined to the *_avx2.cpp and *_avx512.cpp files (enabled by a pragma there) and chosen at run time

@@ -101,14 +101,17 @@ def test_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
 @pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
 @pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)
 @pytest.mark.parametrize("m,n,k", [(1, 37, 32), (2, 21, 64), (3, 129, 576), (5, 17, 96), (7, 9, 224), (8, 300, 160),
-                                   (9, 41, 224), (12, 23, 288), (30, 35, 2304), (33, 21, 576), (67, 19, 96)])
+                                   (9, 41, 224), (12, 23, 288), (30, 35, 2304), (33, 21, 576), (46, 23, 576), (67, 19, 96)])
 def test_int8_activation_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
     """The int8-activation path of every type: its own reference up to float rounding, and the float
     product within the activations' rounding (2% of the largest output on these random blocks); an odd
     count of 32-weight blocks (K not a multiple of 64) included. Past 8 rows the vector paths take the
     octet product (int8_gemm_impl.h): every kind of last octet (7 groups left over: one lane each, one
     missing; 3: a short octet of 4 steps, one group missing; 1 and 2: of 1 and 2 steps; none), ragged tiles
-    of weight rows and every remainder of its 4-by-2 register block; the portable path passes of 8 rows. Up to
+    of weight rows and every remainder of its 4-by-2 register block, and on AVX-512 VNNI of the 6-by-4 one
+    of two weight rows per 512-bit vector (int8_gemm_zmm.h: then 4 and 1 rows of x; a tile's last 1-3
+    weight rows take 256-bit blocks);
+    the portable path passes of 8 rows. Up to
     8 rows, AVX-512 VNNI takes pairs of groups in 512-bit vectors (int8_rows_zmm.h): each row count, an odd
     last block."""
     k = ragged_k(qtype, k)

@@ -309,7 +309,19 @@ inline void octet_rows(const OctetRows& x, const OctetRows& w, int64_t rows, int
   }
 }
 
+// Every row of x against one unpacked tile of `rows` weight rows, in 256-bit register blocks. octet_gemm
+// takes this as its tile routine; the AVX-512 VNNI file passes its 512-bit one (int8_gemm_zmm.h).
 template <int Q, bool kVnni>
+struct YmmOctetTile {
+  static void run(const OctetRows& x, int64_t m, const OctetRows& tile, int64_t rows, int64_t octets, int last,
+                  float* y, int64_t ldy) {
+    int64_t i = 0;
+    for (; i + kOctetMr <= m; i += kOctetMr) octet_rows<Q, kOctetMr, kVnni>(x.row(i), tile, rows, octets, last, y + i * ldy, ldy);
+    for (; i < m; ++i) octet_rows<Q, 1, kVnni>(x.row(i), tile, rows, octets, last, y + i * ldy, ldy);
+  }
+};
+
+template <int Q, bool kVnni, template <int, bool> class Tile>
 void octet_gemm(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
                 int64_t n0, int64_t n1, float* y, int64_t ldy) {
   const int64_t octets = a.octets;
@@ -327,11 +339,7 @@ void octet_gemm(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int
       octet_weight_row<Q, kVnni>(w + (t0 + r) * row_bytes, k, octets, const_cast<uint8_t*>(out.q), const_cast<float*>(out.d),
                           const_cast<float*>(out.s), const_cast<uint8_t*>(out.e));
     }
-    const int last = octet_last_steps(k);
-    int64_t i = 0;
-    for (; i + kOctetMr <= m; i += kOctetMr)
-      octet_rows<Q, kOctetMr, kVnni>(xr.row(i), tile, rows, octets, last, y + i * ldy + t0, ldy);
-    for (; i < m; ++i) octet_rows<Q, 1, kVnni>(xr.row(i), tile, rows, octets, last, y + i * ldy + t0, ldy);
+    Tile<Q, kVnni>::run(xr, m, tile, rows, octets, octet_last_steps(k), y + t0, ldy);
     if (bias)
       for (int64_t r = 0; r < m; ++r)
         for (int64_t c = 0; c < rows; ++c) y[r * ldy + t0 + c] += bias[t0 + c];
@@ -388,11 +396,11 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
   }
 }
 
-template <bool kVnni>
+template <bool kVnni, template <int, bool> class Tile = YmmOctetTile>
 void octet_product(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int64_t qtype, int64_t row_bytes,
                    const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   with_quant_type(qtype, [&](auto q) {
-    octet_gemm<decltype(q)::value, kVnni>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
+    octet_gemm<decltype(q)::value, kVnni, Tile>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
   });
 }
 

@@ -1,6 +1,7 @@
 // The AVX-512 VNNI int8-activation path of quantized_linear.h: few rows two groups at a time in 512-bit
 // vectors (int8_rows_zmm.h), many rows through the octet product with vpdpbusd in place of maddubs and
-// madd. Called only on a CPU with AVX-512 F/BW/VL/DQ and VNNI.
+// madd, two weight rows per 512-bit vector (int8_gemm_zmm.h). Called only on a CPU with AVX-512
+// F/BW/VL/DQ and VNNI.
 #include <cstdint>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -8,6 +9,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")
 
 #include "int8_gemm_impl.h"
+#include "int8_gemm_zmm.h"
 #include "int8_rows_zmm.h"
 #include "quantized_int8_impl.h"
 
@@ -21,7 +23,7 @@ void quantized_linear_int8_avx512(const float* x, int64_t m, int64_t ldx, int64_
 
 void quantized_gemm_int8_avx512(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int64_t qtype,
                                 int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  octet_product<true>(a, m, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
+  octet_product<true, ZmmOctetTile>(a, m, k, w, qtype, row_bytes, bias, n0, n1, y, ldy);
 }
 
 }  // namespace sllm_cpu
