@@ -52,6 +52,17 @@ def time_ms(fn: Callable[[], object], min_runs: int = 5, min_seconds: float = 0.
     return 1e3 * statistics.median(times)
 
 
+def read_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
+    """Memory read bandwidth on the process's torch threads (the sum of 1 GiB of float32, median of 5 or
+    more): what bounds one decode stream, which reads every weight once a token. On a shared VM it moves
+    with the host's other load (a 2-core Zen 5 VM read 41-76 GB/s within one hour, idle), so the serving
+    benchmark prints it beside each target's numbers."""
+    import torch
+
+    x = torch.ones(nbytes // 4)
+    return nbytes / (time_ms(x.sum, min_runs=5, min_seconds=0.2) * 1e-3) / 1e9
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     """Linear interpolation between closest ranks (numpy's default); NaN for no values."""
     if not values:

@@ -63,7 +63,7 @@ def bench_serve(
     import asyncio
     import statistics
 
-    from benchmarks.harness import format_table, machine_header, percentile, pyplot
+    from benchmarks.harness import format_table, machine_header, percentile, pyplot, read_bandwidth_gbps
     from benchmarks.loadgen import Summary, engine_sender, http_sender, run_load
     from benchmarks.targets import (
         evict_from_page_cache,
@@ -113,6 +113,7 @@ def bench_serve(
     summaries: list[Summary] = []
     loads: list[tuple[str, str, float, float | None]] = []  # (target, start, seconds to healthy, peak RSS MiB)
     long: dict[str, float] = {}
+    bandwidth: dict[str, tuple[float, float]] = {}  # memory read GB/s before and after each target's runs
     proxied: tuple[Summary, Summary] | None = None
 
     def measure(name: str, start, file: Path | None) -> None:
@@ -124,6 +125,7 @@ def bench_serve(
                 loads.append((name, "cold", first.ready_seconds, first.peak_rss_mib()))
         with start() as target:
             loads.append((name, "warm" if cold_start else "first", target.ready_seconds, None))
+            before = read_bandwidth_gbps()
             for level in levels:
                 run = f"{name} c={level}"
                 if via_proxy:  # both measured runs then find the same prompts in the prefix cache: a fair pair
@@ -136,6 +138,7 @@ def bench_serve(
             if long_prompt_tokens:
                 long[name] = asyncio.run(long_ttft(target.url, target.served))
             loads[-1] = (*loads[-1][:3], target.peak_rss_mib())
+            bandwidth[name] = (before, read_bandwidth_gbps())
 
     modes = [m.strip() for m in quantization.split(",") if m.strip()]
     acts = [a.strip() for a in activations.split(",") if a.strip()]
@@ -186,6 +189,9 @@ def bench_serve(
     print(format_table(list(rows[0]), [list(r.values()) for r in rows], align="r"))
     print(format_table(["target", "start", "healthy after s", "peak RSS MiB"],
                        [[t, k, round(sec, 2), round(rss) if rss else "-"] for t, k, sec, rss in loads], align="r"))
+    if bandwidth:
+        print("memory read GB/s before / after each target's runs (one stream reads every weight a token): "
+              + ", ".join(f"{k} {a:.0f} / {b:.0f}" for k, (a, b) in bandwidth.items()))
     if long:
         print(f"TTFT of a {long_prompt_tokens}-token prompt (median of 3): "
               + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in long.items()))

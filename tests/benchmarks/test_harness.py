@@ -29,3 +29,8 @@ def test_plot_without_matplotlib_names_the_extra(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         harness.pyplot()
     assert "sllm[bench]" in str(exc.value.code)
+
+
+def test_read_bandwidth_is_bytes_over_the_time_of_a_sum(monkeypatch):
+    monkeypatch.setattr(harness, "time_ms", lambda fn, **kw: fn() is not None and 2.0)  # 2 ms a sum
+    assert harness.read_bandwidth_gbps(1 << 20) == pytest.approx((1 << 20) / 2e-3 / 1e9)
