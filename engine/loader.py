@@ -250,9 +250,9 @@ class ModelSource:
         parts of fused matrices, copied) leave the process's memory."""
         if self.gguf is None:
             return
-        from kernels.quantized import QuantizedWeight
+        from kernels.quantized import weight_tensors
 
-        kept = {(w.data if isinstance(w, QuantizedWeight) else w).data_ptr() for w in weights.values()}
+        kept = {m.data_ptr() for w in weights.values() for m in weight_tensors(w)}
         released = self.gguf.release_unread(kept)
         log.info("weights: %.0f MiB of the mapped file released (copied into fused matrices)", released / 2**20)
 

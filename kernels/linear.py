@@ -19,14 +19,14 @@ import torch
 import torch.nn.functional as F
 
 from kernels.cpu.build import cpu_kernels_available
-from kernels.quantized import QuantizedWeight, quantized_embedding, quantized_linear
+from kernels.quantized import QuantizedWeight, StackedWeight, quantized_embedding, quantized_linear, stacked_linear
 
 log = logging.getLogger(__name__)
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor | None:
     """The weight packed for `linear`, or None where packing does not apply or is unavailable."""
-    if (isinstance(weight, QuantizedWeight) or weight.device.type != "cpu"
+    if (isinstance(weight, QuantizedWeight | StackedWeight) or weight.device.type != "cpu"
             or weight.dtype not in (torch.bfloat16, torch.float16)):
         return None
     try:
@@ -54,10 +54,12 @@ def use_small_linear(x: torch.Tensor, weight: torch.Tensor) -> bool:
             and small_linear_takes(weight))
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight, bias: torch.Tensor | None = None,
+def linear(x: torch.Tensor, weight: torch.Tensor | QuantizedWeight | StackedWeight, bias: torch.Tensor | None = None,
            packed: torch.Tensor | None = None) -> torch.Tensor:
     if isinstance(weight, QuantizedWeight):
         return quantized_linear(x, weight, bias)
+    if isinstance(weight, StackedWeight):
+        return stacked_linear(x, weight, bias)
     if packed is not None:
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     if use_small_linear(x, weight):

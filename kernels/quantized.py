@@ -20,8 +20,8 @@ from kernels.gguf_blocks import BLOCK, NAMES, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K
 
 SUPPORTED_TYPES = frozenset(BLOCK)
 __all__ = ["BLOCK", "NAMES", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "SUPPORTED_TYPES",
-           "QuantizedWeight", "cat_rows", "dequantize", "quantize_q8_0", "quantized_embedding", "quantized_linear",
-           "quantized_linear_ref", "serves_quantized", "int8_activations", "quantized_linear_int8_ref",
+           "QuantizedWeight", "StackedWeight", "as_one_type", "cat_rows", "dequantize", "quantize_q8_0",
+           "quantized_embedding", "quantized_linear", "stacked_linear", "weight_tensors", "quantized_linear_ref", "serves_quantized", "int8_activations", "quantized_linear_int8_ref",
            "use_int8_activations"]
 
 
@@ -64,11 +64,42 @@ def as_q8_0(w: QuantizedWeight) -> QuantizedWeight:
     return QuantizedWeight(data, Q8_0, w.shape)
 
 
-def cat_rows(parts: list[torch.Tensor | QuantizedWeight]) -> torch.Tensor | QuantizedWeight:
+@dataclass(frozen=True)
+class StackedWeight:
+    """Two quantized matrices of different types stacked along their output rows and read apart: a
+    Q4_K_M file's Q4_K q and k beside its Q6_K v, Qwen2.5-0.5B's Q5_0 q and k beside a Q8_0 v. As one
+    type they would be Q8_0 throughout (Llama-3.2-1B's q/k/v: 82 MB a token where the file's blocks are
+    59), and the K-quant parts requantized; apart, each is the file's own."""
+
+    parts: tuple[QuantizedWeight, QuantizedWeight]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (sum(p.shape[0] for p in self.parts), self.parts[0].shape[1])
+
+
+def weight_tensors(w: torch.Tensor | QuantizedWeight | StackedWeight) -> list[torch.Tensor]:
+    """The tensors that hold a weight's values or blocks."""
+    if isinstance(w, StackedWeight):
+        return [p.data for p in w.parts]
+    return [w.data if isinstance(w, QuantizedWeight) else w]
+
+
+def cat_rows(parts: list[torch.Tensor | QuantizedWeight]) -> torch.Tensor | QuantizedWeight | StackedWeight:
     """Stacks matrices along their output rows (q, k, v into one projection). Quantized ones stay quantized:
-    as they are when they share a type, else as Q8_0 (Q4_0 and Q5_0 parts without loss: a Q4_K_M file's
-    fallback types for rows of 896 weights, such as Qwen2.5-0.5B's, mix those with Q8_0)."""
+    as they are when they share a type; as a `StackedWeight` of two runs of one type each (q and k, then
+    v); else as Q8_0 (Q4_0 and Q5_0 parts without loss)."""
+    if len(parts) == 1:
+        return parts[0]  # a stacked weight's lone v: the file's own blocks, uncopied
     quantized = all(isinstance(p, QuantizedWeight) for p in parts)
+    runs = [[p] for p in parts[:1]]
+    for p in parts[1:]:
+        if quantized and p.qtype == runs[-1][-1].qtype:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    if quantized and len(runs) == 2:
+        return StackedWeight((cat_rows(runs[0]), cat_rows(runs[1])))
     if quantized and len({p.qtype for p in parts}) > 1:
         # Other mixes (a Q4_K_M file's Q4_K q and k beside a Q6_K v) are requantized to Q8_0: each weight
         # within half a step of max|w| / 127 of its 32, a sixteenth of a Q4 step. Kept apart as float
@@ -82,9 +113,20 @@ def cat_rows(parts: list[torch.Tensor | QuantizedWeight]) -> torch.Tensor | Quan
     return torch.cat(floats).contiguous()
 
 
-def dequantize(w: QuantizedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def dequantize(w: QuantizedWeight | StackedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The reference: every block's weights as the format defines them, [N, K]."""
+    if isinstance(w, StackedWeight):
+        return torch.cat([dequantize(p, dtype) for p in w.parts])
     return decode_blocks(w.data, w.qtype).reshape(w.shape).to(dtype)
+
+
+def as_one_type(w: QuantizedWeight | StackedWeight) -> QuantizedWeight:
+    """A stacked weight as one matrix of one type (Q8_0, as cat_rows makes mixes of three runs), for
+    callers that reorder its rows."""
+    if isinstance(w, QuantizedWeight):
+        return w
+    parts = [as_q8_0(p) if p.qtype in _SIGNED_32 else quantize_q8_0(dequantize(p)) for p in w.parts]
+    return QuantizedWeight(torch.cat([p.data for p in parts]), Q8_0, w.shape)
 
 
 def quantized_linear_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -174,6 +216,13 @@ def quantized_linear(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | N
             y = F.linear(rows, torch.ops.sllm_cpu.dequantize(w.data, w.qtype, w.shape[1]), bias)
         return y.reshape(*x.shape[:-1], w.shape[0])
     return quantized_linear_ref(x, w, bias)
+
+
+def stacked_linear(x: torch.Tensor, w: StackedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W^T (+ bias) for a stacked weight: each part's columns, side by side."""
+    split = w.parts[0].shape[0]
+    biases = (None, None) if bias is None else (bias[:split], bias[split:])
+    return torch.cat([quantized_linear(x, p, b) for p, b in zip(w.parts, biases, strict=True)], dim=-1)
 
 
 def quantized_embedding(ids: torch.Tensor, w: QuantizedWeight) -> torch.Tensor:

@@ -20,7 +20,7 @@ from engine.model_config import ModelConfig
 from engine.models.rope import rope_inv_freq
 from kernels.cpu.fused_ops import decode_layer_weights, decode_layers_cpu, decode_max_rows
 from kernels.linear import small_linear_takes
-from kernels.quantized import QuantizedWeight, cat_rows, dequantize
+from kernels.quantized import QuantizedWeight, StackedWeight, as_one_type, cat_rows, dequantize
 from kernels.rotary import build_cos_sin_cache
 
 # A prefill slice's gate_up output at most (`_mlp`): under glibc's largest mmap threshold, 32 MB, with room.
@@ -259,7 +259,8 @@ class LlamaForCausalLM:
         w = self.weights
         qkv = w[p + "qkv"]
         rows = self._rotary_rows(qkv.shape[0])
-        if isinstance(qkv, QuantizedWeight):
+        if isinstance(qkv, QuantizedWeight | StackedWeight):
+            qkv = as_one_type(qkv)  # rows of q and k move: one matrix of one type
             w[p + "qkv"] = QuantizedWeight(qkv.data.index_select(0, rows).contiguous(), qkv.qtype, qkv.shape)
         else:
             w[p + "qkv"] = qkv.index_select(0, rows.to(qkv.device)).contiguous()
@@ -309,7 +310,7 @@ class LlamaForCausalLM:
             lists["q_norm"] = [w[f"model.layers.{i}.q_norm"] for i in range(self.num_layers)]
             lists["k_norm"] = [w[f"model.layers.{i}.k_norm"] for i in range(self.num_layers)]
         matrices = lists["qkv"] + lists["o"] + lists["gate_up"] + lists["down"]
-        if not all(small_linear_takes(m) or isinstance(m, QuantizedWeight) for m in matrices):
+        if not all(small_linear_takes(m) or isinstance(m, QuantizedWeight | StackedWeight) for m in matrices):
             return None
         out = decode_layer_weights(lists)
         out["rotary"] = [int(x is not None) for x in self.rope_caches]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.quantized import QuantizedWeight
+from kernels.quantized import QuantizedWeight, StackedWeight
 
 CPU_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -58,13 +58,24 @@ def decode_max_rows(layers: dict[str, list]) -> int:
 
 def decode_layer_weights(layers: dict[str, list]) -> dict[str, list]:
     """The per-layer lists as `decode_layers_cpu` takes them, built once at load: each matrix (a float32
-    tensor or a `QuantizedWeight`) as the tensor the C++ op reads, and `types` holding every layer's
-    qkv, o, gate_up and down GGML types in that order (0 for float32)."""
+    tensor, a `QuantizedWeight`, or a `StackedWeight`'s first part) as the tensor the C++ op reads, and
+    `types` holding every layer's qkv, o, gate_up and down GGML types in that order (0 for float32); a
+    `StackedWeight`'s second part goes to `tails`, with its slot (4 * layer + projection) and type."""
     out = dict(layers)
+    out["tails"], out["tail_slots"], out["tail_types"] = [], [], []
+    rows = list(zip(*(layers[n] for n in MATRICES), strict=True))
+    for slot, w in enumerate(w for row in rows for w in row):
+        if isinstance(w, StackedWeight):
+            out["tails"].append(w.parts[1].data)
+            out["tail_slots"].append(slot)
+            out["tail_types"].append(w.parts[1].qtype)
+
+    def head(w):
+        return w.parts[0] if isinstance(w, StackedWeight) else w
+
     for name in MATRICES:
-        out[name] = [w.data if isinstance(w, QuantizedWeight) else w for w in layers[name]]
-    out["types"] = [w.qtype if isinstance(w, QuantizedWeight) else 0
-                    for row in zip(*(layers[n] for n in MATRICES), strict=True) for w in row]
+        out[name] = [head(w).data if isinstance(head(w), QuantizedWeight) else w for w in layers[name]]
+    out["types"] = [head(w).qtype if isinstance(head(w), QuantizedWeight) else 0 for row in rows for w in row]
     return out
 
 
@@ -87,5 +98,6 @@ def decode_layers_cpu(x, positions, cos_sin_cache, layers: dict[str, list], fina
         layers["post_norm"], layers["gate_up"], layers["down"], layers["types"], final_norm, k_caches, v_caches,
         slot_mapping, block_tables, context_lens, float(eps), float(scale), num_heads, num_kv_heads, head_dim,
         lora_a, lora_b, slots, layers.get("q_norm", []), layers.get("k_norm", []), layers.get("rotary", []),
-        layers.get("windows", []), float(layers.get("residual_scale", 1.0)),
+        layers.get("windows", []), float(layers.get("residual_scale", 1.0)), layers.get("tails", []),
+        layers.get("tail_slots", []), layers.get("tail_types", []),
     )

@@ -179,3 +179,42 @@ def test_families_the_op_leaves_to_the_layer_loop(name, tmp_path, default_model_
     folder = make_tiny(tmp_path, FAMILIES[name](), default_model_dir, seed=len(name))
     model = LLM(model=str(folder), num_kv_blocks=16).engine.runner.model
     assert getattr(model, "decode_layers", None) is None
+
+
+@pytest.mark.parametrize("cpu_path", cpu_paths(64), indirect=True)
+def test_one_call_decode_reads_stacked_weights_part_by_part(llm, cpu_path):
+    """A fused matrix of two GGUF types (a Q4_K_M file's Q4_K q and k beside a Q6_K v) stays two matrices
+    (kernels.quantized.StackedWeight); the op reads the second as a tail of the first (decode_layers.cpp's
+    Matrix::tail): Q8_0 q and k beside a Q4_0 v and a Q8_0 gate beside a Q4_0 up here, the qwen2 model's
+    q/k/v biases split with them. Its logits are the layer loop's, step after step, on every path."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quantize
+
+    from kernels.quantized import Q4_0, QuantizedWeight, StackedWeight, dequantize
+
+    int8 = LLM(model=llm.engine.config.model, num_kv_blocks=64, quantization="int8")
+    model = int8.engine.runner.model
+    w = model.weights
+
+    def stacked(name: str, split: int) -> StackedWeight:
+        full = w[name]
+        assert isinstance(full, QuantizedWeight)
+        rows = dequantize(full)[split:].numpy()
+        tail = QuantizedWeight(torch.from_numpy(quantize(rows, GGMLQuantizationType.Q4_0)), Q4_0,
+                               (rows.shape[0], rows.shape[1]))
+        head = QuantizedWeight(full.data[:split].contiguous(), full.qtype, (split, full.shape[1]))
+        return StackedWeight((head, tail))
+
+    d = model.head_dim
+    for i in range(model.num_layers):
+        p = f"model.layers.{i}."
+        w[p + "qkv"] = stacked(p + "qkv", (model.num_heads + model.num_kv_heads) * d)
+        w[p + "gate_up"] = stacked(p + "gate_up", w[p + "gate_up"].shape[0] // 2)
+    model.decode_layers = model._decode_layer_lists()
+    assert model.decode_layers["tail_slots"] == [s for i in range(model.num_layers) for s in (4 * i, 4 * i + 2)]
+    prompts = ["The capital of France is", "SELECT name FROM", "1, 2, 3,"]
+    fused = _logits_per_step(int8, prompts, fused=True)
+    loop = _logits_per_step(int8, prompts, fused=False)
+    assert len(fused) == len(loop) >= 11
+    for a, b in zip(fused, loop, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

@@ -5,12 +5,14 @@ on every CPU path, over ragged shapes."""
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
 from kernels.cpu.build import cpu_kernels_available
 from kernels.gguf_blocks import HALF_FIELDS
+from kernels.linear import linear
 from kernels.quantized import (
     BLOCK,
     NAMES,
@@ -23,6 +25,7 @@ from kernels.quantized import (
     Q6_K,
     Q8_0,
     QuantizedWeight,
+    StackedWeight,
     cat_rows,
     dequantize,
     int8_activations,
@@ -130,6 +133,8 @@ def test_int8_activation_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
 
 @pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)
 def test_embedding_rows_and_stacked_rows(qtype):
+    """cat_rows: one type stays one matrix; two runs of one type each are a StackedWeight read part by part;
+    three runs become one Q8_0 matrix."""
     k = ragged_k(qtype, 64)
     w = random_weight(50, k, qtype, seed=5)
     ids = torch.tensor([[3, 0, 49], [7, 7, 1]])
@@ -139,10 +144,19 @@ def test_embedding_rows_and_stacked_rows(qtype):
     assert isinstance(both, QuantizedWeight) and both.shape == (16, k)
     assert torch.equal(dequantize(both), torch.cat([dequantize(p) for p in parts]))
     other = random_weight(8, k, Q8_0 if qtype != Q8_0 else Q4_0)
-    mixed = cat_rows([parts[0], other])  # two types: one Q8_0 matrix, exact where each part's ints fit
-    assert isinstance(mixed, QuantizedWeight) and mixed.qtype == Q8_0 and mixed.shape == (16, k)
+    # Two runs of one type each (q and k, then v): kept apart, each part as it was, and read apart.
+    stacked = cat_rows([parts[0], parts[1], other])
+    assert isinstance(stacked, StackedWeight) and stacked.shape == (24, k)
+    assert stacked.parts[0].qtype == qtype and stacked.parts[1] is other
+    assert torch.equal(dequantize(stacked), torch.cat([dequantize(p) for p in (*parts, other)]))
+    x, bias = torch.randn(3, k), torch.randn(24)
+    got = linear(x, stacked, bias)
+    torch.testing.assert_close(got, F.linear(x, dequantize(stacked), bias), rtol=1e-5, atol=1e-4)
+    # Three runs: one Q8_0 matrix, exact where each part's ints fit.
+    mixed = cat_rows([parts[0], other, parts[1]])
+    assert isinstance(mixed, QuantizedWeight) and mixed.qtype == Q8_0 and mixed.shape == (24, k)
     if qtype in (Q4_0, Q5_0, Q8_0):
-        assert torch.equal(dequantize(mixed), torch.cat([dequantize(parts[0]), dequantize(other)]))
+        assert torch.equal(dequantize(mixed), torch.cat([dequantize(parts[0]), dequantize(other), dequantize(parts[1])]))
 
 
 def test_int8_weights_are_q8_0_blocks_as_the_gguf_package_writes_them():
@@ -171,26 +185,29 @@ def test_a_malformed_weight_is_refused():
 
 @pytest.mark.parametrize("qtype", [Q4_0, Q5_0])
 def test_promotion_to_q8_0_is_lossless(qtype):
-    """A Q4_K_M file fuses q (Q5_0) with v (Q8_0) where rows are not whole K-quant super-blocks: the
-    promoted blocks decode to exactly the same weights, and the fused matrix stays quantized."""
+    """Where one matrix must hold Q4_0 or Q5_0 rows beside Q8_0 ones (three runs of types; rows reordered
+    for partial rotary), the promoted blocks decode to exactly the same weights and stay quantized."""
     from kernels.quantized import as_q8_0, cat_rows
 
     w = random_weight(48, 96, qtype, seed=7)
     promoted = as_q8_0(w)
     assert promoted.qtype == Q8_0 and torch.equal(dequantize(promoted), dequantize(w))
-    fused = cat_rows([w, random_weight(16, 96, Q8_0, seed=8)])
-    assert isinstance(fused, QuantizedWeight) and fused.qtype == Q8_0 and fused.shape == (64, 96)
+    fused = cat_rows([w, random_weight(16, 96, Q8_0, seed=8), w])
+    assert isinstance(fused, QuantizedWeight) and fused.qtype == Q8_0 and fused.shape == (112, 96)
     assert torch.equal(dequantize(fused)[:48], dequantize(w))
 
 
-def test_mixed_k_quants_fuse_as_q8_0_within_its_rounding():
-    """Q4_K q beside Q6_K v (Llama-3.2-1B's Q4_K_M file): requantized to Q8_0, each weight within half a
-    step (its block's largest weight / 127), plus the step's own fp16 rounding times 127."""
-    from kernels.quantized import Q4_K, Q6_K, cat_rows
+def test_mixed_k_quants_stack_exactly_or_fuse_as_q8_0_within_its_rounding():
+    """Q4_K q beside Q6_K v (Llama-3.2-1B's Q4_K_M file): stacked, each part the file's own blocks; as one
+    type (as_one_type, where rows are reordered), requantized to Q8_0, each weight within half a step (its
+    block's largest weight / 127), plus the step's own fp16 rounding times 127."""
+    from kernels.quantized import Q4_K, Q6_K, as_one_type, cat_rows
 
     q, v = random_weight(32, 256, Q4_K, seed=9), random_weight(16, 256, Q6_K, seed=10)
-    fused = cat_rows([q, v])
-    assert isinstance(fused, QuantizedWeight) and fused.qtype == Q8_0
     want = torch.cat([dequantize(q), dequantize(v)])
+    stacked = cat_rows([q, v])
+    assert isinstance(stacked, StackedWeight) and torch.equal(dequantize(stacked), want)
+    fused = as_one_type(stacked)
+    assert isinstance(fused, QuantizedWeight) and fused.qtype == Q8_0
     step = want.reshape(-1, 32).abs().amax(dim=1, keepdim=True) / 127
     assert ((dequantize(fused) - want).reshape(-1, 32).abs() <= step * 0.6 + 1e-7).all()

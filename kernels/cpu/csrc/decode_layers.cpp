@@ -60,10 +60,18 @@ struct Matrix {
   const float* bias = nullptr;
   SmallLinearKernel small = nullptr;
   QuantizedKernel quantized = nullptr;
+  // A fused matrix whose parts differ in type (a Q4_K_M file's Q4_K q and k beside a Q6_K v) keeps them
+  // apart: rows from `split` on are `tail`'s (kernels/quantized.py's StackedWeight).
+  const Matrix* tail = nullptr;
+  int64_t split = 0;
 
   // Columns [n0, n1) of y = x W^T (+ bias) for `rows` rows of x, in passes of as many rows as the
   // kernel serves with one read of the weight.
   void columns(const float* x, int64_t rows, int64_t ldx, int64_t n0, int64_t n1, float* y, int64_t ldy) const {
+    if (tail != nullptr && n1 > split) {
+      tail->columns(x, rows, ldx, std::max(n0, split) - split, n1 - split, y + split, ldy);
+      n1 = std::min(n1, split);
+    }
     if (n0 >= n1) return;
     const int64_t pass = type == 0 ? kSmallLinearMaxRows : kQuantMaxRows;
     for (int64_t r0 = 0; r0 < rows; r0 += pass) {
@@ -210,6 +218,8 @@ std::vector<LoraRows> step_loras(at::TensorList lora_a, at::TensorList lora_b, a
 // The families past plain Llama: q_norm / k_norm per layer (empty lists: none), `rotary` per layer (0: no
 // RoPE there; empty: every layer), `windows` per layer (a sliding window's keys, 0: the whole context;
 // empty: none) and `residual_scale`, the factor of each branch before it joins the residual (Granite).
+// A fused matrix of two GGUF types comes as its first rows in its list and the rest in `tails`, at
+// `tail_slots` (4 * layer + projection, in the order of `types`) with `tail_types`.
 at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in, const at::Tensor& cos_sin_cache,
                          at::TensorList in_norm, at::TensorList qkv, at::TensorList qkv_bias, at::TensorList o,
                          at::TensorList post_norm, at::TensorList gate_up, at::TensorList down,
@@ -218,8 +228,11 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
                          const at::Tensor& context_lens, double eps, double scale, int64_t num_heads,
                          int64_t num_kv_heads, int64_t head_dim, at::TensorList lora_a, at::TensorList lora_b,
                          at::IntArrayRef lora_slots, at::TensorList q_norm, at::TensorList k_norm,
-                         at::IntArrayRef rotary, at::IntArrayRef windows, double residual_scale) {
+                         at::IntArrayRef rotary, at::IntArrayRef windows, double residual_scale,
+                         at::TensorList tails, at::IntArrayRef tail_slots, at::IntArrayRef tail_types) {
   const size_t num_layers = qkv.size();
+  TORCH_CHECK(tail_slots.size() == tails.size() && tail_types.size() == tails.size(),
+              "sllm_cpu: decode_layers needs a slot and a type per tail");
   TORCH_CHECK(num_layers >= 1 && in_norm.size() == num_layers && o.size() == num_layers &&
                   post_norm.size() == num_layers && gate_up.size() == num_layers && down.size() == num_layers &&
                   k_caches.size() == num_layers && v_caches.size() == num_layers &&
@@ -234,7 +247,11 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   TORCH_CHECK(head_dim % 2 == 0 && num_heads >= 1 && num_kv_heads >= 1, "sllm_cpu: bad head shape");
   const at::Tensor x = x_in.contiguous();
   const int64_t hidden = x.size(1), q_size = num_heads * head_dim, kv_size = num_kv_heads * head_dim;
-  const int64_t qkv_n = q_size + 2 * kv_size, inter = gate_up[0].size(0) / 2;
+  // gate_up's rows: layer 0's matrix, and its tail where it has one (slot 2).
+  const auto gate_up_tail = std::find(tail_slots.begin(), tail_slots.end(), 2);
+  const int64_t gate_up_rows = gate_up[0].size(0) + (gate_up_tail == tail_slots.end()
+                                                         ? 0 : tails[gate_up_tail - tail_slots.begin()].size(0));
+  const int64_t qkv_n = q_size + 2 * kv_size, inter = gate_up_rows / 2;
 
   // The step's inputs, checked once for all layers.
   const at::Tensor positions = positions_in.to(at::kLong).contiguous();
@@ -252,6 +269,25 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   }
 
   std::vector<Layer> layers(num_layers);
+  // Matrix `slot` (4 * layer + projection) of n rows: the weight alone, or its first rows and a tail of
+  // another type where `tail_slots` names the slot.
+  std::vector<Matrix> tail_matrices;
+  tail_matrices.reserve(tails.size());  // the layers point into it: no reallocation
+  const auto stacked = [&](const at::Tensor& w, int64_t type, int64_t n, int64_t k, const char* name,
+                           const at::Tensor& bias, int64_t slot) {
+    const auto at_slot = std::find(tail_slots.begin(), tail_slots.end(), slot);
+    if (at_slot == tail_slots.end()) return matrix(w, type, n, k, name, bias);
+    const size_t j = static_cast<size_t>(at_slot - tail_slots.begin());
+    const int64_t split = w.size(0);
+    TORCH_CHECK(split > 0 && split < n && tails[j].dim() == 2, "sllm_cpu: decode_layers' ", name,
+                " parts must split its ", n, " rows");
+    Matrix head = matrix(w, type, split, k, name, bias.defined() ? bias.slice(0, 0, split) : bias);
+    tail_matrices.push_back(matrix(tails[j], tail_types[j], n - split, k, name,
+                                   bias.defined() ? bias.slice(0, split, n) : bias));
+    head.tail = &tail_matrices.back();
+    head.split = split;
+    return head;
+  };
   // One plan for every layer (the task split and buffers are layer 0's; the rows' tables are the same).
   const int threads = std::max(1, at::get_num_threads());
   TORCH_CHECK(k_caches[0].dim() == 4, "sllm_cpu: decode_layers needs caches [num_blocks, block_size, Hkv, D]");
@@ -282,10 +318,11 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
     }
     plan_partitions(l.attention, true);
     const int64_t* type = types.data() + 4 * i;
-    l.qkv = matrix(qkv[i], type[0], qkv_n, hidden, "qkv", qkv_bias.empty() ? at::Tensor() : qkv_bias[i]);
-    l.o = matrix(o[i], type[1], hidden, q_size, "o", at::Tensor());
-    l.gate_up = matrix(gate_up[i], type[2], 2 * inter, hidden, "gate_up", at::Tensor());
-    l.down = matrix(down[i], type[3], hidden, inter, "down", at::Tensor());
+    const at::Tensor none;
+    l.qkv = stacked(qkv[i], type[0], qkv_n, hidden, "qkv", qkv_bias.empty() ? none : qkv_bias[i], 4 * i);
+    l.o = stacked(o[i], type[1], hidden, q_size, "o", none, 4 * i + 1);
+    l.gate_up = stacked(gate_up[i], type[2], 2 * inter, hidden, "gate_up", none, 4 * i + 2);
+    l.down = stacked(down[i], type[3], hidden, inter, "down", none, 4 * i + 3);
   }
   const float* final_w = norm_weight(final_norm, hidden);
   const std::vector<LoraRows> loras = step_loras(lora_a, lora_b, lora_slots, static_cast<int64_t>(num_layers), t,
@@ -439,7 +476,8 @@ TORCH_LIBRARY_FRAGMENT(sllm_cpu, m) {
       "Tensor(a!)[] k_caches, Tensor(b!)[] v_caches, Tensor slot_mapping, Tensor block_tables, "
       "Tensor context_lens, float eps, float scale, int num_heads, int num_kv_heads, int head_dim, "
       "Tensor[] lora_a, Tensor[] lora_b, int[] lora_slots, Tensor[] q_norm, Tensor[] k_norm, "
-      "int[] rotary, int[] windows, float residual_scale) -> Tensor");
+      "int[] rotary, int[] windows, float residual_scale, Tensor[] tails, int[] tail_slots, int[] tail_types) "
+      "-> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sllm_cpu, CPU, m) { m.impl("decode_layers", &sllm_cpu::decode_layers); }
