@@ -53,6 +53,11 @@ def bench_serve(
     long_prompt_tokens: int = typer.Option(
         0, "--long-prompt-tokens", help="Also time the first token of one prompt this long (3 distinct prompts, "
                                         "median), e.g. 1000; 0: skip"),
+    paired_prompts: int = typer.Option(
+        0, "--paired-prompts",
+        help="Also run one stream against our first server and llama.cpp's, both up, each prompt to one then "
+             "the other in alternating order, so that a swing of the host's memory bandwidth meets both "
+             "(benchmarks/paired_stream.py); this many prompts, 0: skip"),
     cold_start: bool = typer.Option(
         False, "--cold-start/--no-cold-start",
         help="Start each server twice, first with the model file evicted from the page cache (cold), then "
@@ -171,6 +176,12 @@ def bench_serve(
         before = len(summaries)
         measure(llama_name, start_llama, peer_file)
         peers = summaries[before:]
+        if paired_prompts and not base_url:
+            name, env = runs[0]
+            with sllm_server(model, max_num_seqs, env) as ours, start_llama() as peer:
+                pair = asyncio.run(_paired({name: ours, llama_name: peer}, prompts[:paired_prompts], max_tokens))
+            summaries.extend(pair)
+            peers.append(pair[-1])
     if compare_engine:
         async def in_process(level: int) -> Summary:
             # The settings of the first server run, which the gateway's overhead line compares it with.
@@ -221,6 +232,21 @@ def bench_serve(
               f"p99 {1000 * (percentile(h, 99) - percentile(d, 99)):+.1f} ms")
     if plot:
         plot_distributions(summaries, plot)
+
+
+async def _paired(targets: dict, prompts: list[str], max_tokens: int):
+    """One stream against every target at once, prompt by prompt (benchmarks/paired_stream.py), each
+    target warmed up first."""
+    import httpx
+
+    from benchmarks.loadgen import http_sender
+    from benchmarks.paired_stream import paired_single_stream
+
+    async with httpx.AsyncClient(timeout=None) as client:
+        for t in targets.values():
+            await http_sender(client, t.url, t.served, 4)(prompts[0])
+        sends = {name: http_sender(client, t.url, t.served, max_tokens) for name, t in targets.items()}
+        return await paired_single_stream(sends, prompts)
 
 
 def _long_prompt(base: list[str], tokens: int, seed: int) -> str:
