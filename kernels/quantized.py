@@ -21,8 +21,8 @@ from kernels.gguf_blocks import BLOCK, NAMES, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K
 SUPPORTED_TYPES = frozenset(BLOCK)
 __all__ = ["BLOCK", "NAMES", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0", "SUPPORTED_TYPES",
            "QuantizedWeight", "StackedWeight", "as_one_type", "cat_rows", "dequantize", "quantize_q8_0",
-           "quantized_embedding", "quantized_linear", "stacked_linear", "weight_tensors", "quantized_linear_ref", "serves_quantized", "int8_activations", "quantized_linear_int8_ref",
-           "use_int8_activations"]
+           "quantized_embedding", "quantized_linear", "stacked_linear", "weight_tensors", "quantized_linear_ref",
+           "serves_quantized", "int8_activations", "quantized_linear_int8_ref", "use_int8_activations"]
 
 
 @dataclass(frozen=True)

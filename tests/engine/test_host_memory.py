@@ -42,5 +42,5 @@ def test_a_long_prefills_mlp_in_slices_gives_the_whole_mlps_tokens(tiny_models, 
     prefill = [rows for name, rows in calls if name == "model.layers.0.gate_up"][:13]
     assert prefill == [7] * 12 + [6]  # 90 rows
     assert sliced[0] == whole[0]
-    for a, b in zip(sliced[1], whole[1]):
+    for a, b in zip(sliced[1], whole[1], strict=True):
         assert a == pytest.approx(b, abs=1e-4)

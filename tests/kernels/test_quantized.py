@@ -104,7 +104,8 @@ def test_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
 @pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
 @pytest.mark.parametrize("qtype", TYPES, ids=NAMES.get)
 @pytest.mark.parametrize("m,n,k", [(1, 37, 32), (2, 21, 64), (3, 129, 576), (5, 17, 96), (7, 9, 224), (8, 300, 160),
-                                   (9, 41, 224), (12, 23, 288), (30, 35, 2304), (33, 21, 576), (46, 23, 576), (67, 19, 96)])
+                                   (9, 41, 224), (12, 23, 288), (30, 35, 2304), (33, 21, 576), (46, 23, 576),
+                                   (67, 19, 96)])
 def test_int8_activation_kernel_equals_its_reference(cpu_path, qtype, m, n, k):
     """The int8-activation path of every type: its own reference up to float rounding, and the float
     product within the activations' rounding (2% of the largest output on these random blocks); an odd
@@ -156,7 +157,8 @@ def test_embedding_rows_and_stacked_rows(qtype):
     mixed = cat_rows([parts[0], other, parts[1]])
     assert isinstance(mixed, QuantizedWeight) and mixed.qtype == Q8_0 and mixed.shape == (24, k)
     if qtype in (Q4_0, Q5_0, Q8_0):
-        assert torch.equal(dequantize(mixed), torch.cat([dequantize(parts[0]), dequantize(other), dequantize(parts[1])]))
+        want = torch.cat([dequantize(parts[0]), dequantize(other), dequantize(parts[1])])
+        assert torch.equal(dequantize(mixed), want)
 
 
 def test_int8_weights_are_q8_0_blocks_as_the_gguf_package_writes_them():
