@@ -7,7 +7,9 @@ both servers are up together (an idle one takes no CPU) and each prompt goes to 
 the order alternating (ABBA...), so a swing meets both alike; each side's throughput is its tokens over
 the sum of its requests' latencies."""
 
-from benchmarks.loadgen import RequestResult, Send, Summary
+import httpx
+
+from benchmarks.loadgen import RequestResult, Send, Summary, http_sender
 
 
 async def paired_single_stream(sends: dict[str, Send], prompts: list[str]) -> list[Summary]:
@@ -22,3 +24,13 @@ async def paired_single_stream(sends: dict[str, Send], prompts: list[str]) -> li
             except Exception as exc:  # a failed request is a data point, not the end of the run
                 results[name].append(RequestResult(ok=False, error=repr(exc)))
     return [Summary(f"{name} c=1 paired", sum(r.latency for r in rs if r.ok), rs) for name, rs in results.items()]
+
+
+async def paired_over_http(targets: dict, prompts: list[str], max_tokens: int) -> list[Summary]:
+    """`paired_single_stream` over streaming /v1/completions requests to each target (benchmarks/targets.py's
+    Target: url, served), each warmed up first with a short request."""
+    async with httpx.AsyncClient(timeout=None) as client:
+        for t in targets.values():
+            await http_sender(client, t.url, t.served, 4)(prompts[0])
+        sends = {name: http_sender(client, t.url, t.served, max_tokens) for name, t in targets.items()}
+        return await paired_single_stream(sends, prompts)

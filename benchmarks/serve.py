@@ -70,6 +70,7 @@ def bench_serve(
 
     from benchmarks.harness import format_table, machine_header, percentile, pyplot, read_bandwidth_gbps
     from benchmarks.loadgen import Summary, engine_sender, http_sender, run_load
+    from benchmarks.paired_stream import paired_over_http
     from benchmarks.targets import (
         evict_from_page_cache,
         find_llama_server,
@@ -179,7 +180,8 @@ def bench_serve(
         if paired_prompts and not base_url:
             name, env = runs[0]
             with sllm_server(model, max_num_seqs, env) as ours, start_llama() as peer:
-                pair = asyncio.run(_paired({name: ours, llama_name: peer}, prompts[:paired_prompts], max_tokens))
+                pair = asyncio.run(paired_over_http({name: ours, llama_name: peer}, prompts[:paired_prompts],
+                                                     max_tokens))
             summaries.extend(pair)
             peers.append(pair[-1])
     if compare_engine:
@@ -232,21 +234,6 @@ def bench_serve(
               f"p99 {1000 * (percentile(h, 99) - percentile(d, 99)):+.1f} ms")
     if plot:
         plot_distributions(summaries, plot)
-
-
-async def _paired(targets: dict, prompts: list[str], max_tokens: int):
-    """One stream against every target at once, prompt by prompt (benchmarks/paired_stream.py), each
-    target warmed up first."""
-    import httpx
-
-    from benchmarks.loadgen import http_sender
-    from benchmarks.paired_stream import paired_single_stream
-
-    async with httpx.AsyncClient(timeout=None) as client:
-        for t in targets.values():
-            await http_sender(client, t.url, t.served, 4)(prompts[0])
-        sends = {name: http_sender(client, t.url, t.served, max_tokens) for name, t in targets.items()}
-        return await paired_single_stream(sends, prompts)
 
 
 def _long_prompt(base: list[str], tokens: int, seed: int) -> str:

@@ -88,29 +88,31 @@ def weight_tensors(w: torch.Tensor | QuantizedWeight | StackedWeight) -> list[to
 def cat_rows(parts: list[torch.Tensor | QuantizedWeight]) -> torch.Tensor | QuantizedWeight | StackedWeight:
     """Stacks matrices along their output rows (q, k, v into one projection). Quantized ones stay quantized:
     as they are when they share a type; as a `StackedWeight` of two runs of one type each (q and k, then
-    v); else as Q8_0 (Q4_0 and Q5_0 parts without loss)."""
+    v); else as one Q8_0 matrix (`_as_q8_0_rows`)."""
     if len(parts) == 1:
         return parts[0]  # a stacked weight's lone v: the file's own blocks, uncopied
-    quantized = all(isinstance(p, QuantizedWeight) for p in parts)
-    runs = [[p] for p in parts[:1]]
+    if not all(isinstance(p, QuantizedWeight) for p in parts):
+        return torch.cat([dequantize(p) if isinstance(p, QuantizedWeight) else p for p in parts]).contiguous()
+    runs = [[parts[0]]]
     for p in parts[1:]:
-        if quantized and p.qtype == runs[-1][-1].qtype:
+        if p.qtype == runs[-1][-1].qtype:
             runs[-1].append(p)
         else:
             runs.append([p])
-    if quantized and len(runs) == 2:
-        return StackedWeight((cat_rows(runs[0]), cat_rows(runs[1])))
-    if quantized and len({p.qtype for p in parts}) > 1:
-        # Other mixes (a Q4_K_M file's Q4_K q and k beside a Q6_K v) are requantized to Q8_0: each weight
-        # within half a step of max|w| / 127 of its 32, a sixteenth of a Q4 step. Kept apart as float
-        # instead, Llama-3.2-1B's fused q/k/v would read 25 MB a layer where these blocks read 7.
-        parts = [as_q8_0(p) if p.qtype in _SIGNED_32 else quantize_q8_0(dequantize(p)) for p in parts]
-    if quantized and len({p.qtype for p in parts}) == 1:
-        k = parts[0].shape[1]
+    if len(runs) == 1:
         return QuantizedWeight(torch.cat([p.data for p in parts]), parts[0].qtype,
-                               (sum(p.shape[0] for p in parts), k))
-    floats = [dequantize(p) if isinstance(p, QuantizedWeight) else p for p in parts]
-    return torch.cat(floats).contiguous()
+                               (sum(p.shape[0] for p in parts), parts[0].shape[1]))
+    if len(runs) == 2:
+        return StackedWeight((cat_rows(runs[0]), cat_rows(runs[1])))
+    return _as_q8_0_rows(parts)
+
+
+def _as_q8_0_rows(parts: list[QuantizedWeight] | tuple[QuantizedWeight, ...]) -> QuantizedWeight:
+    """Matrices of several types stacked as one Q8_0 matrix: Q4_0 and Q5_0 parts without loss (`as_q8_0`),
+    others requantized, each weight within half a step of max|w| / 127 of its 32 (a sixteenth of a Q4
+    step). Kept as float instead, Llama-3.2-1B's fused q/k/v would read 25 MB a layer where these read 7."""
+    q8 = [as_q8_0(p) if p.qtype in _SIGNED_32 else quantize_q8_0(dequantize(p)) for p in parts]
+    return QuantizedWeight(torch.cat([p.data for p in q8]), Q8_0, (sum(p.shape[0] for p in q8), q8[0].shape[1]))
 
 
 def dequantize(w: QuantizedWeight | StackedWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -121,12 +123,8 @@ def dequantize(w: QuantizedWeight | StackedWeight, dtype: torch.dtype = torch.fl
 
 
 def as_one_type(w: QuantizedWeight | StackedWeight) -> QuantizedWeight:
-    """A stacked weight as one matrix of one type (Q8_0, as cat_rows makes mixes of three runs), for
-    callers that reorder its rows."""
-    if isinstance(w, QuantizedWeight):
-        return w
-    parts = [as_q8_0(p) if p.qtype in _SIGNED_32 else quantize_q8_0(dequantize(p)) for p in w.parts]
-    return QuantizedWeight(torch.cat([p.data for p in parts]), Q8_0, w.shape)
+    """A stacked weight as one matrix of one type (`_as_q8_0_rows`), for callers that reorder its rows."""
+    return w if isinstance(w, QuantizedWeight) else _as_q8_0_rows(w.parts)
 
 
 def quantized_linear_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:

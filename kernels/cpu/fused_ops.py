@@ -61,21 +61,17 @@ def decode_layer_weights(layers: dict[str, list]) -> dict[str, list]:
     tensor, a `QuantizedWeight`, or a `StackedWeight`'s first part) as the tensor the C++ op reads, and
     `types` holding every layer's qkv, o, gate_up and down GGML types in that order (0 for float32); a
     `StackedWeight`'s second part goes to `tails`, with its slot (4 * layer + projection) and type."""
-    out = dict(layers)
-    out["tails"], out["tail_slots"], out["tail_types"] = [], [], []
-    rows = list(zip(*(layers[n] for n in MATRICES), strict=True))
-    for slot, w in enumerate(w for row in rows for w in row):
-        if isinstance(w, StackedWeight):
-            out["tails"].append(w.parts[1].data)
-            out["tail_slots"].append(slot)
-            out["tail_types"].append(w.parts[1].qtype)
-
-    def head(w):
-        return w.parts[0] if isinstance(w, StackedWeight) else w
-
-    for name in MATRICES:
-        out[name] = [head(w).data if isinstance(head(w), QuantizedWeight) else w for w in layers[name]]
-    out["types"] = [head(w).qtype if isinstance(head(w), QuantizedWeight) else 0 for row in rows for w in row]
+    out = dict(layers) | {name: [] for name in (*MATRICES, "types", "tails", "tail_slots", "tail_types")}
+    for i in range(len(layers["qkv"])):
+        for j, name in enumerate(MATRICES):
+            w = layers[name][i]
+            if isinstance(w, StackedWeight):
+                out["tails"].append(w.parts[1].data)
+                out["tail_slots"].append(4 * i + j)
+                out["tail_types"].append(w.parts[1].qtype)
+                w = w.parts[0]
+            out[name].append(w.data if isinstance(w, QuantizedWeight) else w)
+            out["types"].append(w.qtype if isinstance(w, QuantizedWeight) else 0)
     return out
 
 

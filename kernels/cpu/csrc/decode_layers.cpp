@@ -247,10 +247,14 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   TORCH_CHECK(head_dim % 2 == 0 && num_heads >= 1 && num_kv_heads >= 1, "sllm_cpu: bad head shape");
   const at::Tensor x = x_in.contiguous();
   const int64_t hidden = x.size(1), q_size = num_heads * head_dim, kv_size = num_kv_heads * head_dim;
-  // gate_up's rows: layer 0's matrix, and its tail where it has one (slot 2).
-  const auto gate_up_tail = std::find(tail_slots.begin(), tail_slots.end(), 2);
-  const int64_t gate_up_rows = gate_up[0].size(0) + (gate_up_tail == tail_slots.end()
-                                                         ? 0 : tails[gate_up_tail - tail_slots.begin()].size(0));
+  // Each matrix slot's tail (kernels/quantized.py's StackedWeight), -1 for none.
+  std::vector<int64_t> tail_at(4 * num_layers, -1);
+  for (size_t j = 0; j < tails.size(); ++j) {
+    TORCH_CHECK(tail_slots[j] >= 0 && tail_slots[j] < static_cast<int64_t>(4 * num_layers),
+                "sllm_cpu: decode_layers' tail slot ", tail_slots[j], " is not a matrix of its layers");
+    tail_at[tail_slots[j]] = static_cast<int64_t>(j);
+  }
+  const int64_t gate_up_rows = gate_up[0].size(0) + (tail_at[2] < 0 ? 0 : tails[tail_at[2]].size(0));
   const int64_t qkv_n = q_size + 2 * kv_size, inter = gate_up_rows / 2;
 
   // The step's inputs, checked once for all layers.
@@ -275,9 +279,8 @@ at::Tensor decode_layers(const at::Tensor& x_in, const at::Tensor& positions_in,
   tail_matrices.reserve(tails.size());  // the layers point into it: no reallocation
   const auto stacked = [&](const at::Tensor& w, int64_t type, int64_t n, int64_t k, const char* name,
                            const at::Tensor& bias, int64_t slot) {
-    const auto at_slot = std::find(tail_slots.begin(), tail_slots.end(), slot);
-    if (at_slot == tail_slots.end()) return matrix(w, type, n, k, name, bias);
-    const size_t j = static_cast<size_t>(at_slot - tail_slots.begin());
+    const int64_t j = tail_at[slot];
+    if (j < 0) return matrix(w, type, n, k, name, bias);
     const int64_t split = w.size(0);
     TORCH_CHECK(split > 0 && split < n && tails[j].dim() == 2, "sllm_cpu: decode_layers' ", name,
                 " parts must split its ", n, " rows");
