@@ -186,7 +186,8 @@ def test_one_call_decode_reads_stacked_weights_part_by_part(llm, cpu_path):
     """A fused matrix of two GGUF types (a Q4_K_M file's Q4_K q and k beside a Q6_K v) stays two matrices
     (kernels.quantized.StackedWeight); the op reads the second as a tail of the first (decode_layers.cpp's
     Matrix::tail): Q8_0 q and k beside a Q4_0 v and a Q8_0 gate beside a Q4_0 up here, the qwen2 model's
-    q/k/v biases split with them. Its logits are the layer loop's, step after step, on every path."""
+    q/k/v biases split with them. Its logits are the layer loop's, step after step, on every path, in a team
+    of two threads (whose q/k/v heads are split by their bytes, so here unevenly)."""
     from gguf import GGMLQuantizationType
     from gguf.quants import quantize
 
@@ -213,8 +214,13 @@ def test_one_call_decode_reads_stacked_weights_part_by_part(llm, cpu_path):
     model.decode_layers = model._decode_layer_lists()
     assert model.decode_layers["tail_slots"] == [s for i in range(model.num_layers) for s in (4 * i, 4 * i + 2)]
     prompts = ["The capital of France is", "SELECT name FROM", "1, 2, 3,"]
-    fused = _logits_per_step(int8, prompts, fused=True)
-    loop = _logits_per_step(int8, prompts, fused=False)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        fused = _logits_per_step(int8, prompts, fused=True)
+        loop = _logits_per_step(int8, prompts, fused=False)
+    finally:
+        torch.set_num_threads(before)
     assert len(fused) == len(loop) >= 11
     for a, b in zip(fused, loop, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
