@@ -9,7 +9,7 @@ import torch
 
 import kernels
 from engine.config import EngineConfig
-from engine.host_memory import zeros
+from engine.host_memory import on_huge_pages, zeros
 from engine.loader import ModelSource
 from engine.lora import LoRABatch, LoRAManager
 from engine.models import AttentionMetadata, model_class
@@ -77,6 +77,8 @@ class ModelRunner:
             self.model.load_weights(source.weights(config.quantization, self.device, self.dtype))
         if config.activations == "int8":
             use_int8_activations(self.device, self.dtype)
+        if config.huge_page_weights and self.device.type == "cpu" and hasattr(self.model, "place_quantized"):
+            self.model.place_quantized(on_huge_pages)  # the file's pages are then all unread: released below
         source.release_unread(self.model.weights)
         self.loras = (LoRAManager(self.model, config.max_loras, config.max_lora_rank)
                       if config.enable_lora else None)

@@ -73,6 +73,10 @@ def serve(
         help="float (quantized weights times float32 activations: the dequantized reference's result) or int8 "
              "(activations rounded to int8 per 32 values for integer dot products, as llama.cpp does; "
              "faster on one stream, greedy tokens may differ; CPU, every model of the process)"),
+    huge_page_weights: bool | None = typer.Option(
+        None, "--huge-page-weights/--no-huge-page-weights",
+        help="Copy the quantized weights onto transparent huge pages at load: one decode stream reads them "
+             "3-6%% faster, the load takes longer (fresh memory's first touch) (CPU)"),
     max_queued_requests: int | None = typer.Option(
         None, "--max-queued-requests",
         help="Requests allowed to wait beyond --max-num-seqs; past it the server answers 429",
@@ -239,7 +243,8 @@ def serve(
         host=host, port=port, api_keys=list(api_key),
         max_model_len=max_model_len, max_num_seqs=max_num_seqs, block_size=block_size,
         num_kv_blocks=num_kv_blocks, dtype=dtype, quantization=quantization, activations=activations,
-        kv_cache_dtype=kv_cache_dtype, mamba_block_size=mamba_block_size, max_state_snapshots=max_state_snapshots,
+        huge_page_weights=huge_page_weights, kv_cache_dtype=kv_cache_dtype, mamba_block_size=mamba_block_size,
+        max_state_snapshots=max_state_snapshots,
         max_queued_requests=max_queued_requests,
         max_request_body_bytes=max_request_body_bytes, log_level=log_level,
         speculative_config=_json_flag("--speculative-config", speculative_config),

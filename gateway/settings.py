@@ -207,6 +207,7 @@ class Settings(BaseSettings, _LoRAModules):
     max_state_snapshots: int | None = Field(EngineConfig.max_state_snapshots, ge=1)
     quantization: Quantization = EngineConfig.quantization  # as EngineConfig.quantization
     activations: Activations = EngineConfig.activations  # as EngineConfig.activations (process-wide)
+    huge_page_weights: bool = EngineConfig.huge_page_weights  # as EngineConfig.huge_page_weights
     # as vLLM: {"method": "ngram" | "draft", "num_speculative_tokens": K, ...}
     speculative_config: dict | None = EngineConfig.speculative_config
     # As vLLM's --hf-overrides (engine/matryoshka.py): config.json's Matryoshka keys replaced, for every
@@ -386,6 +387,7 @@ class Settings(BaseSettings, _LoRAModules):
             max_state_snapshots=pick("max_state_snapshots"),
             quantization=pick("quantization"),
             activations=self.activations,
+            huge_page_weights=self.huge_page_weights,
             speculative_config=pick("speculative_config"),
             hf_overrides=pick("hf_overrides"),
             enable_lora=bool(pick("enable_lora") or self.lora_modules_of(e) or

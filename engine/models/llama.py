@@ -9,6 +9,7 @@ Tokens of all scheduled sequences are packed into one flat batch [T, hidden]; at
 place where sequences are told apart, through `AttentionMetadata` and the paged KV cache. Q, K and V
 share one matmul, as do gate and up: fewer, larger GEMMs are what a CPU or GPU runs best."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -247,6 +248,15 @@ class LlamaForCausalLM:
             self.packed[name] = packed
         self.decode_layers = self._decode_layer_lists()
         self.decode_rows = decode_max_rows(self.decode_layers) if self.decode_layers is not None else 0
+
+    def place_quantized(self, place: Callable[[list], list]) -> None:
+        """Hands every quantized matrix to `place` (engine/host_memory.on_huge_pages), which returns
+        them moved, and points the one-call decode op at the moved ones."""
+        w = self.weights
+        names = [n for n, v in w.items() if isinstance(v, QuantizedWeight | StackedWeight)]
+        w.update(zip(names, place([w[n] for n in names]), strict=True))
+        if self.decode_layers is not None:
+            self.decode_layers = self._decode_layer_lists()
 
     def _placed(self, value: torch.Tensor | QuantizedWeight) -> torch.Tensor | QuantizedWeight:
         """A checkpoint weight on the model's device and in its dtype; GGUF blocks stay so on the CPU."""
