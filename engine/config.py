@@ -26,7 +26,7 @@ class EngineConfig:
     quantization: Quantization = "auto"
     activations: Activations = "float"  # process-wide on the CPU kernels (kernels/quantized.py)
     # CPU: the quantized weights copied onto transparent huge pages at load (engine/host_memory.py's
-    # on_huge_pages): one decode stream 3-6% faster, the load slower by fresh memory's first touch.
+    # on_huge_pages): one decode stream up to 7% faster, the load slower by fresh memory's first touch.
     huge_page_weights: bool = False
     device: str = "auto"
     block_size: int = 16

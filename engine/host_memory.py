@@ -40,8 +40,9 @@ def on_huge_pages(weights: list) -> list:
     transparent huge pages, each at a 64-byte line; anything else as it is, and a matrix met twice (a
     tied LM head is the embedding) copied once. One decode row streams every weight once a token, and on
     a file's 4 KiB pages (the memory map) or malloc's each page is a TLB miss and a stop for the hardware
-    prefetcher: Llama-3.2-1B Q4_K_M, one stream on two Zen 5 cores, 15.0 -> 14.2 ms a token while the VM
-    reads memory at 75-80 GB/s and 19.3 -> 18.7 ms at 41-50 (80 alternating generations each). One
+    prefetcher: Llama-3.2-1B Q4_K_M, one stream on two Zen 5 cores (benchmarks/weight_pages.py, alternating
+    generations), 14.8 -> 13.9 ms a token while the VM reads memory at 60-80 GB/s, 18.8 -> 18.6 (up to
+    18.7 from 19.3 in another run) while it reads 41-50. One
     region, not one per matrix: a small model's 0.3 MB matrices would each take a whole 2 MiB page. The
     price is at load: fresh memory's first touch (0.9 s for 800 MB on that VM, where the file's pages
     are already in the page cache), hence opt-in (`EngineConfig.huge_page_weights`)."""
