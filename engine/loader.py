@@ -247,14 +247,15 @@ class ModelSource:
 
     def release_unread(self, weights: dict) -> None:
         """After the model took its weights: a GGUF file's mapped pages that no weight reads any more (the
-        parts of fused matrices, copied) leave the process's memory."""
+        parts of fused matrices, copied, or all of them under --huge-page-weights) leave the process's memory."""
         if self.gguf is None:
             return
         from kernels.quantized import weight_tensors
 
         kept = {m.data_ptr() for w in weights.values() for m in weight_tensors(w)}
         released = self.gguf.release_unread(kept)
-        log.info("weights: %.0f MiB of the mapped file released (copied into fused matrices)", released / 2**20)
+        log.info("weights: %.0f MiB of the mapped file released (copied: fused matrices, or every one on huge pages)",
+                 released / 2**20)
 
 
 def open_model(model: str) -> ModelSource:
