@@ -41,17 +41,14 @@ def on_huge_pages(weights: list) -> list:
     tied LM head is the embedding) copied once. One decode row streams every weight once a token, and on
     a file's 4 KiB pages (the memory map) or malloc's each page is a TLB miss and a stop for the hardware
     prefetcher: Llama-3.2-1B Q4_K_M, one stream on two Zen 5 cores (benchmarks/weight_pages.py, alternating
-    generations), 14.8 -> 13.9 ms a token while the VM reads memory at 60-80 GB/s, 18.8 -> 18.6 (up to
-    18.7 from 19.3 in another run) while it reads 41-50. One
-    region, not one per matrix: a small model's 0.3 MB matrices would each take a whole 2 MiB page. The
-    price is at load: fresh memory's first touch (0.9 s for 800 MB on that VM, where the file's pages
-    are already in the page cache), hence opt-in (`EngineConfig.huge_page_weights`)."""
+    generations), 14.8 -> 13.9 ms a token while the VM reads memory at 60-80 GB/s, 18.8 -> 18.6 while it
+    reads 41-50. One region, not one per matrix: a small model's 0.3 MB matrices would each take a whole
+    2 MiB page. The price is at load: fresh memory's first touch (0.9 s for 800 MB on that VM, where the
+    file's pages are already in the page cache), hence opt-in (`EngineConfig.huge_page_weights`)."""
     from kernels.quantized import QuantizedWeight, StackedWeight
 
-    def matrices(w) -> list:
-        if isinstance(w, StackedWeight):
-            return [m for part in w.parts for m in matrices(part)]
-        return [w] if isinstance(w, QuantizedWeight) else []
+    def matrices(w) -> tuple:
+        return w.parts if isinstance(w, StackedWeight) else (w,) if isinstance(w, QuantizedWeight) else ()
 
     unique = {id(m): m for w in weights for m in matrices(w)}
     if not unique:
@@ -66,11 +63,5 @@ def on_huge_pages(weights: list) -> list:
         data = region[offsets[key]:offsets[key] + m.data.numel()].view(m.data.shape)
         data.copy_(m.data)
         copies[key] = dataclasses.replace(m, data=data)
-
-    def copied(w):
-        if isinstance(w, StackedWeight):
-            return StackedWeight(tuple(copied(part) for part in w.parts))
-        return copies.get(id(w), w)
-
-    placed: dict[int, object] = {}
-    return [placed.setdefault(id(w), copied(w)) for w in weights]
+    return [StackedWeight(tuple(copies[id(p)] for p in w.parts)) if isinstance(w, StackedWeight)
+            else copies.get(id(w), w) for w in weights]

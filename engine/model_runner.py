@@ -77,7 +77,7 @@ class ModelRunner:
             self.model.load_weights(source.weights(config.quantization, self.device, self.dtype))
         if config.activations == "int8":
             use_int8_activations(self.device, self.dtype)
-        if config.huge_page_weights and self.device.type == "cpu" and hasattr(self.model, "place_quantized"):
+        if config.huge_page_weights and self.device.type == "cpu":
             self.model.place_quantized(on_huge_pages)  # the file's pages are then all unread: released below
         source.release_unread(self.model.weights)
         self.loras = (LoRAManager(self.model, config.max_loras, config.max_lora_rank)
