@@ -50,6 +50,17 @@ inline __m256i bit_bytes(const uint8_t* qh) {
   return _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
 }
 
+// Q6_K's group c as its unsigned 6-bit values (0-63, the weight plus 32): 32 weights of half c / 4, ql
+// nibbles and two qh bits each.
+inline __m256i q6_unsigned(const uint8_t* blk, int c) {
+  const int h = c / 4, g = c % 4;
+  const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (g & 1)));
+  const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
+  const __m256i lo = _mm256_and_si256(g >> 1 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
+  const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), _mm256_set1_epi8(3));
+  return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+}
+
 // Group c (0 for the 32-weight types, 0-7 for the K-quants) of the block at blk.
 template <int Q>
 inline Group group(const uint8_t* blk, int c) {
@@ -75,13 +86,8 @@ inline Group group(const uint8_t* blk, int c) {
       q = _mm256_or_si256(q, _mm256_slli_epi16(bit, 4));
     }
     return {q};
-  } else {  // Q6_K: group c = 32 weights of half c / 4, ql nibbles and two qh bits each, minus 32
-    const int h = c / 4, g = c % 4;
-    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (g & 1)));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-    const __m256i lo = _mm256_and_si256(g >> 1 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
-    const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), _mm256_set1_epi8(3));
-    return {_mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32))};
+  } else {  // Q6_K: its unsigned 6 bits, minus 32
+    return {_mm256_sub_epi8(q6_unsigned(blk, c), _mm256_set1_epi8(32))};
   }
 }
 

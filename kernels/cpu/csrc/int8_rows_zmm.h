@@ -94,20 +94,6 @@ inline __m512i k_pair(const uint8_t* blk) {
   }
 }
 
-// For Q6_K: per row, -32 times the sum of each 4 activation bytes (the dot's starting value per lane).
-inline const int32_t* q6_lane_offsets(const Int8Rows& a, int64_t m, int64_t k) {
-  thread_local std::vector<int32_t> buf;
-  int32_t* out = line_aligned(buf, m * k / 4);
-  const __m512i thirty_two = _mm512_set1_epi8(32);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < k; j += 64) {
-      const __m512i x = _mm512_loadu_si512(a.q + i * k + j);
-      _mm512_storeu_si512(out + (i * k + j) / 4,
-                          _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), thirty_two, x)));
-    }
-  return out;
-}
-
 // A accumulators per row, the pair index mod A choosing one: with one, a super-block's four FMAs each waited
 // for the last. Two Zen 5 cores on a 9.4 MB matrix they had just read: Q4_K 108 -> 118 G weights/s, Q6_K
 // 107-112 -> 120; Llama-3.2-1B Q4_K_M one stream 14.8 -> 14.4 ms a token while memory read ~77 GB/s.

@@ -9,8 +9,10 @@
 //   sum_j w_j * x_j  ~  scale * d_x * sum_j q_j * xq_j  +  min * s_x
 // where xq, d_x and s_x = d_x * sum(xq) are the activations' int8 block (quantize_activations, here
 // vectorized: quantize_rows). Q4_1, Q5_1, Q4_K and Q5_K keep their unsigned integers and add the minimum
-// through s_x; the others are signed (Q4_0's q - 8, Q5_0's q - 16, Q8_0, Q6_K's q - 32) and use maddubs'
-// sign trick (|w| times x with w's sign). Q6_K's sub-scales cover 16 weights, so its group factor is a
+// through s_x; the others are signed (Q4_0's q - 8, Q5_0's q - 16, Q8_0) and use maddubs' sign trick (|w|
+// times x with w's sign), but for Q6_K, whose unsigned q (0-63) meet x as they are and each int32 lane of
+// the dot starts from -32 times its 4 activations' sum (q6_lane_offsets, once per call): two instructions
+// a group fewer than abs and sign. Q6_K's sub-scales cover 16 weights, so its group factor is a
 // vector: d times sub-scale 2c in the dot's lanes 0-3 (weights 0-15) and 2c+1 in lanes 4-7, all 16 made
 // once per super-block (building int16 multipliers for the pair sums per group instead cost five
 // shuffles and broadcasts a group, a quarter of Q6_K's time). A legacy group's float factor is one scalar
@@ -81,9 +83,24 @@ inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
 }
 
 // A accumulators per row (two for one or two rows, so consecutive groups' FMAs do not wait on each other).
+// For Q6_K: per row, -32 times the sum of each 4 activation bytes, the value each int32 lane of a group's
+// dot starts from when its weights are taken unsigned (q6_unsigned: q + 32) instead of through the sign trick.
+inline const int32_t* q6_lane_offsets(const Int8Rows& a, int64_t m, int64_t k) {
+  thread_local std::vector<int32_t> buf;
+  int32_t* out = line_aligned(buf, m * k / 4);
+  const __m256i thirty_two = _mm256_set1_epi8(32), minus_one = _mm256_set1_epi16(-1);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < k; j += 32) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + j));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (i * k + j) / 4),
+                          _mm256_madd_epi16(_mm256_maddubs_epi16(thirty_two, x), minus_one));
+    }
+  return out;
+}
+
 template <int Q, int M, int A>
 void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
-               int64_t n1, float* y, int64_t ldy) {
+               int64_t n1, float* y, int64_t ldy, const int32_t* lane_off) {
   const int64_t groups = k / kQuantBlock;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
@@ -109,15 +126,16 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
         }
 #pragma GCC unroll 8
         for (int c = 0; c < kChunk; ++c) {
-          const Group g = group<Q>(blk, c);
-          const __m256i wq = _mm256_abs_epi8(g.q);
+          const __m256i wq = q6_unsigned(blk, c);
           // lanes 0-3 take factor 2(c % 4), lanes 4-7 factor 2(c % 4) + 1 of the half c / 4 lies in
           const __m256i pick = _mm256_setr_epi32(2 * (c % 4), 2 * (c % 4), 2 * (c % 4), 2 * (c % 4), 2 * (c % 4) + 1,
                                                  2 * (c % 4) + 1, 2 * (c % 4) + 1, 2 * (c % 4) + 1);
           for (int i = 0; i < M; ++i) {
-            __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
-            xq = _mm256_sign_epi8(xq, g.q);
-            const __m256i dot = group_dot(wq, xq);
+            const int64_t at = i * k + (b * kChunk + c) * kQuantBlock;
+            const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + at));
+            // sum (q + 32) x - 32 sum x: the signed weights' products, with no abs or sign per group
+            const __m256i dot = _mm256_add_epi32(group_dot(wq, xq),
+                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lane_off + at / 4)));
             acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(half[i][c / 4], pick),
                                             acc[i][c % A]);
           }
@@ -168,9 +186,10 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
 template <int Q>
 void int8_by_rows(const Int8Rows& a, int64_t m, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
                   int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  const int32_t* off = Q == kQ6_K ? q6_lane_offsets(a, m, k) : nullptr;
   with_row_count(m, [&](auto r) {
     constexpr int M = decltype(r)::value;
-    int8_rows<Q, M, M <= 2 ? 2 : 1>(a, k, w, row_bytes, bias, n0, n1, y, ldy);
+    int8_rows<Q, M, M <= 2 ? 4 : 1>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
   });
 }
 
