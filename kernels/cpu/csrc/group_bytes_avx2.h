@@ -29,6 +29,12 @@ struct Group {
 constexpr bool bytes_is_k(int Q) { return Q == kQ4_K || Q == kQ5_K || Q == kQ6_K; }
 constexpr bool bytes_signed(int Q) { return Q == kQ8_0 || Q == kQ6_K || Q == kQ4_0 || Q == kQ5_0; }
 constexpr bool bytes_have_min(int Q) { return Q == kQ4_1 || Q == kQ5_1 || Q == kQ4_K || Q == kQ5_K; }
+// Weights Q's type makes unsigned by adding this (0: unsigned already, Q8_0's sign trick, or Q6_K); the
+// shift comes back as a minimum of -offset * d. Q8_0's q + 128 only under VNNI, whose int32 sums take it
+// (maddubs' int16 pairs would overflow).
+constexpr int unsigned_offset(int Q, bool vnni = false) {
+  return Q == kQ4_0 ? 8 : Q == kQ5_0 ? 16 : Q == kQ8_0 && vnni ? 128 : 0;
+}
 // The 32-weight groups of a K-quant super-block.
 constexpr int kChunk = 8;
 
@@ -61,6 +67,17 @@ inline __m256i q6_unsigned(const uint8_t* blk, int c) {
   return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
 }
 
+// A 32-weight block's bytes plus unsigned_offset(Q): Q4_0's and Q5_0's q as stored (0-15, 0-31), or
+// Q4_1's and Q5_1's, which are unsigned already.
+template <int Q>
+inline __m256i shifted_group(const uint8_t* blk) {
+  static_assert(Q == kQ4_0 || Q == kQ4_1 || Q == kQ5_0 || Q == kQ5_1);
+  const int at = Q == kQ4_1 || Q == kQ5_1 ? 4 : 2;
+  if constexpr (Q == kQ4_0 || Q == kQ4_1) return split_nibbles(blk + at);
+  const __m256i set = bit_bytes(blk + at), low = split_nibbles(blk + at + 4);  // qh, then the nibbles
+  return _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+}
+
 // Group c (0 for the 32-weight types, 0-7 for the K-quants) of the block at blk.
 template <int Q>
 inline Group group(const uint8_t* blk, int c) {
@@ -72,8 +89,8 @@ inline Group group(const uint8_t* blk, int c) {
     return {split_nibbles(blk + 4)};
   } else if constexpr (Q == kQ5_0 || Q == kQ5_1) {
     const int at = Q == kQ5_1 ? 4 : 2;  // qh, then 16 bytes of nibbles
+    if constexpr (Q == kQ5_1) return {shifted_group<Q>(blk)};
     const __m256i set = bit_bytes(blk + at), low = split_nibbles(blk + at + 4);
-    if constexpr (Q == kQ5_1) return {_mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(16)))};
     // q - 16 as a signed byte: q itself where the fifth bit is set, else the nibble with 0xF0 over it.
     return {_mm256_or_si256(low, _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0))))};
   } else if constexpr (Q == kQ4_K || Q == kQ5_K) {

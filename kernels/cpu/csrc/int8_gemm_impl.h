@@ -45,10 +45,6 @@ constexpr int kOctetSteps = 8;
 // Q6_K's extra bytes per octet of a weight row: sub-scales as int16 pairs for steps 0-3 and 4-7 (32
 // bytes each), then each lane's starting sum (8 int32).
 constexpr int64_t kQ6Extra = 96;
-// Weights Q's type makes unsigned by adding this (0: unsigned already, Q8_0's sign trick, or Q6_K).
-constexpr int unsigned_offset(int Q, bool vnni = false) {
-  return Q == kQ4_0 ? 8 : Q == kQ5_0 ? 16 : Q == kQ8_0 && vnni ? 128 : 0;
-}
 // Whether the product takes the minimum's (or offset's) float term min_w * s_x.
 constexpr bool has_min_term(int Q, bool vnni) { return Q != kQ8_0 || vnni; }
 // Steps whose maddubs pair sums may be added as int16 before widening to int32 (each pair at most

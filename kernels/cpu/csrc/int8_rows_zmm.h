@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "group_bytes_avx2.h"
-#include "int8_gemm_impl.h"  // unsigned_offset: the octet product shifts the same types alike
+#include "quantized_int8_impl.h"
 #include "quantized_linear.h"
 
 namespace sllm_cpu {

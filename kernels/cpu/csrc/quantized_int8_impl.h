@@ -40,22 +40,31 @@ inline __m256i group_dot(__m256i wq, __m256i xq) {
 }
 
 // Block j of a 32-weight type times every row of x: one FMA per row into accumulator `slot`, the
-// minimum's term (Q4_1, Q5_1) as a scalar beside it. The block's scale is a scalar broadcast from a
-// register, never a vector of factors gathered through memory (a vector load of values just stored one
+// minimum's term as a scalar beside it: Q4_1's and Q5_1's own, or for Q4_0 and Q5_0, taken unsigned
+// (shifted_group), -offset * d (two instructions a block fewer than abs and sign; only Q8_0, whose q + 128
+// would overflow maddubs' int16 pairs, keeps the sign trick). The block's scale is a scalar broadcast from
+// a register, never a vector of factors gathered through memory (a vector load of values just stored one
 // by one cannot be forwarded from the stores and waits for them to retire).
 template <int Q, int M, int A>
 __attribute__((always_inline)) inline void legacy_group(const Int8Rows& a, int64_t k, int64_t groups, const uint8_t* row,
                                                         int64_t j, __m256 (&acc)[M][A], float (&mins)[M][A], int slot) {
+  constexpr bool sign_trick = Q == kQ8_0;
   const uint8_t* blk = row + j * quant_block_bytes(Q);
-  const Group g = group<Q>(blk, 0);
-  const float sc = half_bits(blk), mn = bytes_have_min(Q) ? half_bits(blk + 2) : 0.0f;
-  const __m256i wq = bytes_signed(Q) ? _mm256_abs_epi8(g.q) : g.q;
+  const float sc = half_bits(blk);
+  const float mn = bytes_have_min(Q) ? half_bits(blk + 2) : -static_cast<float>(unsigned_offset(Q)) * sc;
+  __m256i signs = _mm256_setzero_si256(), wq;
+  if constexpr (sign_trick) {
+    signs = group<Q>(blk, 0).q;
+    wq = _mm256_abs_epi8(signs);
+  } else {
+    wq = shifted_group<Q>(blk);
+  }
   for (int i = 0; i < M; ++i) {
     __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + j * kQuantBlock));
-    if constexpr (bytes_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
+    if constexpr (sign_trick) xq = _mm256_sign_epi8(xq, signs);
     const __m256i dot = group_dot(wq, xq);
     acc[i][slot] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc * a.d[i * groups + j]), acc[i][slot]);
-    if constexpr (bytes_have_min(Q)) mins[i][slot] += mn * a.s[i * groups + j];
+    if constexpr (!sign_trick) mins[i][slot] += mn * a.s[i * groups + j];
   }
 }
 
