@@ -84,13 +84,11 @@ inline Group group(const uint8_t* blk, int c) {
   if constexpr (Q == kQ8_0) {
     return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2))};
   } else if constexpr (Q == kQ4_0) {
-    return {_mm256_sub_epi8(split_nibbles(blk + 2), _mm256_set1_epi8(8))};
-  } else if constexpr (Q == kQ4_1) {
-    return {split_nibbles(blk + 4)};
-  } else if constexpr (Q == kQ5_0 || Q == kQ5_1) {
-    const int at = Q == kQ5_1 ? 4 : 2;  // qh, then 16 bytes of nibbles
-    if constexpr (Q == kQ5_1) return {shifted_group<Q>(blk)};
-    const __m256i set = bit_bytes(blk + at), low = split_nibbles(blk + at + 4);
+    return {_mm256_sub_epi8(shifted_group<Q>(blk), _mm256_set1_epi8(8))};
+  } else if constexpr (Q == kQ4_1 || Q == kQ5_1) {
+    return {shifted_group<Q>(blk)};
+  } else if constexpr (Q == kQ5_0) {  // qh, then 16 bytes of nibbles
+    const __m256i set = bit_bytes(blk + 2), low = split_nibbles(blk + 6);
     // q - 16 as a signed byte: q itself where the fifth bit is set, else the nibble with 0xF0 over it.
     return {_mm256_or_si256(low, _mm256_andnot_si256(set, _mm256_set1_epi8(static_cast<char>(0xF0))))};
   } else if constexpr (Q == kQ4_K || Q == kQ5_K) {
