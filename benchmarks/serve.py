@@ -31,7 +31,8 @@ def bench_serve(
                                         "(--upstream): the cost of one proxy hop"),
     llama_server: str = typer.Option(
         "llama-server", "--llama-server",
-        help="llama.cpp server binary to compare (PATH, else the one scripts/build_llama_server.sh cached)"),
+        help="llama.cpp server binary to compare (PATH, else the one scripts/build_llama_server.sh cached; "
+             "its AVX2-only build, the peer of SLLM_CPU_ISA=avx2: ~/.cache/sllm/llama.cpp/bin-avx2/llama-server)"),
     gguf: Path | None = typer.Option(
         None, "--gguf", help="GGUF for llama.cpp (default: --model when it is a .gguf file, else the default model's)"),
     llama_args: str = typer.Option(
@@ -174,6 +175,8 @@ def bench_serve(
         print(f"llama.cpp server ({llama_server}) is not installed: its comparison is skipped "
               "(scripts/build_llama_server.sh builds and caches it)")
     else:
+        # Which build (scripts/build_llama_server.sh: the host's instructions, or LLAMA_CPU_ISA=avx2's).
+        print(f"llama.cpp server: {find_llama_server(llama_server)}")
         before = len(summaries)
         measure(llama_name, start_llama, peer_file)
         peers = summaries[before:]

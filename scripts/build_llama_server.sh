@@ -5,7 +5,7 @@
 # converter, convert_hf_to_gguf.py, and vocabulary files are used too) and the binaries go to its bin/
 # (about 15-20 min on 2 cores).
 # LLAMA_CPU_ISA=avx2 builds, beside it, a server for AMD's AVX2-only EPYCs (AVX2, FMA and F16C, no AVX-512
-# nor AVX-VNNI) into bin-avx2/: the peer of SLLM_CPU_ISA=avx2 on a CPU that has more (about 8 min).
+# nor AVX-VNNI) into bin-avx2/: the peer of SLLM_CPU_ISA=avx2 on a CPU that has more (about 5 min).
 set -euo pipefail
 VERSION=${LLAMA_CPP_PYTHON_VERSION:-0.3.36}
 ISA=${LLAMA_CPU_ISA:-native}
