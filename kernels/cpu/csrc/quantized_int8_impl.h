@@ -91,7 +91,6 @@ inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
   min8 = _mm256_mul_ps(byte_floats(mn), _mm256_set1_ps(-half_bits(blk + 2)));
 }
 
-// A accumulators per row (two for one or two rows, so consecutive groups' FMAs do not wait on each other).
 // For Q6_K: per row, -32 times the sum of each 4 activation bytes, the value each int32 lane of a group's
 // dot starts from when its weights are taken unsigned (q6_unsigned: q + 32) instead of through the sign trick.
 inline const int32_t* q6_lane_offsets(const Int8Rows& a, int64_t m, int64_t k) {
@@ -107,6 +106,7 @@ inline const int32_t* q6_lane_offsets(const Int8Rows& a, int64_t m, int64_t k) {
   return out;
 }
 
+// A accumulators per row (four for one or two rows, so consecutive groups' FMAs do not wait on each other).
 template <int Q, int M, int A>
 void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
                int64_t n1, float* y, int64_t ldy, const int32_t* lane_off) {
