@@ -104,8 +104,8 @@ async def _max_gap_while(work) -> tuple[float, float, object]:
 def test_recording_and_finalizing_large_lines_keep_the_loop_running(tmp_path):
     body = embedding_body(2048, 384)  # two lines' worth of a 384-float encoder's vectors, 16 MB of JSON
 
-    async def main():
-        db = Database(str(tmp_path / "sllm.db"))
+    async def main(attempt: int):
+        db = Database(str(tmp_path / f"sllm{attempt}.db"))
         await db.create_all()
         async with db.sessions() as session:
             session.add(Batch(id="batch_1", endpoint="/v1/embeddings", input_file_id="file_1",
@@ -127,9 +127,17 @@ def test_recording_and_finalizing_large_lines_keep_the_loop_running(tmp_path):
         await db.dispose()
         return record, stored, final, batch, output
 
-    (gap, took, recorded), stored, (final_gap, final_took, status), batch, output = asyncio.run(main())
-    assert recorded and stored == body and batch.completed == 2 and batch.input_tokens == 14
-    assert status == "completed" and [json.loads(x)["response"]["body"] for x in output.splitlines()] == [body, body]
-    # Serialized in one call, the loop would wait all of `took`; in pieces it runs between them.
-    assert gap < took / 3, f"the loop stalled {gap * 1000:.0f} ms of the {took * 1000:.0f} ms the record took"
-    assert final_gap < final_took / 3, f"the loop stalled {final_gap * 1000:.0f} of {final_took * 1000:.0f} ms"
+    # Serialized in one call, the loop would wait all of `took`; in pieces it runs between them. Best of three
+    # runs: on CI's busy two cores one preemption of the loop's thread alone once stalled it 78 of 219 ms, while
+    # a dump on the loop stalls every run (80 of 151 ms here).
+    stalls = []
+    for attempt in range(3):
+        (gap, took, recorded), stored, (final_gap, final_took, status), batch, output = asyncio.run(main(attempt))
+        assert recorded and stored == body and batch.completed == 2 and batch.input_tokens == 14
+        assert status == "completed"
+        assert [json.loads(x)["response"]["body"] for x in output.splitlines()] == [body, body]
+        stalls.append(f"record {gap * 1000:.0f} of {took * 1000:.0f} ms, finalize {final_gap * 1000:.0f} of "
+                      f"{final_took * 1000:.0f} ms")
+        if gap < took / 3 and final_gap < final_took / 3:
+            return
+    raise AssertionError(f"the loop stalled for a third of the work or more in every run: {stalls}")
