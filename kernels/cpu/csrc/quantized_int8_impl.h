@@ -156,9 +156,9 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
         __m256 scale8, min8;
         k_factors(blk, scale8, min8);
         // Per row, the 8 groups' factors times the activations' scales, and their minimums' terms at once.
-        __m256 both[M];
+        alignas(32) float both[M][kChunk];
         for (int i = 0; i < M; ++i) {
-          both[i] = _mm256_mul_ps(scale8, _mm256_loadu_ps(a.d + i * groups + b * kChunk));
+          _mm256_store_ps(both[i], _mm256_mul_ps(scale8, _mm256_loadu_ps(a.d + i * groups + b * kChunk)));
           if constexpr (bytes_have_min(Q))
             acc[i][A - 1] = _mm256_fmadd_ps(min8, _mm256_loadu_ps(a.s + i * groups + b * kChunk), acc[i][A - 1]);
         }
@@ -166,12 +166,11 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
         for (int c = 0; c < kChunk; ++c) {
           const Group g = group<Q>(blk, c);
           const __m256i wq = bytes_signed(Q) ? _mm256_abs_epi8(g.q) : g.q;
-          const __m256i lane = _mm256_set1_epi32(c);
           for (int i = 0; i < M; ++i) {
             __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
             if constexpr (bytes_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
             const __m256i dot = group_dot(wq, xq);
-            acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(both[i], lane), acc[i][c % A]);
+            acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(&both[i][c]), acc[i][c % A]);
           }
         }
       }
