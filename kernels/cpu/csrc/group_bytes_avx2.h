@@ -63,8 +63,10 @@ inline __m256i q6_unsigned(const uint8_t* blk, int c) {
   const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * h + 32 * (g & 1)));
   const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
   const __m256i lo = _mm256_and_si256(g >> 1 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
-  const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g)), _mm256_set1_epi8(3));
-  return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  // Bits 2g and 2g + 1 of each qh byte moved straight to bits 4-5 (one shift, none for g = 2): a 16-bit
+  // shift by at most 4 brings nothing from the neighbouring byte into bits 4-5.
+  const __m256i up = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2) : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+  return _mm256_or_si256(lo, _mm256_and_si256(up, _mm256_set1_epi8(0x30)));
 }
 
 // A 32-weight block's bytes plus unsigned_offset(Q): Q4_0's and Q5_0's q as stored (0-15, 0-31), or
