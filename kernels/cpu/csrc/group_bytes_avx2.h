@@ -65,7 +65,10 @@ inline __m256i q6_unsigned(const uint8_t* blk, int c) {
   const __m256i lo = _mm256_and_si256(g >> 1 ? _mm256_srli_epi16(ql, 4) : ql, _mm256_set1_epi8(0x0F));
   // Bits 2g and 2g + 1 of each qh byte moved straight to bits 4-5 (one shift, none for g = 2): a 16-bit
   // shift by at most 4 brings nothing from the neighbouring byte into bits 4-5.
-  const __m256i up = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2) : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+  const __m256i up = g == 0   ? _mm256_slli_epi16(qh, 4)
+                     : g == 1 ? _mm256_slli_epi16(qh, 2)
+                     : g == 2 ? qh
+                              : _mm256_srli_epi16(qh, 2);
   return _mm256_or_si256(lo, _mm256_and_si256(up, _mm256_set1_epi8(0x30)));
 }
 

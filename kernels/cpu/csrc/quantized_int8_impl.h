@@ -155,7 +155,8 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
         const uint8_t* blk = row + b * quant_block_bytes(Q);
         __m256 scale8, min8;
         k_factors(blk, scale8, min8);
-        // Per row, the 8 groups' factors times the activations' scales, and their minimums' terms at once.
+        // Per row, the 8 groups' factors times the activations' scales (stored, each group's then broadcast
+        // by a load rather than picked by a lane permute), and their minimums' terms at once.
         alignas(32) float both[M][kChunk];
         for (int i = 0; i < M; ++i) {
           _mm256_store_ps(both[i], _mm256_mul_ps(scale8, _mm256_loadu_ps(a.d + i * groups + b * kChunk)));
