@@ -22,20 +22,24 @@ def measure(model: str, rounds: int, max_tokens: int = 64, activations: str = "i
     from engine.llm import LLM
     from engine.sampling_params import SamplingParams
     from kernels.cpu import cpu_kernels_available
-    from kernels.quantized import QuantizedWeight, StackedWeight
 
     cpu_kernels_available()  # registers the sllm_cpu ops
     before = torch.ops.sllm_cpu.int8_activations()  # LLM(activations="int8") sets it process-wide
     llm = LLM(model=model, activations=activations, kv_cache_dtype=kv_cache_dtype, num_kv_blocks=256)
     m = llm.engine.runner.model
-    mapped = dict(m.weights)
-    names = [n for n, v in mapped.items() if isinstance(v, QuantizedWeight | StackedWeight)]
-    huge = {**mapped, **dict(zip(names, on_huge_pages([mapped[n] for n in names]), strict=True))}
+    layouts = {}
+
+    def copy_to_huge_pages(mapped: list) -> list:  # the model's own choice of matrices, both layouts kept
+        layouts["mapped"], layouts["huge"] = mapped, on_huge_pages(mapped)
+        return layouts["huge"]
+
+    m.place_quantized(copy_to_huge_pages)
+    mapped, huge = layouts["mapped"], layouts["huge"]
     params = SamplingParams(max_tokens=max_tokens, temperature=0, ignore_eos=True)
     prompt = "SELECT name, email FROM users WHERE signup_date > '2024-01-01' ORDER BY " * 4
 
-    def ms_per_token(weights: dict) -> float:
-        m.place_quantized(lambda _: [weights[n] for n in names])
+    def ms_per_token(weights: list) -> float:
+        m.place_quantized(lambda _: weights)
         llm.generate([prompt], params, use_tqdm=False)  # the prompt cached, the layout's pages warm
         t0 = time.perf_counter()
         llm.generate([prompt], params, use_tqdm=False)
@@ -44,7 +48,7 @@ def measure(model: str, rounds: int, max_tokens: int = 64, activations: str = "i
     try:
         return [(ms_per_token(mapped), ms_per_token(huge), read_bandwidth_gbps()) for _ in range(rounds)]
     finally:
-        m.place_quantized(lambda _: [mapped[n] for n in names])
+        m.place_quantized(lambda _: mapped)
         torch.ops.sllm_cpu.set_int8_activations(before)
 
 

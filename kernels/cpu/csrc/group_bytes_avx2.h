@@ -27,7 +27,6 @@ struct Group {
 };
 
 constexpr bool bytes_is_k(int Q) { return Q == kQ4_K || Q == kQ5_K || Q == kQ6_K; }
-constexpr bool bytes_signed(int Q) { return Q == kQ8_0 || Q == kQ6_K || Q == kQ4_0 || Q == kQ5_0; }
 constexpr bool bytes_have_min(int Q) { return Q == kQ4_1 || Q == kQ5_1 || Q == kQ4_K || Q == kQ5_K; }
 // Weights Q's type makes unsigned by adding this (0: unsigned already, Q8_0's sign trick, or Q6_K); the
 // shift comes back as a minimum of -offset * d. Q8_0's q + 128 only under VNNI, whose int32 sums take it

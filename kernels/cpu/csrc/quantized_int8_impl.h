@@ -165,11 +165,10 @@ void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes
         }
 #pragma GCC unroll 8
         for (int c = 0; c < kChunk; ++c) {
-          const Group g = group<Q>(blk, c);
-          const __m256i wq = bytes_signed(Q) ? _mm256_abs_epi8(g.q) : g.q;
+          const __m256i wq = group<Q>(blk, c).q;  // Q4_K's and Q5_K's unsigned bytes
           for (int i = 0; i < M; ++i) {
-            __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
-            if constexpr (bytes_signed(Q)) xq = _mm256_sign_epi8(xq, g.q);
+            const __m256i xq =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
             const __m256i dot = group_dot(wq, xq);
             acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(&both[i][c]), acc[i][c % A]);
           }
