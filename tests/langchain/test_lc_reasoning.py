@@ -36,8 +36,16 @@ def test_thinking_is_reasoning_content_whole_and_streamed(llm):
     assert thinking not in msg.content and "</think>" not in msg.content
     assert [b["reasoning"] for b in msg.content_blocks if b["type"] == "reasoning"] == [thinking]
 
-    chunks = list(llm.stream("What's the weather in Seoul?"))
-    assert all(isinstance(c, AIMessageChunk) for c in chunks)
-    assert sum(1 for c in chunks if c.additional_kwargs.get("reasoning_content")) > 1  # streamed as deltas
-    whole = sum(chunks[1:], chunks[0])
-    assert whole.additional_kwargs["reasoning_content"] == thinking and whole.content == msg.content
+    # Streamed as deltas: more than one chunk carries thinking, in the best of three streams. The engine joins
+    # outputs that piled up while the consumer was busy (engine/async_engine.py), and on CI's loaded two cores
+    # all five thinking tokens of this tiny model once came as one chunk. Every stream adds up to the whole.
+    reasoning_chunks = []
+    for _ in range(3):
+        chunks = list(llm.stream("What's the weather in Seoul?"))
+        assert all(isinstance(c, AIMessageChunk) for c in chunks)
+        whole = sum(chunks[1:], chunks[0])
+        assert whole.additional_kwargs["reasoning_content"] == thinking and whole.content == msg.content
+        reasoning_chunks.append(sum(1 for c in chunks if c.additional_kwargs.get("reasoning_content")))
+        if reasoning_chunks[-1] > 1:
+            break
+    assert reasoning_chunks[-1] > 1, reasoning_chunks
