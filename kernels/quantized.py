@@ -132,24 +132,31 @@ def quantized_linear_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor
     return F.linear(x, dequantize(w, x.dtype), bias)
 
 
-def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows [M, K] as int8 per 32 values, as the C++ int8 path quantizes them (same float32 operations,
-    so the same q): q [M, K], d = max|x| / 127 and s = d * sum(q) [M, K / 32]."""
-    blocks = x.float().reshape(x.shape[0], -1, 32)
-    d = blocks.abs().amax(dim=-1, keepdim=True) / 127
+def quantize_activations(x: torch.Tensor, span: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows [M, K] as int8, as the C++ int8 path quantizes them for a weight whose blocks hold `span`
+    weights (32, or a K-quant's 256: llama.cpp's Q8_1 and Q8_K), with the same float32 operations, so the
+    same q: q [M, K], and per 32 values d = max|x| / 127 over their span and s = d * sum(q) [M, K / 32]."""
+    spans = x.float().reshape(x.shape[0], -1, span)
+    d = (spans.abs().amax(dim=-1, keepdim=True) / 127).expand(-1, -1, span // 32).reshape(x.shape[0], -1, 1)
+    blocks = spans.reshape(x.shape[0], -1, 32)
     v = blocks * torch.where(d == 0, torch.zeros_like(d), 1 / d)
     q = torch.sign(v) * torch.floor(v.abs() + 0.5)  # half away from zero
     return q.reshape(x.shape), d.squeeze(-1), d.squeeze(-1) * q.sum(dim=-1)
 
 
-def quantized_linear_int8_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+def quantized_linear_int8_ref(x: torch.Tensor, w: QuantizedWeight | StackedWeight,
+                              bias: torch.Tensor | None = None) -> torch.Tensor:
     """The int8-activation product (`int8_activations`) in float64: the dequantized weight times the
-    activations as their int8 blocks stand for them (q * d per 32 values). The kernels compute the same
-    sum split per 32 weights, d_w * d_x * sum(q_w * q_x) + m_w * s_x, so they differ from it by float
-    rounding only; against `quantized_linear_ref` it differs by the activations' rounding (half a step of
-    max|x| / 127 per value)."""
+    activations as their int8 blocks stand for them (q * d per 32 values, d per the weight's block:
+    `quantize_activations`). The kernels compute the same sum split per 32 weights, d_w * d_x *
+    sum(q_w * q_x) + m_w * s_x, so they differ from it by float rounding only; against
+    `quantized_linear_ref` it differs by the activations' rounding (half a step of max|x| / 127 per value).
+    A stacked weight's parts each quantize x for their own type, as the kernels call them apart."""
+    if isinstance(w, StackedWeight):
+        y = torch.cat([quantized_linear_int8_ref(x, p) for p in w.parts], dim=-1)
+        return y if bias is None else y + bias
     n, k = w.shape
-    q, d, _ = quantize_activations(x.reshape(-1, k))
+    q, d, _ = quantize_activations(x.reshape(-1, k), BLOCK[w.qtype][0])
     x8 = (q.double().reshape(-1, k // 32, 32) * d.double().unsqueeze(-1)).reshape(-1, k)
     y = F.linear(x8, dequantize(w, torch.float64), None if bias is None else bias.double())
     return y.float().reshape(*x.shape[:-1], n)

@@ -346,7 +346,7 @@ void octet_gemm(const Int8Octets& a, int64_t m, int64_t k, const uint8_t* w, int
 // `out` (whose rows are indexed from x's first); for a Q6_K weight the bytes are q + 128.
 inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64_t ldx, int64_t k, int64_t qtype,
                                    const Int8OctetsOut& out) {
-  const int64_t octets = int8_octets(k), blocks = k / kQuantBlock;
+  const int64_t octets = int8_octets(k), blocks = k / kQuantBlock, span = activation_span(qtype);
   const __m256i flip = _mm256_set1_epi8(static_cast<char>(qtype == kQ6_K ? 0x80 : 0));
   for (int64_t i = i0; i < i1; ++i) {
     uint8_t* qrow = reinterpret_cast<uint8_t*>(out.q) + i * octets * kOctet;
@@ -364,7 +364,8 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
           float d = 0.0f;
           int sum = 0;
           std::fill(q[j], q[j] + 32, static_cast<int8_t>(0));
-          if (b < blocks) quantize_block32(x + i * ldx + b * kQuantBlock, q[j], d, sum);
+          const float* xb = x + i * ldx + b * kQuantBlock;
+          if (b < blocks) quantize_block32(xb, block_amax(xb), q[j], d, sum);
           for (int p = 0; p < per; ++p) {  // s per lane: the sum over the lane's own 4 * last bytes
             int part = 0;
             for (int e = 0; e < 4 * last; ++e) part += q[j][p * 4 * last + e];
@@ -376,6 +377,8 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
         continue;
       }
       __m256i r[8];
+      // a K-quant's activation span is the octet's 8 groups (its K is whole octets)
+      const float amax = span == kOctet ? span_amax(x + i * ldx + o * kOctet, kOctet) : 0.0f;
       for (int l = 0; l < 8; ++l) {
         const int64_t b = 8 * o + l;
         if (b >= blocks) {  // a missing lane: zero bytes (q + 128 too), zero scale
@@ -383,7 +386,8 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
           continue;
         }
         int sum;
-        quantize_block32(x + i * ldx + b * kQuantBlock, q[l], drow[b], sum);
+        const float* xb = x + i * ldx + b * kQuantBlock;
+        quantize_block32(xb, span == kOctet ? amax : block_amax(xb), q[l], drow[b], sum);
         srow[b] = drow[b] * static_cast<float>(sum);
         r[l] = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(q[l])), flip);
       }

@@ -217,7 +217,7 @@ void zmm_by_rows(const Int8Rows& a, int64_t m, int64_t k, const uint8_t* w, int6
 // The AVX-512 VNNI file's few-row entry point: quantize_rows as the 256-bit loop does, then pairs of groups.
 inline void zmm_product(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                         int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const Int8Rows a = quantize_rows(x, m, ldx, k);
+  const Int8Rows a = quantize_rows(x, m, ldx, k, qtype);
   with_quant_type(qtype, [&](auto q) { zmm_by_rows<decltype(q)::value>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy); });
 }
 

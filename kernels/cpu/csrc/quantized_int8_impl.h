@@ -73,20 +73,24 @@ inline __m256 byte_floats(uint64_t bytes) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes))));
 }
 
-// The 8 groups' float factors of a Q4_K or Q5_K super-block (d times each 6-bit sub-scale) and their
-// minimums (-dmin times each 6-bit min).
 // Q4_K/Q5_K's 12 scale bytes, as scale_min_k4 reads them, four at a time in general-purpose registers:
 // sub-blocks 0-3 take the low 6 bits of bytes 0-3 (scales) and 4-7 (mins), sub-blocks 4-7 the nibbles of
-// bytes 8-11 with the top 2 bits of bytes 0-3 (scales) or 4-7 (mins) above them.
-inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
+// bytes 8-11 with the top 2 bits of bytes 0-3 (scales) or 4-7 (mins) above them. Byte c of `sc` and `mn`
+// is sub-block c's.
+inline void k_scale_bytes(const uint8_t* blk, uint64_t& sc, uint64_t& mn) {
   uint32_t lo, mid, hi;
   std::memcpy(&lo, blk + 4, 4);
   std::memcpy(&mid, blk + 8, 4);
   std::memcpy(&hi, blk + 12, 4);
-  const uint64_t sc = (lo & 0x3F3F3F3Fu) | static_cast<uint64_t>((hi & 0x0F0F0F0Fu) | (((lo >> 6) & 0x03030303u) << 4))
-                                               << 32;
-  const uint64_t mn = (mid & 0x3F3F3F3Fu) |
-                      static_cast<uint64_t>(((hi >> 4) & 0x0F0F0F0Fu) | (((mid >> 6) & 0x03030303u) << 4)) << 32;
+  sc = (lo & 0x3F3F3F3Fu) | static_cast<uint64_t>((hi & 0x0F0F0F0Fu) | (((lo >> 6) & 0x03030303u) << 4)) << 32;
+  mn = (mid & 0x3F3F3F3Fu) | static_cast<uint64_t>(((hi >> 4) & 0x0F0F0F0Fu) | (((mid >> 6) & 0x03030303u) << 4)) << 32;
+}
+
+// The 8 groups' float factors of a Q4_K or Q5_K super-block (d times each 6-bit sub-scale) and their
+// minimums (-dmin times each 6-bit min).
+inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
+  uint64_t sc, mn;
+  k_scale_bytes(blk, sc, mn);
   scale8 = _mm256_mul_ps(byte_floats(sc), _mm256_set1_ps(half_bits(blk)));
   min8 = _mm256_mul_ps(byte_floats(mn), _mm256_set1_ps(-half_bits(blk + 2)));
 }
@@ -106,118 +110,163 @@ inline const int32_t* q6_lane_offsets(const Int8Rows& a, int64_t m, int64_t k) {
   return out;
 }
 
-// A accumulators per row (four for one or two rows, so consecutive groups' FMAs do not wait on each other).
+// For Q6_K: per row, the sum of each 16 activation bytes (k / 16 of them), which its 16 sub-scales weigh
+// once per super-block to take back the 32 added to every weight (q6_unsigned).
+inline const int16_t* q6_half_sums(const Int8Rows& a, int64_t m, int64_t k) {
+  thread_local std::vector<int16_t> buf;
+  int16_t* out = line_aligned(buf, m * k / 16);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < k; j += 32) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + j));
+      __m256i v = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x), ones16);  // lanes 0-3: bytes 0-15, 4-7: 16-31
+      v = _mm256_hadd_epi32(v, v);
+      v = _mm256_hadd_epi32(v, v);
+      out[(i * k + j) / 16] = static_cast<int16_t>(_mm256_cvtsi256_si32(v));
+      out[(i * k + j) / 16 + 1] = static_cast<int16_t>(_mm256_extract_epi32(v, 4));
+    }
+  return out;
+}
+
+// A K-quant super-block times every row: its activations share one d_x (activation_span), so each group's
+// pair sums are weighed by the group's integer sub-scales in the same madd that widens them (int16
+// multipliers instead of ones) and the 8 groups add up in int32: one conversion and one FMA per row a
+// super-block, where a d_x per 32 took one of each a group. Q4_K and Q5_K add their minimums as before,
+// dmin times each min times s_x; Q6_K's weights meet x unsigned (q + 32) and -32 times each 16
+// activations' sum (q6_half_sums) times its sub-scale comes off once per super-block. No int32 overflows:
+// a super-block's sum is at most 256 * 63 * 127 * 127 (Q6_K; Q5_K's 31 * 63 is smaller).
+template <int Q, int M>
+__attribute__((always_inline)) inline void k_super_block(const Int8Rows& a, int64_t k, int64_t groups, const uint8_t* blk,
+                                                         int64_t b, __m256 (&acc)[M], __m256 (&mins)[M],
+                                                         const int16_t* half_sums) {
+  // Each group's multipliers for madd, picked per group by a byte shuffle within 128-bit lanes: Q4_K and Q5_K
+  // one sub-scale for the group's 32 weights, Q6_K sub-scale 2c for weights 0-15 (the low lane's pairs)
+  // and 2c + 1 for 16-31.
+  __m256i scales[2];
+  float d;
+  __m256i q6_scales16;
+  if constexpr (Q == kQ6_K) {
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
+    q6_scales16 = _mm256_cvtepi8_epi16(sc);
+    scales[0] = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(sc));
+    scales[1] = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(sc, 8)));
+    d = half_bits(blk + 208);
+  } else {
+    uint64_t sc, mn;
+    k_scale_bytes(blk, sc, mn);
+    scales[0] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+    d = half_bits(blk);
+    const __m256 min8 = _mm256_mul_ps(byte_floats(mn), _mm256_set1_ps(-half_bits(blk + 2)));
+    for (int i = 0; i < M; ++i)
+      mins[i] = _mm256_fmadd_ps(min8, _mm256_loadu_ps(a.s + i * groups + b * kChunk), mins[i]);
+  }
+  __m256i sum[M];
+  for (int i = 0; i < M; ++i) sum[i] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int c = 0; c < kChunk; ++c) {
+    __m256i wq, mul;
+    if constexpr (Q == kQ6_K) {
+      wq = q6_unsigned(blk, c);
+      const int lo = 4 * (c % 4), hi = lo + 2;  // bytes of words 2(c % 4) and 2(c % 4) + 1
+      mul = _mm256_shuffle_epi8(scales[c / 4], _mm256_set_m128i(_mm_set1_epi16(static_cast<short>((hi + 1) << 8 | hi)),
+                                                                _mm_set1_epi16(static_cast<short>((lo + 1) << 8 | lo))));
+    } else {
+      wq = group<Q>(blk, c).q;
+      mul = _mm256_shuffle_epi8(scales[0], _mm256_set1_epi16(static_cast<short>((2 * c + 1) << 8 | 2 * c)));
+    }
+    for (int i = 0; i < M; ++i) {
+      const __m256i xq =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
+      // |pair| <= 2 * 63 * 127 (Q6_K's q + 32): maddubs does not saturate
+      sum[i] = _mm256_add_epi32(sum[i], _mm256_madd_epi16(_mm256_maddubs_epi16(wq, xq), mul));
+    }
+  }
+  for (int i = 0; i < M; ++i) {
+    __m256i total = sum[i];
+    if constexpr (Q == kQ6_K) {
+      const __m256i hs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half_sums + (i * k + b * kMaxQuantBlock) / 16));
+      total = _mm256_sub_epi32(total, _mm256_slli_epi32(_mm256_madd_epi16(hs, q6_scales16), 5));
+    }
+    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_set1_ps(d * a.d[i * groups + b * kChunk]), acc[i]);
+  }
+}
+
+// A accumulators per row for the 32-weight types (four for one or two rows, so consecutive blocks' FMAs do
+// not wait on each other); the K-quants' one FMA a super-block needs one.
 template <int Q, int M, int A>
 void int8_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
-               int64_t n1, float* y, int64_t ldy, const int32_t* lane_off) {
+               int64_t n1, float* y, int64_t ldy, const int16_t* half_sums) {
   const int64_t groups = k / kQuantBlock;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
-    __m256 acc[M][A];
-    float mins[M][A];  // per slot, like acc: one chain of scalar additions would wait on its latency
-    for (int i = 0; i < M; ++i)
-      for (int s = 0; s < A; ++s) acc[i][s] = _mm256_setzero_ps(), mins[i][s] = 0.0f;
-    if constexpr (Q == kQ6_K) {
-      const __m256i lo_pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), hi_pairs = _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7);
-      for (int64_t b = 0; b < groups / kChunk; ++b) {
-        const uint8_t* blk = row + b * quant_block_bytes(Q);
-        // The 16 sub-scales times d (sub-scales 0-7 serve groups 0-3, 8-15 groups 4-7), then per row times
-        // each group's activation scale, which covers two sub-scales.
-        const __m128i sc16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
-        const __m256 d = _mm256_set1_ps(half_bits(blk + 208));
-        const __m256 f0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc16)), d);
-        const __m256 f1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc16, 8))), d);
-        __m256 half[M][2];
-        for (int i = 0; i < M; ++i) {
-          const __m256 ad = _mm256_loadu_ps(a.d + i * groups + b * kChunk);
-          half[i][0] = _mm256_mul_ps(f0, _mm256_permutevar8x32_ps(ad, lo_pairs));
-          half[i][1] = _mm256_mul_ps(f1, _mm256_permutevar8x32_ps(ad, hi_pairs));
-        }
-#pragma GCC unroll 8
-        for (int c = 0; c < kChunk; ++c) {
-          const __m256i wq = q6_unsigned(blk, c);
-          // lanes 0-3 take factor 2(c % 4), lanes 4-7 factor 2(c % 4) + 1 of the half c / 4 lies in
-          const __m256i pick = _mm256_setr_epi32(2 * (c % 4), 2 * (c % 4), 2 * (c % 4), 2 * (c % 4), 2 * (c % 4) + 1,
-                                                 2 * (c % 4) + 1, 2 * (c % 4) + 1, 2 * (c % 4) + 1);
-          for (int i = 0; i < M; ++i) {
-            const int64_t at = i * k + (b * kChunk + c) * kQuantBlock;
-            const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + at));
-            // sum (q + 32) x - 32 sum x: the signed weights' products, with no abs or sign per group
-            const __m256i dot = _mm256_add_epi32(group_dot(wq, xq),
-                                                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lane_off + at / 4)));
-            acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(half[i][c / 4], pick),
-                                            acc[i][c % A]);
-          }
-        }
-      }
-    } else if constexpr (bytes_is_k(Q)) {
-      for (int64_t b = 0; b < groups / kChunk; ++b) {
-        const uint8_t* blk = row + b * quant_block_bytes(Q);
-        __m256 scale8, min8;
-        k_factors(blk, scale8, min8);
-        // Per row, the 8 groups' factors times the activations' scales (stored, each group's then broadcast
-        // by a load rather than picked by a lane permute), and their minimums' terms at once.
-        alignas(32) float both[M][kChunk];
-        for (int i = 0; i < M; ++i) {
-          _mm256_store_ps(both[i], _mm256_mul_ps(scale8, _mm256_loadu_ps(a.d + i * groups + b * kChunk)));
-          if constexpr (bytes_have_min(Q))
-            acc[i][A - 1] = _mm256_fmadd_ps(min8, _mm256_loadu_ps(a.s + i * groups + b * kChunk), acc[i][A - 1]);
-        }
-#pragma GCC unroll 8
-        for (int c = 0; c < kChunk; ++c) {
-          const __m256i wq = group<Q>(blk, c).q;  // Q4_K's and Q5_K's unsigned bytes
-          for (int i = 0; i < M; ++i) {
-            const __m256i xq =
-                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + (b * kChunk + c) * kQuantBlock));
-            const __m256i dot = group_dot(wq, xq);
-            acc[i][c % A] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(&both[i][c]), acc[i][c % A]);
-          }
-        }
-      }
+    float out[M];
+    if constexpr (bytes_is_k(Q)) {
+      __m256 acc[M], mins[M];
+      for (int i = 0; i < M; ++i) acc[i] = mins[i] = _mm256_setzero_ps();
+      for (int64_t b = 0; b < groups / kChunk; ++b)
+        k_super_block<Q, M>(a, k, groups, row + b * quant_block_bytes(Q), b, acc, mins, half_sums);
+      for (int i = 0; i < M; ++i) out[i] = hsum(_mm256_add_ps(acc[i], mins[i]));
     } else {
+      __m256 acc[M][A];
+      float mins[M][A];  // per slot, like acc: one chain of scalar additions would wait on its latency
+      for (int i = 0; i < M; ++i)
+        for (int s = 0; s < A; ++s) acc[i][s] = _mm256_setzero_ps(), mins[i][s] = 0.0f;
       int64_t j = 0;
       for (; j + 2 <= groups; j += 2) {
         legacy_group<Q, M, A>(a, k, groups, row, j, acc, mins, 0);
         legacy_group<Q, M, A>(a, k, groups, row, j + 1, acc, mins, 1 % A);
       }
       if (j < groups) legacy_group<Q, M, A>(a, k, groups, row, j, acc, mins, 0);
+      for (int i = 0; i < M; ++i) {
+        __m256 s = acc[i][0];
+        float mn = mins[i][0];
+        for (int t = 1; t < A; ++t) s = _mm256_add_ps(s, acc[i][t]), mn += mins[i][t];
+        out[i] = hsum(s) + mn;
+      }
     }
-    for (int i = 0; i < M; ++i) {
-      __m256 s = acc[i][0];
-      float mn = mins[i][0];
-      for (int t = 1; t < A; ++t) s = _mm256_add_ps(s, acc[i][t]), mn += mins[i][t];
-      y[i * ldy + n] = hsum(s) + mn + (bias ? bias[n] : 0.0f);
-    }
+    for (int i = 0; i < M; ++i) y[i * ldy + n] = out[i] + (bias ? bias[n] : 0.0f);
   }
 }
 
 template <int Q>
 void int8_by_rows(const Int8Rows& a, int64_t m, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
                   int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const int32_t* off = Q == kQ6_K ? q6_lane_offsets(a, m, k) : nullptr;
+  const int16_t* half_sums = Q == kQ6_K ? q6_half_sums(a, m, k) : nullptr;
   with_row_count(m, [&](auto r) {
     constexpr int M = decltype(r)::value;
-    int8_rows<Q, M, M <= 2 ? 4 : 1>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
+    int8_rows<Q, M, M <= 2 ? 4 : 1>(a, k, w, row_bytes, bias, n0, n1, y, ldy, half_sums);
   });
 }
 
-// 32 values of x as int8 (half away from zero), their scale d = max|x| / 127 and the sum of the q: the
-// same float operations as the portable quantize_activations (so the same q, d and s), eight lanes at a time.
-inline void quantize_block32(const float* xb, int8_t* qb, float& d, int& sum) {
-  const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  __m256 v[4];
-  for (int t = 0; t < 4; ++t) v[t] = _mm256_loadu_ps(xb + 8 * t);
-  const __m256 amax8 = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
-                                     _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+// The largest |x| of 32 values.
+inline float block_amax(const float* xb) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 amax8 = _mm256_andnot_ps(sign, _mm256_loadu_ps(xb));
+  for (int t = 1; t < 4; ++t) amax8 = _mm256_max_ps(amax8, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * t)));
   __m128 h = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
   h = _mm_max_ps(h, _mm_movehl_ps(h, h));
   h = _mm_max_ss(h, _mm_movehdup_ps(h));
-  const float scale = _mm_cvtss_f32(h) / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+  return _mm_cvtss_f32(h);
+}
+
+// The largest |x| of the activation span (activation_span: one 32-value block, or a K-quant's 8) that
+// starts at xb.
+inline float span_amax(const float* xb, int64_t span) {
+  float amax = 0.0f;
+  for (int64_t t = 0; t < span; t += kQuantBlock) amax = std::max(amax, block_amax(xb + t));
+  return amax;
+}
+
+// 32 values of x as int8 (half away from zero) at the scale d = amax / 127, and the sum of the q: the
+// same float operations as the portable quantize_activations (so the same q, d and s), eight lanes at a time.
+inline void quantize_block32(const float* xb, float amax, int8_t* qb, float& d, int& sum) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
   const __m256 inv8 = _mm256_set1_ps(inv);
   __m256i r[4];
   for (int t = 0; t < 4; ++t) {  // |v| rounded half up, then v's sign: half away from zero
-    const __m256 s = _mm256_mul_ps(v[t], inv8);
+    const __m256 s = _mm256_mul_ps(_mm256_loadu_ps(xb + 8 * t), inv8);
     const __m256 mag = _mm256_floor_ps(_mm256_add_ps(_mm256_andnot_ps(sign, s), half));
     r[t] = _mm256_cvttps_epi32(_mm256_or_ps(mag, _mm256_and_ps(sign, s)));
   }
@@ -231,19 +280,23 @@ inline void quantize_block32(const float* xb, int8_t* qb, float& d, int& sum) {
   sum = _mm_cvtsi128_si32(s4);
 }
 
-// Rows of x as int8 blocks (quantize_block32 each) into this thread's buffers.
-inline Int8Rows quantize_rows(const float* x, int64_t m, int64_t ldx, int64_t k) {
+// Rows of x as int8 blocks for a `qtype` weight (quantize_block32 each, at its span's amax) into this
+// thread's buffers.
+inline Int8Rows quantize_rows(const float* x, int64_t m, int64_t ldx, int64_t k, int64_t qtype) {
   thread_local std::vector<int8_t> qbuf;
   thread_local std::vector<float> dbuf, sbuf;
-  const int64_t blocks = k / kQuantBlock;
+  const int64_t blocks = k / kQuantBlock, span = activation_span(qtype);
   int8_t* q = line_aligned(qbuf, m * k);
   float* dd = line_aligned(dbuf, m * blocks);
   float* ss = line_aligned(sbuf, m * blocks);
   for (int64_t i = 0; i < m; ++i) {
+    float amax = 0.0f;
     for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + i * ldx + b * kQuantBlock;
+      if (b * kQuantBlock % span == 0) amax = span_amax(xb, span);
       float d;
       int sum;
-      quantize_block32(x + i * ldx + b * kQuantBlock, q + i * k + b * kQuantBlock, d, sum);
+      quantize_block32(xb, amax, q + i * k + b * kQuantBlock, d, sum);
       dd[i * blocks + b] = d;
       ss[i * blocks + b] = d * static_cast<float>(sum);
     }
@@ -254,7 +307,7 @@ inline Int8Rows quantize_rows(const float* x, int64_t m, int64_t ldx, int64_t k)
 // The entry point both files export: the activations quantized once per call, then the type's loop.
 inline void int8_product(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w, int64_t qtype,
                   int64_t row_bytes, const float* bias, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const Int8Rows a = quantize_rows(x, m, ldx, k);
+  const Int8Rows a = quantize_rows(x, m, ldx, k, qtype);
   with_quant_type(qtype, [&](auto q) {
     int8_by_rows<decltype(q)::value>(a, m, k, w, row_bytes, bias, n0, n1, y, ldy);
   });

@@ -69,9 +69,11 @@ constexpr int64_t kQuantGemmRows = kQuantMaxRows + 1;
 // below while it is switched on); quantized_linear runs longer calls in passes of it on the portable path.
 QuantizedKernel quantized_linear_kernel();
 
-// Switched on per process, every type, every call: x quantized to int8 per 32 values
-// (quantize_activations, as llama.cpp's Q8_1 but with float32 scales), then integer dot products per 32
-// weights, d_w * d_x * sum(q_w * q_x) + m_w * s_x (quantized_int8_impl.h), with AVX-512 VNNI (vpdpbusd)
+// Switched on per process, every type, every call: x quantized to int8 (quantize_activations: as
+// llama.cpp's Q8_1 per 32 values for the 32-weight types, as its Q8_K per 256 for the K-quants, both with
+// float32 scales), then integer dot products per 32 weights, d_w * d_x * sum(q_w * q_x) + m_w * s_x
+// (quantized_int8_impl.h; the AVX2 few-row loop sums a K-quant super-block's in integers before one
+// conversion, which one scale per 256 activations allows), with AVX-512 VNNI (vpdpbusd)
 // where the CPU has it, AVX2's maddubs otherwise; past kQuantMaxRows rows on those paths, the octet
 // product below (int8_gemm_impl.h) in place of the float tiles. Fewer instructions per weight than the
 // float paths, at the cost of the activations' rounding (kernels/quantized.py: `quantized_linear_int8_ref`
@@ -89,16 +91,20 @@ void quantized_linear_int8_avx512(const float* x, int64_t m, int64_t ldx, int64_
 // Whether the CPU has AVX-512 VNNI (the int8 AVX-512 path needs it; without it AVX2's path runs).
 bool cpu_has_avx512_vnni();
 
-// Rows of x as int8 blocks: q [m, k], and per 32 values the scale d = max|x| / 127 and s = d * sum(q).
-// `q`, `d`, `s` have room for m rows (row strides k and k / 32). Portable, so every path agrees.
-void quantize_activations(const float* x, int64_t m, int64_t ldx, int64_t k, int8_t* q, float* d, float* s);
+// Rows of x as int8 for a product with a `qtype` weight: q [m, k], and per 32 values the scale d and
+// s = d * sum(q), where d = max|x| / 127 over the weight's block (activation_span: 32 values, or a
+// K-quant's 256, whose 8 groups then share one d). `q`, `d`, `s` have room for m rows (row strides k and
+// k / 32). Portable, so every path agrees.
+constexpr int64_t activation_span(int64_t qtype) { return quant_block_weights(qtype); }
+void quantize_activations(const float* x, int64_t m, int64_t ldx, int64_t k, int64_t qtype, int8_t* q, float* d,
+                          float* s);
 // The same into this thread's buffers (valid until its next call): what each int8 kernel call reads.
 struct Int8Rows {
   const int8_t* q;
   const float* d;
   const float* s;
 };
-Int8Rows quantize_activations_here(const float* x, int64_t m, int64_t ldx, int64_t k);
+Int8Rows quantize_activations_here(const float* x, int64_t m, int64_t ldx, int64_t k, int64_t qtype);
 
 // Calls of more rows with int8 activations (AVX2 and AVX-512 VNNI; int8_gemm_impl.h): x quantized as
 // above, once per call, into "octets": 8 lanes of 32 weights interleaved 4 bytes at a time, so one

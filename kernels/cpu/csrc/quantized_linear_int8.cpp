@@ -29,14 +29,18 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
-void quantize_activations(const float* x, int64_t m, int64_t ldx, int64_t k, int8_t* q, float* d, float* s) {
-  const int64_t blocks = k / kQuantBlock;
+void quantize_activations(const float* x, int64_t m, int64_t ldx, int64_t k, int64_t qtype, int8_t* q, float* d,
+                          float* s) {
+  const int64_t blocks = k / kQuantBlock, span = activation_span(qtype) / kQuantBlock;
   for (int64_t i = 0; i < m; ++i) {
+    float amax = 0.0f;
     for (int64_t b = 0; b < blocks; ++b) {
       const float* xb = x + i * ldx + b * kQuantBlock;
       int8_t* qb = q + i * k + b * kQuantBlock;
-      float amax = 0.0f;
-      for (int j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      if (b % span == 0) {
+        amax = 0.0f;
+        for (int j = 0; j < kQuantBlock * span; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      }
       const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
       int sum = 0;
       for (int j = 0; j < kQuantBlock; ++j) {  // rounded half away from zero, as torch's reference does
@@ -51,13 +55,13 @@ void quantize_activations(const float* x, int64_t m, int64_t ldx, int64_t k, int
   }
 }
 
-Int8Rows quantize_activations_here(const float* x, int64_t m, int64_t ldx, int64_t k) {
+Int8Rows quantize_activations_here(const float* x, int64_t m, int64_t ldx, int64_t k, int64_t qtype) {
   thread_local std::vector<int8_t> q;
   thread_local std::vector<float> d, s;
   q.resize(m * k);
   d.resize(m * k / kQuantBlock);
   s.resize(m * k / kQuantBlock);
-  quantize_activations(x, m, ldx, k, q.data(), d.data(), s.data());
+  quantize_activations(x, m, ldx, k, qtype, q.data(), d.data(), s.data());
   return {q.data(), d.data(), s.data()};
 }
 
@@ -121,7 +125,7 @@ PortableGroup portable_group(const uint8_t* blk, int64_t qtype, int c) {
 void quantized_linear_int8_generic(const float* x, int64_t m, int64_t ldx, int64_t k, const uint8_t* w,
                                    int64_t qtype, int64_t row_bytes, const float* bias, int64_t n0, int64_t n1,
                                    float* y, int64_t ldy) {
-  const Int8Rows a = quantize_activations_here(x, m, ldx, k);
+  const Int8Rows a = quantize_activations_here(x, m, ldx, k, qtype);
   const int64_t bb = quant_block_bytes(qtype), groups = quant_block_weights(qtype) / kQuantBlock;
   const int64_t per_row = k / kQuantBlock;
   for (int64_t n = n0; n < n1; ++n) {
