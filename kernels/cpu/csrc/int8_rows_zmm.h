@@ -1,16 +1,16 @@
 // The AVX-512 VNNI form of the few-row int8-activation product (quantized_int8_impl.h): two 32-weight
 // groups at once in 512-bit vectors. One decode row reads every weight once a token and, on 256-bit
 // vectors, spent more time unpacking and scaling groups than reading them (a 1B Q4_K_M file's matrices ran
-// at 24-30 GB/s on one Zen 5 core that reads 36): here a pair of groups takes one unpacking, and per row
-// one vpdpbusd, one conversion and one FMA (a K-quant's pair a maddubs and a vpdpwssd, its super-block one
-// conversion and one FMA), where the 256-bit loop took each twice.
+// at 24-30 GB/s on one Zen 5 core that reads 36): here a pair of groups takes one unpacking, one vpdpbusd,
+// one conversion and one FMA per row, where the 256-bit loop took each twice.
 //
 // A pair is 64 consecutive weights: groups 2p and 2p+1 of a K-quant super-block, or blocks j and j+1 of a
 // 32-weight type, against 64 consecutive activation bytes. Weights are unsigned bytes for vpdpbusd:
 // signed types are shifted up (Q4_0's q - 8 is held as q, Q8_0's q as q + 128) and the shift comes back
-// through the activations' sums (off * d * s_x, beside Q4_1's minimum term); Q6_K's q + 32 likewise, per
-// 16 activations, which its sub-scales cover. Same q, d and s as every other path; only the order of the
-// float sums differs. Include after an AVX-512 F/BW/VL/DQ + VNNI target pragma.
+// through the activations' sums, per 32 where the scale is per 32 (off * d * s_x, beside Q4_1's minimum
+// term), per 4 bytes for Q6_K, whose sub-scales cover 16 weights (a vector of -32 * sum of each 4
+// activation bytes, made once per call, starts each dot). Same q, d and s as every other path; only the
+// order of the float sums differs. Include after an AVX-512 F/BW/VL/DQ + VNNI target pragma.
 #pragma once
 
 #include <immintrin.h>
@@ -94,75 +94,12 @@ inline __m512i k_pair(const uint8_t* blk) {
   }
 }
 
-// A K-quant super-block times every row, as the 256-bit loop's k_super_block: one d_x for its 256
-// activations, so each pair's byte products go through maddubs to int16 pairs and vpdpwssd weighs them by
-// their sub-scales (int16 multipliers, one per 128-bit lane for Q6_K's 16-weight sub-blocks, one per
-// 256-bit half for Q4_K's and Q5_K's 32) into int32 sums, two chains a row; one conversion and one FMA a
-// row per super-block, where a d_x per 32 took one of each, a lane permute of the factors and a vpdpbusd
-// per pair. Q6_K's +32 comes off per 16 activations once per super-block (q6_half_sums).
-template <int Q, int M, int A>
-__attribute__((always_inline)) inline void zmm_super_block(const Int8Rows& a, int64_t k, int64_t groups,
-                                                           const uint8_t* blk, int64_t b, __m512 (&acc)[M][A],
-                                                           __m256 (&acc8)[M], const int16_t* half_sums) {
-  const int64_t g0 = b * kChunk;
-  prefetch_ahead(blk, quant_block_bytes(Q));
-  __m512i scales[2];  // sub-scales as int16, 8 in every 128-bit lane (Q6_K: 0-7, then 8-15)
-  __m256i q6_scales16;
-  float d;
-  if constexpr (Q == kQ6_K) {
-    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192));
-    q6_scales16 = _mm256_cvtepi8_epi16(sc);
-    scales[0] = _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(sc));
-    scales[1] = _mm512_broadcast_i32x4(_mm_cvtepi8_epi16(_mm_srli_si128(sc, 8)));
-    d = half_bits(blk + 208);
-  } else {
-    uint64_t sc, mn;
-    k_scale_bytes(blk, sc, mn);
-    scales[0] = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc))));
-    d = half_bits(blk);
-    const __m256 min8 = _mm256_mul_ps(byte_floats(mn), _mm256_set1_ps(-half_bits(blk + 2)));
-    for (int i = 0; i < M; ++i) acc8[i] = _mm256_fmadd_ps(min8, _mm256_loadu_ps(a.s + i * groups + g0), acc8[i]);
-  }
-  __m512i sum[M][2];
-  for (int i = 0; i < M; ++i) sum[i][0] = sum[i][1] = _mm512_setzero_si512();
-  const auto pair = [&](auto p) {
-    constexpr int P = decltype(p)::value;
-    // Bytes of the int16 word each 128-bit lane repeats: Q6_K's lane l sub-scale 4P + l (word 4(P % 2) + l
-    // of scales[P / 2]), the others' lanes 0-1 group 2P's and 2-3 group 2P + 1's.
-    constexpr auto word = [](int w) { return (2 * w + 1) << 24 | (2 * w) << 16 | (2 * w + 1) << 8 | 2 * w; };
-    constexpr int w0 = Q == kQ6_K ? 4 * (P % 2) : 2 * P, w1 = Q == kQ6_K ? w0 + 1 : w0, w2 = Q == kQ6_K ? w0 + 2 : w0 + 1,
-                  w3 = Q == kQ6_K ? w0 + 3 : w0 + 1;
-    const __m512i mul = _mm512_shuffle_epi8(
-        scales[Q == kQ6_K ? P / 2 : 0],
-        _mm512_setr_epi32(word(w0), word(w0), word(w0), word(w0), word(w1), word(w1), word(w1), word(w1), word(w2),
-                          word(w2), word(w2), word(w2), word(w3), word(w3), word(w3), word(w3)));
-    const __m512i wq = k_pair<Q, P>(blk);  // |pair| <= 2 * 63 * 127 (Q6_K's q + 32): maddubs does not saturate
-    for (int i = 0; i < M; ++i) {
-      const __m512i x = _mm512_loadu_si512(a.q + i * k + (g0 + 2 * P) * kQuantBlock);
-      sum[i][P % 2] = _mm512_dpwssd_epi32(sum[i][P % 2], _mm512_maddubs_epi16(wq, x), mul);
-    }
-  };
-  pair(std::integral_constant<int, 0>{});
-  pair(std::integral_constant<int, 1>{});
-  pair(std::integral_constant<int, 2>{});
-  pair(std::integral_constant<int, 3>{});
-  for (int i = 0; i < M; ++i) {
-    __m512i total = _mm512_add_epi32(sum[i][0], sum[i][1]);
-    if constexpr (Q == kQ6_K) {
-      const __m256i hs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(half_sums + (i * k + b * kMaxQuantBlock) / 16));
-      total = _mm512_sub_epi32(total, _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(hs, q6_scales16), 5)));
-    }
-    acc[i][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_set1_ps(d * a.d[i * groups + g0]), acc[i][0]);
-  }
-}
-
-// A accumulators per row for the 32-weight types, the pair index mod A choosing one: with one, a run of
-// pairs' FMAs each waited for the last. Two Zen 5 cores on a 9.4 MB matrix they had just read: 108 -> 118
-// G weights/s (Q4_K, before its super-blocks summed in integers); Llama-3.2-1B Q4_K_M one stream 14.8 ->
-// 14.4 ms a token while memory read ~77 GB/s. The K-quants' one FMA a super-block takes slot 0.
+// A accumulators per row, the pair index mod A choosing one: with one, a super-block's four FMAs each waited
+// for the last. Two Zen 5 cores on a 9.4 MB matrix they had just read: Q4_K 108 -> 118 G weights/s, Q6_K
+// 107-112 -> 120; Llama-3.2-1B Q4_K_M one stream 14.8 -> 14.4 ms a token while memory read ~77 GB/s.
 template <int Q, int M, int A>
 void zmm_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias, int64_t n0,
-              int64_t n1, float* y, int64_t ldy, const int16_t* half_sums) {
+              int64_t n1, float* y, int64_t ldy, const int32_t* lane_off) {
   const int64_t groups = k / kQuantBlock;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
@@ -174,8 +111,50 @@ void zmm_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes,
       acc8[i] = _mm256_setzero_ps(), mins[i] = 0.0f;
     }
     if constexpr (bytes_is_k(Q)) {
-      for (int64_t b = 0; b < groups / kChunk; ++b)
-        zmm_super_block<Q, M, A>(a, k, groups, row + b * quant_block_bytes(Q), b, acc, acc8, half_sums);
+      for (int64_t b = 0; b < groups / kChunk; ++b) {
+        const uint8_t* blk = row + b * quant_block_bytes(Q);
+        const int64_t g0 = b * kChunk;
+        prefetch_ahead(blk, quant_block_bytes(Q));
+        // Per row, the factor of each of the pair's 16 lanes comes from one 16-float vector by lane index.
+        __m512 f[M];
+        if constexpr (Q == kQ6_K) {  // 16 sub-scales times d, each times its group's d_x (2 sub-scales a group)
+          const __m512 s16 = _mm512_mul_ps(
+              _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)))),
+              _mm512_set1_ps(half_bits(blk + 208)));
+          const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+          for (int i = 0; i < M; ++i)
+            f[i] = _mm512_mul_ps(s16, _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(_mm256_loadu_ps(a.d + i * groups + g0))));
+        } else {
+          __m256 scale8, min8;
+          k_factors(blk, scale8, min8);
+          for (int i = 0; i < M; ++i) {
+            f[i] = _mm512_castps256_ps512(_mm256_mul_ps(scale8, _mm256_loadu_ps(a.d + i * groups + g0)));
+            acc8[i] = _mm256_fmadd_ps(min8, _mm256_loadu_ps(a.s + i * groups + g0), acc8[i]);
+          }
+        }
+        const auto pair = [&](auto p) {
+          constexpr int P = decltype(p)::value;
+          const __m512i wq = k_pair<Q, P>(blk);
+          // Q6_K's lane l takes sub-scale 4P + l / 4; the others' lane l group 2P + l / 8.
+          const __m512i pick = Q == kQ6_K ? _mm512_setr_epi32(4 * P, 4 * P, 4 * P, 4 * P, 4 * P + 1, 4 * P + 1, 4 * P + 1,
+                                                              4 * P + 1, 4 * P + 2, 4 * P + 2, 4 * P + 2, 4 * P + 2,
+                                                              4 * P + 3, 4 * P + 3, 4 * P + 3, 4 * P + 3)
+                                          : _mm512_setr_epi32(2 * P, 2 * P, 2 * P, 2 * P, 2 * P, 2 * P, 2 * P, 2 * P,
+                                                              2 * P + 1, 2 * P + 1, 2 * P + 1, 2 * P + 1, 2 * P + 1,
+                                                              2 * P + 1, 2 * P + 1, 2 * P + 1);
+          for (int i = 0; i < M; ++i) {
+            const int64_t at = i * k + (g0 + 2 * P) * kQuantBlock;
+            const __m512i x = _mm512_loadu_si512(a.q + at);
+            const __m512i start = Q == kQ6_K ? _mm512_loadu_si512(lane_off + at / 4) : _mm512_setzero_si512();
+            const __m512i dot = _mm512_dpbusd_epi32(start, wq, x);
+            acc[i][P % A] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(pick, f[i]), acc[i][P % A]);
+          }
+        };
+        pair(std::integral_constant<int, 0>{});
+        pair(std::integral_constant<int, 1>{});
+        pair(std::integral_constant<int, 2>{});
+        pair(std::integral_constant<int, 3>{});
+      }
     } else {
       const int64_t bb = quant_block_bytes(Q);
       // A block's scale d, and its minimum (Q4_1, Q5_1) or the shift back of a signed type: -offset * d.
@@ -228,10 +207,10 @@ void zmm_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes,
 template <int Q>
 void zmm_by_rows(const Int8Rows& a, int64_t m, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
                  int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  const int16_t* half_sums = Q == kQ6_K ? q6_half_sums(a, m, k) : nullptr;
+  const int32_t* off = Q == kQ6_K ? q6_lane_offsets(a, m, k) : nullptr;
   with_row_count(m, [&](auto rows) {
     constexpr int M = decltype(rows)::value;
-    zmm_rows<Q, M, M <= 2 ? 4 : M <= 4 ? 2 : 1>(a, k, w, row_bytes, bias, n0, n1, y, ldy, half_sums);
+    zmm_rows<Q, M, M <= 2 ? 4 : M <= 4 ? 2 : 1>(a, k, w, row_bytes, bias, n0, n1, y, ldy, off);
   });
 }
 
