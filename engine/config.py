@@ -10,7 +10,8 @@ Scheduling = Literal["continuous", "static", "dynamic"]
 # none: GGUF dequantized to float (the HF-exact reference); gguf: the file's blocks, required.
 Quantization = Literal["auto", "none", "gguf", "int8"]
 # float: quantized weights meet float32 activations (the dequantized reference's result up to rounding);
-# int8: activations rounded to int8 per 32 values for integer dot products, as llama.cpp does (CPU only).
+# int8: activations rounded to int8 (per 32 values, per 256 for K-quant weights) for integer dot products,
+# as llama.cpp does (CPU only).
 Activations = Literal["float", "int8"]
 
 

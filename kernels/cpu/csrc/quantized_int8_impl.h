@@ -9,14 +9,11 @@
 //   sum_j w_j * x_j  ~  scale * d_x * sum_j q_j * xq_j  +  min * s_x
 // where xq, d_x and s_x = d_x * sum(xq) are the activations' int8 block (quantize_activations, here
 // vectorized: quantize_rows). Q4_1, Q5_1, Q4_K and Q5_K keep their unsigned integers and add the minimum
-// through s_x; the others are signed (Q4_0's q - 8, Q5_0's q - 16, Q8_0) and use maddubs' sign trick (|w|
-// times x with w's sign), but for Q6_K, whose unsigned q (0-63) meet x as they are and each int32 lane of
-// the dot starts from -32 times its 4 activations' sum (q6_lane_offsets, once per call): two instructions
-// a group fewer than abs and sign. Q6_K's sub-scales cover 16 weights, so its group factor is a
-// vector: d times sub-scale 2c in the dot's lanes 0-3 (weights 0-15) and 2c+1 in lanes 4-7, all 16 made
-// once per super-block (building int16 multipliers for the pair sums per group instead cost five
-// shuffles and broadcasts a group, a quarter of Q6_K's time). A legacy group's float factor is one scalar
-// per row, broadcast from a register.
+// through s_x; Q4_0 and Q5_0 are taken unsigned too (q as stored) with -offset * d as their minimum; Q8_0
+// uses maddubs' sign trick (|w| times x with w's sign). A legacy group's float factor is one scalar per
+// row, broadcast from a register. The K-quants' activations share one d_x per super-block, so there the
+// integer sub-scales join the dot (k_super_block) and a super-block is converted to float once; Q6_K's
+// unsigned q + 32 (0-63) meet x as they are and the 32 comes off through the activations' sums.
 // Include after the file's `#pragma GCC target(...)` (AVX2 at the least).
 #pragma once
 
@@ -95,8 +92,8 @@ inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
   min8 = _mm256_mul_ps(byte_floats(mn), _mm256_set1_ps(-half_bits(blk + 2)));
 }
 
-// For Q6_K: per row, -32 times the sum of each 4 activation bytes, the value each int32 lane of a group's
-// dot starts from when its weights are taken unsigned (q6_unsigned: q + 32) instead of through the sign trick.
+// For Q6_K under AVX-512 (int8_rows_zmm.h): per row, -32 times the sum of each 4 activation bytes, the
+// value each int32 lane of a group's dot starts from when its weights are taken unsigned (q6_unsigned: q + 32).
 inline const int32_t* q6_lane_offsets(const Int8Rows& a, int64_t m, int64_t k) {
   thread_local std::vector<int32_t> buf;
   int32_t* out = line_aligned(buf, m * k / 4);
