@@ -161,6 +161,27 @@ def test_embedding_rows_and_stacked_rows(qtype):
         assert torch.equal(dequantize(mixed), want)
 
 
+@needs_kernels
+@pytest.mark.parametrize("cpu_path", cpu_paths(32), indirect=True)
+@pytest.mark.parametrize("types", [(Q4_K, Q6_K), (Q4_K, Q8_0), (Q5_0, Q8_0)],
+                         ids=lambda t: "+".join(NAMES[q] for q in t))
+def test_int8_stacked_parts_quantize_for_their_own_types(cpu_path, types):
+    """A Q4_K_M file's q and k (Q4_K) beside v (Q6_K), a K-quant beside a 32-weight type, two 32-weight
+    types: each part's activations per its own block (256 values, or 32), as the reference says; one
+    outlier per row makes the spans' scales differ from per-32 ones."""
+    a, b = types
+    k = 512
+    stacked = cat_rows([random_weight(8, k, a, seed=1), random_weight(8, k, a, seed=2), random_weight(8, k, b, seed=3)])
+    assert isinstance(stacked, StackedWeight)
+    gen = torch.Generator().manual_seed(7)
+    x, bias = torch.randn(3, k, generator=gen), torch.randn(24, generator=gen)
+    x[:, 5] = 40.0
+    with int8_activations():
+        got = linear(x, stacked, bias)
+    want = quantized_linear_int8_ref(x, stacked, bias)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
 def test_int8_weights_are_q8_0_blocks_as_the_gguf_package_writes_them():
     gen = torch.Generator().manual_seed(3)
     w = torch.randn(40, 96, generator=gen) * torch.logspace(-3, 1, 40).unsqueeze(1)
