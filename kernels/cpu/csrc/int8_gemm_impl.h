@@ -355,6 +355,7 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
     std::fill(drow + (octets - 1) * 8, drow + octets * 8, 0.0f);
     std::fill(srow + (octets - 1) * 8, srow + octets * 8, 0.0f);
     const int last = octet_last_steps(k);
+    float amax = 0.0f;  // a K-quant's span is one octet's 8 groups (its K is whole octets)
     for (int64_t o = 0; o < octets; ++o) {
       alignas(32) int8_t q[8][32];
       if (o + 1 == octets && last < kOctetSteps) {  // a short octet (never for a Q6_K weight: its K is whole octets)
@@ -364,8 +365,8 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
           float d = 0.0f;
           int sum = 0;
           std::fill(q[j], q[j] + 32, static_cast<int8_t>(0));
-          const float* xb = x + i * ldx + b * kQuantBlock;
-          if (b < blocks) quantize_block32(xb, block_amax(xb), q[j], d, sum);
+          if (b < blocks)
+            quantize_block32(x + i * ldx + b * kQuantBlock, span_amax(x + i * ldx, b, span, amax), q[j], d, sum);
           for (int p = 0; p < per; ++p) {  // s per lane: the sum over the lane's own 4 * last bytes
             int part = 0;
             for (int e = 0; e < 4 * last; ++e) part += q[j][p * 4 * last + e];
@@ -377,8 +378,6 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
         continue;
       }
       __m256i r[8];
-      // a K-quant's activation span is the octet's 8 groups (its K is whole octets)
-      const float amax = span == kOctet ? span_amax(x + i * ldx + o * kOctet, kOctet) : 0.0f;
       for (int l = 0; l < 8; ++l) {
         const int64_t b = 8 * o + l;
         if (b >= blocks) {  // a missing lane: zero bytes (q + 128 too), zero scale
@@ -386,8 +385,7 @@ inline void octet_activations_impl(const float* x, int64_t i0, int64_t i1, int64
           continue;
         }
         int sum;
-        const float* xb = x + i * ldx + b * kQuantBlock;
-        quantize_block32(xb, span == kOctet ? amax : block_amax(xb), q[l], drow[b], sum);
+        quantize_block32(x + i * ldx + b * kQuantBlock, span_amax(x + i * ldx, b, span, amax), q[l], drow[b], sum);
         srow[b] = drow[b] * static_cast<float>(sum);
         r[l] = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(q[l])), flip);
       }

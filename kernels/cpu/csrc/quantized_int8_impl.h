@@ -247,10 +247,13 @@ inline float block_amax(const float* xb) {
 }
 
 // The largest |x| of the activation span (activation_span: one 32-value block, or a K-quant's 8) that
-// starts at xb.
-inline float span_amax(const float* xb, int64_t span) {
-  float amax = 0.0f;
-  for (int64_t t = 0; t < span; t += kQuantBlock) amax = std::max(amax, block_amax(xb + t));
+// block b of `row` lies in: taken into `amax` where b starts a span, kept for the span's other blocks
+// (every caller walks a row's blocks in order).
+inline float span_amax(const float* row, int64_t b, int64_t span, float& amax) {
+  if (b * kQuantBlock % span == 0) {
+    amax = 0.0f;
+    for (int64_t t = 0; t < span; t += kQuantBlock) amax = std::max(amax, block_amax(row + b * kQuantBlock + t));
+  }
   return amax;
 }
 
@@ -289,11 +292,10 @@ inline Int8Rows quantize_rows(const float* x, int64_t m, int64_t ldx, int64_t k,
   for (int64_t i = 0; i < m; ++i) {
     float amax = 0.0f;
     for (int64_t b = 0; b < blocks; ++b) {
-      const float* xb = x + i * ldx + b * kQuantBlock;
-      if (b * kQuantBlock % span == 0) amax = span_amax(xb, span);
       float d;
       int sum;
-      quantize_block32(xb, amax, q + i * k + b * kQuantBlock, d, sum);
+      quantize_block32(x + i * ldx + b * kQuantBlock, span_amax(x + i * ldx, b, span, amax), q + i * k + b * kQuantBlock,
+                       d, sum);
       dd[i * blocks + b] = d;
       ss[i * blocks + b] = d * static_cast<float>(sum);
     }
