@@ -132,7 +132,7 @@ def quantized_linear_ref(x: torch.Tensor, w: QuantizedWeight, bias: torch.Tensor
     return F.linear(x, dequantize(w, x.dtype), bias)
 
 
-def quantize_activations(x: torch.Tensor, span: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize_activations(x: torch.Tensor, span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows [M, K] as int8, as the C++ int8 path quantizes them for a weight whose blocks hold `span`
     weights (32, or a K-quant's 256: llama.cpp's Q8_1 and Q8_K), with the same float32 operations, so the
     same q: q [M, K], and per 32 values d = max|x| / 127 over their span and s = d * sum(q) [M, K / 32]."""

@@ -204,6 +204,21 @@ void zmm_rows(const Int8Rows& a, int64_t k, const uint8_t* w, int64_t row_bytes,
   }
 }
 
+// For Q6_K: per row, -32 times the sum of each 4 activation bytes, the value each int32 lane of a group's
+// dot starts from when its weights are taken unsigned (q6_unsigned: q + 32).
+inline const int32_t* q6_lane_offsets(const Int8Rows& a, int64_t m, int64_t k) {
+  thread_local std::vector<int32_t> buf;
+  int32_t* out = line_aligned(buf, m * k / 4);
+  const __m256i thirty_two = _mm256_set1_epi8(32), minus_one = _mm256_set1_epi16(-1);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < k; j += 32) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + j));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (i * k + j) / 4),
+                          _mm256_madd_epi16(_mm256_maddubs_epi16(thirty_two, x), minus_one));
+    }
+  return out;
+}
+
 template <int Q>
 void zmm_by_rows(const Int8Rows& a, int64_t m, int64_t k, const uint8_t* w, int64_t row_bytes, const float* bias,
                  int64_t n0, int64_t n1, float* y, int64_t ldy) {

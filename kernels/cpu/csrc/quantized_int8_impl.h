@@ -92,21 +92,6 @@ inline void k_factors(const uint8_t* blk, __m256& scale8, __m256& min8) {
   min8 = _mm256_mul_ps(byte_floats(mn), _mm256_set1_ps(-half_bits(blk + 2)));
 }
 
-// For Q6_K under AVX-512 (int8_rows_zmm.h): per row, -32 times the sum of each 4 activation bytes, the
-// value each int32 lane of a group's dot starts from when its weights are taken unsigned (q6_unsigned: q + 32).
-inline const int32_t* q6_lane_offsets(const Int8Rows& a, int64_t m, int64_t k) {
-  thread_local std::vector<int32_t> buf;
-  int32_t* out = line_aligned(buf, m * k / 4);
-  const __m256i thirty_two = _mm256_set1_epi8(32), minus_one = _mm256_set1_epi16(-1);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < k; j += 32) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + i * k + j));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (i * k + j) / 4),
-                          _mm256_madd_epi16(_mm256_maddubs_epi16(thirty_two, x), minus_one));
-    }
-  return out;
-}
-
 // For Q6_K: per row, the sum of each 16 activation bytes (k / 16 of them), which its 16 sub-scales weigh
 // once per super-block to take back the 32 added to every weight (q6_unsigned).
 inline const int16_t* q6_half_sums(const Int8Rows& a, int64_t m, int64_t k) {
